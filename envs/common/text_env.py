@@ -1,0 +1,144 @@
+"""The contract every text environment of this package follows (one base class, three games).
+
+``obs`` is the raw observation (HGPO's grouping anchor: no template, no history). The action is the
+LLM's whole output; :func:`parse_action` extracts the command. A format-invalid output is not
+executed: the state is unchanged, ``is_action_valid`` is False and the observation reports that
+nothing happened. An exception inside the game engine ends the episode as truncated with
+``info["env_error"]``, and the next ``reset`` rebuilds the engine.
+"""
+
+from __future__ import annotations
+
+import logging
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any
+
+import gymnasium as gym
+
+from envs.common.actions import ParsedAction, parse_action
+from envs.common.spaces import TextSpace
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class Observation:
+    """What a game returns after a reset or an executed command."""
+
+    text: str
+    admissible_actions: list[str]
+    reward: float = 0.0
+    terminated: bool = False
+    won: bool = False
+    extra_info: dict[str, Any] = field(default_factory=dict)
+
+
+class TextEnv(gym.Env, ABC):
+    """Base class: parsing, step limit, validity, error handling and the common ``info`` keys.
+
+    Subclasses implement :meth:`_start_episode`, :meth:`_execute` and :meth:`_observation_unchanged`
+    (and :meth:`_rebuild` if their engine can break). ``info`` always carries ``task``,
+    ``task_type``, ``admissible_actions``, ``is_action_valid``, ``won``, ``command`` (the command
+    parsed from the action, "" at reset) and ``step``.
+    """
+
+    metadata = {"render_modes": ["ansi"]}
+    #: Whether a valid output needs the ``<think>``/``<action>`` tags (the reference's format rule).
+    default_require_tags: bool = True
+
+    def __init__(self, *, max_steps: int, require_tags: bool | None = None, render_mode: str | None = None):
+        if not isinstance(max_steps, int) or isinstance(max_steps, bool) or max_steps < 1:
+            raise ValueError(f"max_steps must be a positive int, got {max_steps!r}")
+        if render_mode not in (None, "ansi"):
+            raise ValueError(f"render_mode must be None or 'ansi', got {render_mode!r}")
+        self.max_steps = max_steps
+        self.require_tags = self.default_require_tags if require_tags is None else bool(require_tags)
+        self.render_mode = render_mode
+        self.observation_space = TextSpace()
+        self.action_space = TextSpace()
+        self._task = ""
+        self._task_type = ""
+        self._current: Observation | None = None
+        self._steps = 0
+        self._needs_rebuild = False
+
+    # ----------------------------------------------------------------- subclass hooks
+    @abstractmethod
+    def _start_episode(self, seed: int | None, options: dict[str, Any]) -> tuple[Observation, str, str]:
+        """Start a task and return (first observation, task description, task type)."""
+
+    @abstractmethod
+    def _execute(self, command: str) -> Observation:
+        """Run a parsed command in the game."""
+
+    @abstractmethod
+    def _observation_unchanged(self) -> str:
+        """The observation shown after a format-invalid output (the game's "nothing happens")."""
+
+    def _rebuild(self) -> None:
+        """Recreate whatever engine state an exception may have broken (default: nothing)."""
+
+    # ----------------------------------------------------------------- gymnasium API
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        super().reset(seed=seed)
+        if options is not None and not isinstance(options, dict):
+            raise TypeError(f"options must be a dict or None, got {type(options).__name__}")
+        if self._needs_rebuild:
+            self._rebuild()
+            self._needs_rebuild = False
+        self._steps = 0
+        first, self._task, self._task_type = self._start_episode(seed, dict(options or {}))
+        self._current = first
+        return first.text, self._info(first, ParsedAction("", True))
+
+    def step(self, action: str):
+        if self._current is None:
+            raise RuntimeError("call reset() before step()")
+        if self._current.terminated or self._steps >= self.max_steps:
+            raise RuntimeError("the episode is over; call reset() before step()")
+        parsed = parse_action(action, require_tags=self.require_tags)
+        self._steps += 1
+        truncated = False
+        env_error = None
+        if parsed.is_valid:
+            try:
+                result = self._execute(parsed.command)
+            except Exception as exc:  # the engine broke: end the episode, rebuild on reset
+                logger.warning("environment error on %r: %r", parsed.command, exc)
+                env_error = f"{type(exc).__name__}: {exc}"
+                self._needs_rebuild = True
+                result = Observation(self._current.text, [], terminated=False)
+                truncated = True
+        else:
+            result = Observation(
+                self._observation_unchanged(), self._current.admissible_actions, extra_info={}
+            )
+        self._current = result
+        truncated = truncated or (not result.terminated and self._steps >= self.max_steps)
+        info = self._info(result, parsed)
+        if env_error is not None:
+            info["env_error"] = env_error
+        return result.text, float(result.reward), bool(result.terminated), truncated, info
+
+    def render(self) -> str | None:
+        if self.render_mode == "ansi" and self._current is not None:
+            return self._current.text
+        return None
+
+    # ----------------------------------------------------------------- helpers
+    @property
+    def task(self) -> str:
+        return self._task
+
+    def _info(self, obs: Observation, parsed: ParsedAction) -> dict[str, Any]:
+        return {
+            "task": self._task,
+            "task_type": self._task_type,
+            "admissible_actions": list(obs.admissible_actions),
+            "is_action_valid": parsed.is_valid,
+            "won": bool(obs.won),
+            "command": parsed.command,
+            "step": self._steps,
+            **obs.extra_info,
+        }
