@@ -30,8 +30,9 @@ class ParsedAction:
 
 def normalize_command(text: str) -> str:
     """Lower-case, drop control characters, collapse whitespace, and cap the length."""
+    text = text[: 4 * MAX_COMMAND_CHARS]  # bound the work on huge outputs; longer is no command
     text = "".join(ch for ch in text if unicodedata.category(ch)[0] != "C" or ch in "\t\n ")
-    return _WHITESPACE.sub(" ", text).strip().lower()[:MAX_COMMAND_CHARS]
+    return _WHITESPACE.sub(" ", text).strip().lower()[:MAX_COMMAND_CHARS].rstrip()
 
 
 def parse_action(output: str, *, require_tags: bool = True) -> ParsedAction:
@@ -47,7 +48,7 @@ def parse_action(output: str, *, require_tags: bool = True) -> ParsedAction:
     end = lowered.find("</action>", start + len("<action>")) if start != -1 else -1
     if start != -1 and end != -1:
         command = normalize_command(lowered[start + len("<action>") : end])
-        is_valid = "<think>" in lowered and "</think>" in lowered if require_tags else True
+        is_valid = "<think>" in output and "</think>" in output if require_tags else True
     elif require_tags:
         return ParsedAction(normalize_command(lowered[-MALFORMED_TAIL_CHARS:]), False)
     else:

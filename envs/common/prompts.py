@@ -15,8 +15,9 @@ def format_history(history: Sequence[HistoryRecord], history_length: int) -> tup
     """Return the formatted last ``history_length`` records and how many were shown."""
     if history_length < 0:
         raise ValueError(f"history_length must be >= 0, got {history_length}")
-    recent = list(history)[len(history) - history_length :] if history_length else []
-    first = len(history) - len(recent) + 1
+    records = list(history)
+    recent = records[max(0, len(records) - history_length) :]
+    first = len(records) - len(recent) + 1
     lines = [
         f"[Observation {first + j}: '{obs}', Action {first + j}: '{action}']"
         for j, (obs, action) in enumerate(recent)

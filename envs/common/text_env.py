@@ -95,7 +95,7 @@ class TextEnv(gym.Env, ABC):
     def step(self, action: str):
         if self._current is None:
             raise RuntimeError("call reset() before step()")
-        if self._current.terminated or self._steps >= self.max_steps:
+        if self._current.terminated or self._steps >= self.max_steps or self._needs_rebuild:
             raise RuntimeError("the episode is over; call reset() before step()")
         parsed = parse_action(action, require_tags=self.require_tags)
         self._steps += 1

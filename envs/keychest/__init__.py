@@ -1,0 +1,1 @@
+"""KeyChest, the CPU-scale memory probe (see :mod:`envs.keychest.env`)."""

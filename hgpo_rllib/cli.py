@@ -1,0 +1,196 @@
+"""The ``rllib`` command: ``rllib train file <experiment.py>`` (RLlib 2.60 ships no CLI any more).
+
+An experiment file is a Python file that defines ``config`` (an ``AlgorithmConfig``) and optionally
+``stop`` (a Tune stop dict) and ``param_space`` (a dict of Tune search spaces merged into the config),
+the convention of RLlib's former ``rllib train file``. Training runs through Ray Tune, so every trial
+writes Tensorboard event files, ``progress.csv`` and checkpoints under the storage path.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+DEFAULT_STOP = {"training_iteration": 10}
+
+
+@dataclass
+class Experiment:
+    """What an experiment file defines."""
+
+    config: Any
+    stop: dict[str, Any] = field(default_factory=lambda: dict(DEFAULT_STOP))
+    param_space: dict[str, Any] = field(default_factory=dict)
+    name: str | None = None
+
+
+def load_experiment_file(path: str | os.PathLike) -> Experiment:
+    """Import an experiment file and read its ``config``, ``stop``, ``param_space`` and ``name``."""
+    from ray.rllib.algorithms.algorithm_config import AlgorithmConfig
+
+    file = Path(path)
+    if not file.is_file():
+        raise FileNotFoundError(f"experiment file not found: {file}")
+    spec = importlib.util.spec_from_file_location(f"_hgpo_experiment_{file.stem}", file)
+    if spec is None or spec.loader is None:
+        raise ValueError(f"cannot import experiment file {file} (is it a .py file?)")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    config = getattr(module, "config", None)
+    if not isinstance(config, AlgorithmConfig):
+        raise ValueError(f"{file} must define `config`, an AlgorithmConfig (got {type(config).__name__})")
+    stop = getattr(module, "stop", None) or dict(DEFAULT_STOP)
+    param_space = getattr(module, "param_space", None) or {}
+    if not isinstance(stop, dict) or not isinstance(param_space, dict):
+        raise ValueError(f"{file}: `stop` and `param_space` must be dicts")
+    return Experiment(config, dict(stop), dict(param_space), getattr(module, "name", None))
+
+
+def trial_name(trial: Any) -> str:
+    """Name a trial from its settings, as the authors' scripts do (e.g. ``k2_hgpo_alpha1.0_base0``)."""
+    cfg = trial.config
+    name = (
+        f"k{cfg.get('history_length', '?')}_{cfg.get('estimator', 'hgpo')}"
+        f"_alpha{cfg.get('length_weight_alpha', '?')}_base{int(bool(cfg.get('base_group', False)))}"
+    )
+    return f"{name}_{trial.trial_id}"
+
+
+def _logger_callbacks(project: str) -> list[Any]:
+    """Weights & Biases through Tune's own integration when ``WANDB_API_KEY`` is set."""
+    if not os.environ.get("WANDB_API_KEY"):
+        return []
+    if importlib.util.find_spec("wandb") is None:
+        print("WANDB_API_KEY is set but `wandb` is not installed; logging to Tensorboard only.")
+        return []
+    from ray.air.integrations.wandb import WandbLoggerCallback
+
+    return [WandbLoggerCallback(project=project)]
+
+
+def train(
+    experiment: Experiment,
+    *,
+    stop: dict[str, Any] | None = None,
+    storage_path: str | None = None,
+    checkpoint_freq: int = 0,
+    num_samples: int = 1,
+    name: str | None = None,
+    resume: bool = False,
+    max_concurrent_trials: int | None = None,
+):
+    """Run an experiment through Ray Tune and return its ``ResultGrid``.
+
+    An existing experiment directory is never overwritten: pass ``resume=True`` to continue it.
+    """
+    import ray
+    from ray import tune
+
+    import envs  # noqa: F401 - registers the environments with Tune
+    import hgpo_rllib  # noqa: F401 - registers "HGPO" with Tune
+
+    if checkpoint_freq < 0 or num_samples < 1:
+        raise ValueError("checkpoint_freq must be >= 0 and num_samples >= 1")
+    storage = Path(storage_path or os.environ.get("CHECKPOINTS_DIR") or Path.home() / "ray_results")
+    storage = storage.expanduser().resolve()
+    name = name or experiment.name or f"{experiment.config.algo_class.__name__}_{experiment.config.env}"
+    experiment_dir = storage / name
+    trainable = experiment.config.algo_class
+    if not ray.is_initialized():
+        ray.init(include_dashboard=False)
+    if resume:
+        if not experiment_dir.exists():
+            raise FileNotFoundError(f"nothing to resume at {experiment_dir}")
+        tuner = tune.Tuner.restore(str(experiment_dir), trainable=trainable, resume_errored=True)
+        return tuner.fit()
+    if experiment_dir.exists():
+        raise FileExistsError(
+            f"{experiment_dir} already exists; pass --resume to continue it or --name for a new run"
+        )
+    param_space = experiment.config.copy(copy_frozen=False)
+    if experiment.param_space:
+        param_space = {**param_space.to_dict(), **experiment.param_space}
+    tuner = tune.Tuner(
+        trainable,
+        param_space=param_space,
+        tune_config=tune.TuneConfig(
+            num_samples=num_samples,
+            trial_name_creator=trial_name,
+            trial_dirname_creator=trial_name,
+            max_concurrent_trials=max_concurrent_trials,
+        ),
+        run_config=tune.RunConfig(
+            name=name,
+            storage_path=str(storage),
+            stop=stop or experiment.stop,
+            callbacks=_logger_callbacks(project=name),
+            checkpoint_config=tune.CheckpointConfig(
+                checkpoint_frequency=checkpoint_freq, checkpoint_at_end=True
+            ),
+        ),
+    )
+    return tuner.fit()
+
+
+def _json_dict(text: str) -> dict[str, Any]:
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise argparse.ArgumentTypeError(f"not valid JSON: {exc}") from exc
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError("expected a JSON object, e.g. '{\"training_iteration\": 5}'")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="rllib", description=__doc__.splitlines()[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    train_cmd = commands.add_parser("train", help="train an algorithm")
+    train_sub = train_cmd.add_subparsers(dest="source", required=True)
+    file_cmd = train_sub.add_parser("file", help="train from a Python experiment file")
+    file_cmd.add_argument("path", help="Python file defining `config` (and optionally `stop`)")
+    file_cmd.add_argument("--stop", type=_json_dict, help="Tune stop criteria as JSON")
+    file_cmd.add_argument(
+        "--storage-path", help="results directory (default: $CHECKPOINTS_DIR or ~/ray_results)"
+    )
+    file_cmd.add_argument("--name", help="experiment name (a sub-directory of the storage path)")
+    file_cmd.add_argument("--checkpoint-freq", type=int, default=0, help="checkpoint every N iterations")
+    file_cmd.add_argument("--num-samples", type=int, default=1, help="Tune samples of the param space")
+    file_cmd.add_argument("--max-concurrent-trials", type=int, help="trials running at once")
+    file_cmd.add_argument("--resume", action="store_true", help="continue an existing experiment")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.command == "train" and args.source == "file":
+        try:
+            experiment = load_experiment_file(args.path)
+            results = train(
+                experiment,
+                stop=args.stop,
+                storage_path=args.storage_path,
+                checkpoint_freq=args.checkpoint_freq,
+                num_samples=args.num_samples,
+                name=args.name,
+                resume=args.resume,
+                max_concurrent_trials=args.max_concurrent_trials,
+            )
+        except (FileNotFoundError, FileExistsError, ValueError) as exc:
+            print(f"rllib: error: {exc}", file=sys.stderr)
+            return 2
+        errors = [r.error for r in results if r.error]
+        print(f"Finished {len(results)} trial(s) in {results.experiment_path}; errors: {len(errors)}")
+        return 1 if errors else 0
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

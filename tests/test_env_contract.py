@@ -1,0 +1,220 @@
+"""Tests of the pieces every text env shares: action parsing, history format, spaces, base class, registry."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import envs
+from envs.common.actions import (
+    MALFORMED_TAIL_CHARS,
+    MAX_COMMAND_CHARS,
+    ParsedAction,
+    normalize_command,
+    parse_action,
+)
+from envs.common.prompts import format_history
+from envs.common.spaces import TextSpace
+from envs.common.text_env import Observation, TextEnv
+from envs.keychest.env import KeyChestEnv
+
+# ---------------------------------------------------------------------------------------- parse_action
+
+# Text with the characters that matter to the parser: tags, CJK, control characters, any unicode.
+_TAGS = st.sampled_from(["<think>", "</think>", "<action>", "</action>", "<ACTION>", "中", "\x00", "\n"])
+_ANY_TEXT = st.one_of(
+    st.text(),
+    st.lists(st.one_of(_TAGS, st.text(max_size=8)), max_size=12).map("".join),
+    st.builds(lambda unit, n: unit * n, st.text(min_size=1, max_size=3), st.integers(1, 50_000)),
+)
+
+
+@given(_ANY_TEXT, st.booleans())
+def test_parse_action_never_raises_and_bounds_the_command(output: str, require_tags: bool) -> None:
+    parsed = parse_action(output, require_tags=require_tags)
+    assert isinstance(parsed.command, str) and isinstance(parsed.is_valid, bool)
+    assert len(parsed.command) <= MAX_COMMAND_CHARS
+    assert normalize_command(parsed.command) == parsed.command  # already normalised
+    assert not re.search(r"[\x00-\x1f\x7f]", parsed.command)
+    if require_tags and parsed.is_valid:
+        assert "<think>" in output.lower() and "</action>" in output.lower()
+
+
+@given(_ANY_TEXT)
+def test_parse_action_without_tags_takes_the_whole_output(output: str) -> None:
+    parsed = parse_action(output, require_tags=False)
+    if "<action>" not in output.lower():
+        assert parsed.command == normalize_command(output)
+        assert parsed.is_valid == (re.search(r"[\u4e00-\u9fff]", output) is None)
+
+
+@pytest.mark.parametrize(
+    ("output", "require_tags", "command", "is_valid"),
+    [
+        ("<think>k</think><action>Take  Key</action>", True, "take key", True),
+        ("<think>k</think>\n<ACTION> go\tnorth </ACTION>", True, "go north", True),
+        ("<action>take key</action>", True, "take key", False),  # no <think> block
+        ("<think>钥匙</think><action>take key</action>", True, "take key", False),  # CJK
+        ("take key", True, "take key", False),
+        ("take key", False, "take key", True),
+        ("<action>open chest</action> and more", False, "open chest", True),
+        (
+            "</action><think></think><action>go east</action>",
+            True,
+            "go east",
+            True,
+        ),  # first </action> after <action>
+        ("", False, "", True),
+    ],
+)
+def test_parse_action_examples(output: str, require_tags: bool, command: str, is_valid: bool) -> None:
+    assert parse_action(output, require_tags=require_tags) == ParsedAction(command, is_valid)
+
+
+def test_parse_action_keeps_the_tail_of_a_malformed_output() -> None:
+    output = "I think I should " + "really " * 20 + "<action>take key"
+    parsed = parse_action(output)
+    assert not parsed.is_valid
+    assert parsed.command == normalize_command(output.lower()[-MALFORMED_TAIL_CHARS:])
+
+
+@pytest.mark.parametrize("output", [None, 42, b"take key"])
+def test_parse_action_accepts_non_strings(output: Any) -> None:
+    assert isinstance(parse_action(output).command, str)
+
+
+# -------------------------------------------------------------------------------------- format_history
+
+
+def _records(n: int) -> list[tuple[str, str]]:
+    return [(f"obs{i}", f"act{i}") for i in range(1, n + 1)]
+
+
+def test_format_history_shows_the_last_k_with_absolute_numbers() -> None:
+    text, shown = format_history(_records(5), 2)
+    assert shown == 2
+    assert text == "[Observation 4: 'obs4', Action 4: 'act4']\n[Observation 5: 'obs5', Action 5: 'act5']"
+
+
+@given(st.integers(0, 30), st.integers(0, 40))
+def test_format_history_numbering(n: int, k: int) -> None:
+    text, shown = format_history(_records(n), k)
+    assert shown == min(n, k)
+    lines = text.split("\n") if text else []
+    assert len(lines) == shown
+    for line, step in zip(lines, range(n - shown + 1, n + 1), strict=True):
+        assert line == f"[Observation {step}: 'obs{step}', Action {step}: 'act{step}']"
+
+
+def test_format_history_rejects_negative_k() -> None:
+    with pytest.raises(ValueError, match="history_length"):
+        format_history(_records(3), -1)
+
+
+# ------------------------------------------------------------------------------------------- TextSpace
+
+
+def test_text_space_accepts_any_string_within_length() -> None:
+    space = TextSpace(max_length=5)
+    assert "中\x00 é!" in space and "" in space
+    assert "123456" not in space and 3 not in space and b"ab" not in space
+
+
+def test_vector_env_batches_text_as_object_arrays_that_rllib_unbatches_whole() -> None:
+    from ray.rllib.utils.spaces.space_utils import unbatch
+
+    vec = gym.vector.SyncVectorEnv([lambda: gym.make("hgpo/KeyChest-v0") for _ in range(3)])
+    obs, infos = vec.reset(seed=[1, 2, 3])
+    singles = [gym.make("hgpo/KeyChest-v0").reset(seed=s)[0] for s in (1, 2, 3)]
+    assert isinstance(obs, np.ndarray) and obs.dtype == object and obs.shape == (3,)
+    assert unbatch(obs) == singles
+    first_actions = [actions[0] for actions in infos["admissible_actions"]]
+    obs, rewards, terminated, truncated, infos = vec.step(["garbage", *first_actions[1:]])
+    assert obs.dtype == object and obs.shape == (3,)
+    assert unbatch(obs)[0] == "Nothing happens."
+    assert all(isinstance(o, str) and len(o) > 1 for o in unbatch(obs))
+    assert list(infos["command"]) == ["garbage", *first_actions[1:]]
+    vec.close()
+
+
+# ------------------------------------------------------------------------------------------- TextEnv
+
+
+class _BrokenEngine(TextEnv):
+    """A one-command game whose engine raises on "crash"."""
+
+    def __init__(self) -> None:
+        super().__init__(max_steps=5, require_tags=False)
+        self.rebuilds = 0
+
+    def _start_episode(self, seed: int | None, options: dict[str, Any]) -> tuple[Observation, str, str]:
+        return Observation("start", ["crash"]), "task", "broken"
+
+    def _execute(self, command: str) -> Observation:
+        if command == "crash":
+            raise RuntimeError("engine died")
+        return Observation("ok", ["crash"])
+
+    def _observation_unchanged(self) -> str:
+        return "Nothing happens."
+
+    def _rebuild(self) -> None:
+        self.rebuilds += 1
+
+
+def test_engine_error_truncates_blocks_further_steps_and_rebuilds_on_reset() -> None:
+    env = _BrokenEngine()
+    env.reset()
+    assert env.step("fine")[0] == "ok"
+    obs, reward, terminated, truncated, info = env.step("crash")
+    assert truncated and not terminated and info["env_error"] == "RuntimeError: engine died"
+    with pytest.raises(RuntimeError, match="episode is over"):
+        env.step("fine")
+    env.reset()
+    assert env.rebuilds == 1
+    assert env.step("fine")[0] == "ok"
+
+
+# ------------------------------------------------------------------------------------------- registry
+
+
+@pytest.mark.parametrize("spec", list(envs.ENV_SPECS.values()), ids=lambda s: s.name)
+def test_every_gym_id_is_registered(spec: envs.registry.EnvSpec) -> None:
+    assert gym.spec(spec.gym_id).entry_point == spec.entry_point
+    assert envs.get_env_spec(spec.gym_id) is envs.get_env_spec(spec.name) is spec
+
+
+def test_gym_make_keychest_passes_options() -> None:
+    env = gym.make("hgpo/KeyChest-v0", max_steps=7, num_rooms=3)
+    assert isinstance(env.unwrapped, KeyChestEnv)
+    assert (env.unwrapped.max_steps, env.unwrapped.num_rooms) == (7, 3)
+
+
+def test_tune_registry_has_every_env_after_import() -> None:
+    from ray.tune.registry import ENV_CREATOR, _global_registry
+
+    for name in ("alfworld", "webshop", "keychest"):
+        assert _global_registry.contains(ENV_CREATOR, name)
+    env = _global_registry.get(ENV_CREATOR, "keychest")({"max_steps": 4})
+    assert isinstance(env, KeyChestEnv) and env.max_steps == 4
+
+
+def test_keychest_prompt_and_corpus_come_from_the_registry() -> None:
+    from envs.keychest.prompts import render_prompt, tokenizer_corpus
+
+    assert envs.get_prompt_renderer("keychest") is render_prompt
+    assert envs.get_tokenizer_corpus("hgpo/KeyChest-v0") == tokenizer_corpus()
+
+
+@pytest.mark.parametrize("lookup", [envs.get_env_spec, envs.make_env, envs.get_prompt_renderer])
+def test_unknown_env_name_is_a_clear_value_error(lookup: Any) -> None:
+    with pytest.raises(
+        ValueError, match=r"unknown environment 'cartpole'; known: alfworld \(hgpo/ALFWorld-v0\)"
+    ):
+        lookup("cartpole")
