@@ -1,0 +1,313 @@
+"""LLMRLModule and the tiny-qwen2 preset, on CPU with a random-init tiny model (a few seconds)."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import os
+import subprocess
+import sys
+import unicodedata
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+from ray.rllib.core.columns import Columns
+from ray.rllib.core.rl_module.rl_module import RLModuleSpec
+from transformers import AutoTokenizer
+
+from hgpo_rllib import rl_module
+from hgpo_rllib.rl_module import LLMRLModule, resolve_inference_backend
+from hgpo_rllib.tokenizer import IM_END, build_tiny_tokenizer
+
+REPO = Path(__file__).resolve().parents[1]
+CORPUS = [
+    f"You arrive at drawer {i}. On the drawer {i}, you see a mug {i % 3}.\n"
+    f"go north\ngo south\ntake mug {i % 3} from drawer {i}\nopen drawer {i}"
+    for i in range(300)
+]
+ODD_TEXTS = [
+    "go north",
+    "Ünïcödé façade — naïve café ☕ 你好，世界 🤖🚀",
+    "e\u0301 (combining accent) and \u00e9",
+    "control \x00\x01\x07\x1b[31m\x7f chars\tand\r\nnewlines\n\n",
+    "  leading and trailing spaces  ",
+    "",
+]
+
+
+def build(inference_only: bool = False, **model_config: Any) -> LLMRLModule:
+    """Build the module the way RLlib does (spec -> build); text spaces are unused by the module."""
+    spec = RLModuleSpec(
+        module_class=LLMRLModule,
+        observation_space=gym.spaces.Text(max_length=4096),
+        action_space=gym.spaces.Text(max_length=4096),
+        inference_only=inference_only,
+        model_config={"tokenizer_corpus": CORPUS, "max_new_tokens": 16, **model_config},
+    )
+    return spec.build()
+
+
+def train_batch(prompts: dict[str, torch.Tensor], out: dict[str, Any]) -> dict[str, torch.Tensor]:
+    return {**prompts, "resp_ids": out[Columns.ACTIONS], "resp_mask": out["resp_mask"]}
+
+
+# ------------------------------------------------------------------------------------ tokenizer
+_TOKENIZER_HASH_SCRIPT = """
+import hashlib, sys
+from hgpo_rllib.tokenizer import build_tiny_tokenizer
+corpus = sys.stdin.read().split("\\x1e")
+print(hashlib.sha256(build_tiny_tokenizer(corpus, 600).backend_tokenizer.to_str().encode()).hexdigest())
+"""
+
+
+def test_tiny_tokenizer_is_deterministic_across_builds_and_processes() -> None:
+    a, b = build_tiny_tokenizer(CORPUS, 600), build_tiny_tokenizer(CORPUS, 600)
+    assert a.get_vocab() == b.get_vocab()
+    assert a(ODD_TEXTS)["input_ids"] == b(ODD_TEXTS)["input_ids"]
+    # Another process (other hash seeds) must build the very same tokenizer, as on other env runners.
+    env = {**os.environ, "PYTHONHASHSEED": "12345", "PYTHONPATH": str(REPO)}
+    child = subprocess.run(
+        [sys.executable, "-c", _TOKENIZER_HASH_SCRIPT],
+        input="\x1e".join(CORPUS),
+        capture_output=True,
+        text=True,
+        env=env,
+        check=True,
+    )
+    assert child.stdout.strip() == hashlib.sha256(a.backend_tokenizer.to_str().encode()).hexdigest()
+
+
+def test_tiny_tokenizer_encodes_any_text_and_learns_corpus_words() -> None:
+    tok = build_tiny_tokenizer(CORPUS, 600)
+    assert tok.unk_token_id is None and tok.eos_token == IM_END and tok.pad_token == "<|endoftext|>"
+    for text in ODD_TEXTS:
+        ids = tok(text, add_special_tokens=False)["input_ids"]
+        assert tok.decode(ids) == unicodedata.normalize("NFC", text)
+    assert len(tok("go north", add_special_tokens=False)["input_ids"]) == 2
+    assert len(tok("take mug 1 from drawer 7", add_special_tokens=False)["input_ids"]) <= 9
+
+
+def test_tiny_checkpoint_round_trips_through_save_and_auto_classes(tmp_path: Path) -> None:
+    module = build()
+    module.lm.save_pretrained(tmp_path)
+    module.tokenizer.save_pretrained(tmp_path)
+    # AutoTokenizer on a qwen2 checkpoint rebuilds a Qwen2Tokenizer (envs_notes C, pitfall 2).
+    reloaded = AutoTokenizer.from_pretrained(tmp_path, local_files_only=True)
+    texts = ODD_TEXTS + [CORPUS[3]]
+    assert reloaded(texts)["input_ids"] == module.tokenizer(texts)["input_ids"]
+    chat = [{"role": "user", "content": "go north"}]
+    assert reloaded.apply_chat_template(chat, tokenize=False, add_generation_prompt=True) == (
+        module.tokenizer.apply_chat_template(chat, tokenize=False, add_generation_prompt=True)
+    )
+
+    from_dir = build(model=str(tmp_path))
+    assert from_dir.tokenizer.padding_side == "left"
+    prompts = module.encode_prompts(["go north", CORPUS[0]])
+    assert torch.equal(from_dir.encode_prompts(["go north", CORPUS[0]])["prompt_ids"], prompts["prompt_ids"])
+    torch.manual_seed(0)
+    out = module.forward_exploration(prompts)
+    batch = train_batch(prompts, out)
+    assert torch.allclose(
+        from_dir.forward_train(batch)["logp"], module.forward_train(batch)["logp"], atol=1e-6
+    )
+
+
+def test_missing_model_path_is_a_clear_error(tmp_path: Path) -> None:
+    missing = tmp_path / "no-such-model"
+    with pytest.raises(FileNotFoundError, match="no-such-model"):
+        build(model=str(missing))
+
+
+# --------------------------------------------------------------------------------------- config
+@pytest.mark.parametrize(
+    "key, value",
+    [
+        ("temperature", 0.0),
+        ("eval_temperature", -0.1),
+        ("max_new_tokens", 0),
+        ("max_prompt_tokens", 2.5),
+        ("inference_backend", "tgi"),
+        ("torch_dtype", "int8"),
+        ("kl_coeff", -1.0),
+        ("tokenizer_corpus", "one string, not a list"),
+        ("vllm_gpu_memory_utilization", 1.5),
+    ],
+)
+def test_bad_config_values_name_the_key(key: str, value: Any) -> None:
+    with pytest.raises(ValueError, match=key):
+        build(**{key: value})
+
+
+def test_unknown_keys_and_bad_tiny_overrides_are_rejected() -> None:
+    with pytest.raises(ValueError, match="temprature"):
+        build(temprature=1.0)
+    with pytest.raises(ValueError, match="hiden_size"):
+        build(tiny_model={"hiden_size": 64})
+    with pytest.raises(ValueError, match="vocab_size"):
+        build(tiny_model={"vocab_size": 100})
+    with pytest.raises(ValueError, match="tokenizer_vocab_size"):
+        build(tokenizer_vocab_size=100)
+
+
+def test_backend_selection_on_a_cpu_machine(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert build(inference_backend="auto").backend == "hf"
+    with pytest.raises(RuntimeError, match="CUDA"):
+        build(inference_backend="vllm")
+    if importlib.util.find_spec("vllm") is None:
+        monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+        with pytest.raises(ImportError, match="vllm package is not installed"):
+            resolve_inference_backend("vllm")
+        assert resolve_inference_backend("auto") == "hf"
+    assert "vllm" not in sys.modules
+
+
+# ---------------------------------------------------------------------------------------- prompts
+def test_encode_prompts_left_truncates_and_left_pads() -> None:
+    limit = 16
+    module = build(max_prompt_tokens=limit)
+    tok = module.tokenizer
+    long_text, short_text = CORPUS[5], "go"
+    out = module.encode_prompts([long_text, short_text])
+    ids, mask = out["prompt_ids"], out["prompt_mask"]
+    assert ids.dtype == mask.dtype == torch.long and ids.shape == mask.shape == (2, limit)
+
+    def chat_ids(text: str) -> list[int]:
+        rendered = tok.apply_chat_template(
+            [{"role": "user", "content": text}], tokenize=False, add_generation_prompt=True
+        )
+        return tok(rendered, add_special_tokens=False)["input_ids"]
+
+    full_long, full_short = chat_ids(long_text), chat_ids(short_text)
+    assert len(full_long) > limit > len(full_short)
+    assert ids[0].tolist() == full_long[-limit:] and mask[0].tolist() == [1] * limit  # kept the end
+    n_pad = limit - len(full_short)
+    assert mask[1].tolist() == [0] * n_pad + [1] * len(full_short)
+    assert ids[1].tolist() == [tok.pad_token_id] * n_pad + full_short
+    header = tok("<|im_start|>assistant\n", add_special_tokens=False)["input_ids"]
+    assert ids[0, -len(header) :].tolist() == header
+
+
+# ------------------------------------------------------------------------------------- generation
+@pytest.mark.parametrize("temperature", [1.0, 0.6])
+def test_exploration_logp_matches_forward_train(temperature: float) -> None:
+    module = build(temperature=temperature)
+    prompts = module.encode_prompts(["go", "go north", CORPUS[1], CORPUS[2][:40]])  # 4 different pads
+    assert len(set(prompts["prompt_mask"].sum(1).tolist())) == 4
+    torch.manual_seed(1)
+    out = module.forward_exploration(prompts)
+    resp, mask, logp = out[Columns.ACTIONS], out["resp_mask"], out["resp_logp"]
+    assert resp.shape == mask.shape == logp.shape == (4, 16)
+    assert resp.dtype == mask.dtype == torch.long and logp.dtype == torch.float32
+    assert isinstance(out["action_text"], list) and all(isinstance(t, str) for t in out["action_text"])
+    assert torch.all(logp[mask == 1] < 0) and torch.all(logp[mask == 0] == 0)
+
+    train = module.forward_train(train_batch(prompts, out))
+    assert train["logp"].shape == train["entropy"].shape == (4, 16)
+    assert (train["logp"] - logp).abs().max() < 1e-5  # the sampler/learner log-prob gap on CPU
+    entropy = train["entropy"]
+    assert torch.isfinite(entropy).all() and (entropy >= 0).all()
+    assert (entropy[mask == 1] > 0).all() and (entropy <= np.log(len(module.tokenizer)) + 1e-4).all()
+
+    # Episodes store fixed-width prompts (extra all-pad columns) and numpy may hand back int32 ids;
+    # neither may move the log-probs.
+    pad = torch.full((4, 7), module.tokenizer.pad_token_id, dtype=torch.long)
+    stored = {
+        "prompt_ids": torch.cat([pad, prompts["prompt_ids"]], 1).int(),
+        "prompt_mask": torch.cat([torch.zeros_like(pad), prompts["prompt_mask"]], 1).int(),
+        "resp_ids": resp.int(),
+        "resp_mask": mask.int(),
+    }
+    assert (module.forward_train(stored)["logp"] - logp).abs().max() < 1e-5
+    assert module.forward_exploration(stored)[Columns.ACTIONS].dtype == torch.long
+    # A different temperature in training would give different log-probs: the check above can fail.
+    module.llm_config = type(module.llm_config)(**{**module.llm_config.__dict__, "temperature": 2.5})
+    assert (module.forward_train(train_batch(prompts, out))["logp"] - logp).abs().max() > 1e-3
+
+
+def test_response_masks_end_at_the_first_eos() -> None:
+    # The smallest vocab (259) makes EOS likely within 64 random-init steps in some of the 32 rows.
+    module = build(tokenizer_vocab_size=259, max_new_tokens=64)
+    eos, pad = module.tokenizer.eos_token_id, module.tokenizer.pad_token_id
+    prompts = module.encode_prompts([f"go north {i}" for i in range(32)])
+    torch.manual_seed(1)
+    out = module.forward_exploration(prompts)
+    rows_with_eos = 0
+    for ids, mask, logp, text in zip(
+        out[Columns.ACTIONS], out["resp_mask"], out["resp_logp"], out["action_text"], strict=True
+    ):
+        hits = (ids == eos).nonzero()
+        end = int(hits[0]) + 1 if len(hits) else 64
+        rows_with_eos += bool(len(hits))
+        assert mask.tolist() == [1] * end + [0] * (64 - end)
+        assert (ids[end:] == pad).all() and (logp[end:] == 0).all()
+        assert text == module.tokenizer.decode(ids[:end], skip_special_tokens=True)
+    assert 0 < rows_with_eos < 32
+
+
+def test_inference_uses_eval_temperature_and_greedy_is_deterministic() -> None:
+    module = build(eval_temperature=0.0)
+    prompts = module.encode_prompts(["go north", CORPUS[4]])
+    first, second = module.forward_inference(prompts), module.forward_inference(prompts)
+    assert torch.equal(first[Columns.ACTIONS], second[Columns.ACTIONS])
+    assert first["action_text"] == second["action_text"]
+    # Greedy reports log-probs at temperature 1; the chosen token is the argmax, so logp >= -log(V).
+    assert (first["resp_logp"][first["resp_mask"] == 1] >= -np.log(len(module.tokenizer))).all()
+
+
+# -------------------------------------------------------------------------------- reference + state
+def test_reference_model_is_a_frozen_copy_on_learners_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    learner = build(kl_coeff=0.1)
+    prompts = learner.encode_prompts(["go north", CORPUS[6]])
+    torch.manual_seed(2)
+    batch = train_batch(prompts, learner.forward_exploration(prompts))
+    before = learner.forward_train(batch)["logp"].detach()
+    assert torch.allclose(learner.compute_ref_logp(batch), before, atol=1e-6)
+
+    learner.forward_train(batch)["logp"].sum().backward()
+    assert all(p.grad is None for p in learner.ref_lm.parameters())
+    with torch.no_grad():
+        for p in learner.lm.parameters():
+            p.add_(0.05 * p.grad.sign() if p.grad is not None else 0.0)
+    assert (learner.forward_train(batch)["logp"] - before).abs().max() > 1e-3  # policy moved
+    assert torch.allclose(learner.compute_ref_logp(batch), before, atol=1e-6)  # reference did not
+
+    # Env runners must not even build the copy (RLlib would delete it afterwards, wasting memory).
+    def no_copy(obj: Any) -> Any:
+        raise AssertionError("the reference model was built on an inference-only module")
+
+    monkeypatch.setattr(rl_module, "copy", SimpleNamespace(deepcopy=no_copy))
+    runner = build(inference_only=True, kl_coeff=0.1)
+    assert not hasattr(runner, "ref_lm")
+    with pytest.raises(RuntimeError, match="kl_coeff"):
+        runner.compute_ref_logp(batch)
+    with pytest.raises(RuntimeError, match="kl_coeff"):
+        build(kl_coeff=0.0).compute_ref_logp(batch)
+
+
+def test_state_sync_excludes_the_reference_and_round_trips() -> None:
+    learner = build(kl_coeff=0.1, seed=1)
+    full, inference = learner.get_state(), learner.get_state(inference_only=True)
+    assert any(k.startswith("ref_lm.") for k in full)
+    assert inference and not any(k.startswith("ref_lm.") for k in inference)
+    assert all(isinstance(v, np.ndarray) for v in inference.values())
+
+    runner = build(inference_only=True, kl_coeff=0.1, seed=2)
+    assert any(not np.array_equal(v, inference[k]) for k, v in runner.get_state().items())
+    runner.set_state(inference)
+    assert runner.get_state().keys() == inference.keys()
+    assert all(np.array_equal(v, inference[k]) for k, v in runner.get_state().items())
+
+    bf16 = build(torch_dtype="bfloat16", seed=3)
+    state = bf16.get_state()
+    assert all(v.dtype == np.float32 for v in state.values())
+    clone = build(torch_dtype="bfloat16", seed=4)
+    clone.set_state(state)
+    assert all(
+        torch.equal(a, b)
+        for a, b in zip(clone.lm.state_dict().values(), bf16.lm.state_dict().values(), strict=True)
+    )
