@@ -1,0 +1,126 @@
+"""WebShop's prompt, as verl-agent's ``WebshopEnvironmentManager`` builds it (templates quoted verbatim).
+
+What verl-agent feeds the templates, reproduced by :func:`render_prompt`:
+
+* the task is the instruction text;
+* an observation is shown without its header: the ``[SEP]`` fields after the instruction, each in
+  single quotes, re-joined by ``" [SEP] "`` (the page unchanged when it lacks the instruction, as the
+  purchase page does). History records show their observations the same way;
+* the admissible actions are listed one per line, each as ``'action',``;
+* step 0, or ``history_length == 0``, uses the no-history template; later steps show the last
+  ``history_length`` records (:func:`~envs.common.prompts.format_history`), the number of steps taken
+  and the current step number. Upstream verl-agent drops the history from prompts over 13,000
+  characters; the HGPO recipe removed that fallback (hgpo_algorithm.md §5.1), and so do we: the
+  model's ``max_prompt_tokens`` left-truncation bounds the length instead.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+
+from envs.common.prompts import HistoryRecord, format_history
+from envs.webshop import pages
+
+WEBSHOP_TEMPLATE_NO_HIS = """
+You are an expert autonomous agent operating in the WebShop e\u2011commerce environment. 
+Your task is to: {task_description}.
+Your current observation is: {current_observation}.
+Your admissible actions of the current situation are: 
+[
+{available_actions}
+].
+
+Now it's your turn to take one action for the current step.
+You should first reason step-by-step about the current situation, then think carefully which admissible action best advances the shopping goal. This reasoning process MUST be enclosed within <think> </think> tags. 
+Once you've finished your reasoning, you should choose an admissible action for current step and present it within <action> </action> tags.
+"""  # noqa: W291, E501 - verl-agent's text, trailing spaces included
+
+WEBSHOP_TEMPLATE = """
+You are an expert autonomous agent operating in the WebShop e\u2011commerce environment.
+Your task is to: {task_description}.
+Prior to this step, you have already taken {step_count} step(s). Below are the most recent {history_length} observations and the corresponding actions you took: {action_history}
+You are now at step {current_step} and your current observation is: {current_observation}.
+Your admissible actions of the current situation are: 
+[
+{available_actions}
+].
+
+Now it's your turn to take one action for the current step.
+You should first reason step-by-step about the current situation, then think carefully which admissible action best advances the shopping goal. This reasoning process MUST be enclosed within <think> </think> tags. 
+Once you've finished your reasoning, you should choose an admissible action for current step and present it within <action> </action> tags.
+"""  # noqa: W291, E501 - verl-agent's text, trailing spaces included
+
+
+def format_observation(observation: str, task: str) -> str:
+    """verl-agent's ``format_obs``: the fields after the instruction, quoted; else the raw page."""
+    fields = observation.split(pages.SEP)
+    if task not in fields:
+        return observation
+    return pages.SEP.join(f"'{field}'" for field in fields[fields.index(task) + 1:])
+
+
+def render_prompt(
+    task: str,
+    history: Sequence[HistoryRecord],
+    observation: str,
+    admissible_actions: Sequence[str],
+    step_index: int,
+    history_length: int,
+) -> str:
+    """The prompt of step ``step_index`` (steps already taken); ``history`` holds every earlier step."""
+    actions = "\n".join(f"'{action}'," for action in admissible_actions)
+    current = format_observation(observation, task)
+    if step_index > 0 and history_length > 0:
+        records = [(format_observation(obs, task), command) for obs, command in history]
+        action_history, shown = format_history(records, history_length)
+        return WEBSHOP_TEMPLATE.format(
+            task_description=task,
+            step_count=step_index,
+            history_length=shown,
+            action_history=action_history,
+            current_step=step_index + 1,
+            current_observation=current,
+            available_actions=actions,
+        )
+    return WEBSHOP_TEMPLATE_NO_HIS.format(
+        task_description=task, current_observation=current, available_actions=actions
+    )
+
+
+def tokenizer_corpus(data_dir: str | os.PathLike[str] | None = None, num_episodes: int = 20) -> list[str]:
+    """Text to train a tiny test tokenizer on: templates, page words and, with data, real prompts.
+
+    With the data (``data_dir`` or ``$WEBSHOP_DATA_DIR``), the scripted buyer plays the first
+    ``num_episodes`` goals and every prompt and answer is included, plus the title and option values of
+    every tenth product. Without data, the templates and the fixed words of the pages only.
+    """
+    fixed = [
+        WEBSHOP_TEMPLATE_NO_HIS, WEBSHOP_TEMPLATE, "WebShop", "Instruction:", pages.SEARCH_BUTTON,
+        pages.BACK_TO_SEARCH, pages.NEXT_PAGE, pages.PREV_PAGE, pages.BUY_NOW, *pages.SUB_PAGES,
+        "Page 1 (Total results: 50)", "Price: $19.99 to $27.99", "Rating: N.A.", "search[<your query>]",
+        pages.done_page("B000000000", {"color": "black"}, 1.0).text,
+    ]
+    # Imported here so that rendering prompts does not load the search stack (NLTK, SciPy).
+    from envs.webshop.data import load_shop
+    from envs.webshop.env import WebShopEnv
+    from envs.webshop.expert import play_episode
+
+    try:
+        shop = load_shop(data_dir)
+    except FileNotFoundError:
+        return fixed
+    env = WebShopEnv(data_dir=data_dir)
+    corpus = list(fixed)
+    for index in range(min(num_episodes, len(shop.goals))):
+        episode = play_episode(env, options={"goal_index": index})
+        task = episode.infos[0]["task"]
+        for step, answer in enumerate(episode.answers):
+            history = [(episode.observations[t], episode.infos[t + 1]["command"]) for t in range(step)]
+            corpus.append(render_prompt(task, history, episode.observations[step],
+                                        episode.infos[step]["admissible_actions"], step, 2))
+            corpus.append(answer)
+    for product in shop.products[::10]:
+        corpus.append(product["Title"])
+        corpus += [value for values in product["options"].values() for value in values]
+    return corpus
