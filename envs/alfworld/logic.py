@@ -23,7 +23,9 @@ TASK_TYPES: tuple[str, ...] = (
     "pick_two_obj_and_place",
 )
 #: Short names used in ALFWorld result tables.
-TASK_CATEGORY: dict[str, str] = dict(zip(TASK_TYPES, ("Pick", "Look", "Clean", "Heat", "Cool", "Pick2")))
+TASK_CATEGORY: dict[str, str] = dict(
+    zip(TASK_TYPES, ("Pick", "Look", "Clean", "Heat", "Cool", "Pick2"), strict=True)
+)
 #: The placeholder the grammar's ``task`` rule carries until a game fills in its goal text.
 TASK_PLACEHOLDER = "UNKNOWN GOAL"
 

@@ -1,0 +1,123 @@
+"""The verl-agent ALFWorld prompt (hgpo_algorithm.md §5.1) and text to build a tiny tokenizer from.
+
+The templates are verl-agent's ``ALFWORLD_TEMPLATE_NO_HIS`` / ``ALFWORLD_TEMPLATE`` verbatim. The
+admissible actions are formatted as the reference's ``build_text_obs`` does: each quoted with single
+quotes, ``'help'`` dropped, joined by ``"\\n "`` (a newline and a space).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import alfworld.gen.constants as alfred
+from alfworld.gen.goal_library import gdict
+
+from envs.alfworld.logic import TASK_TYPES, grammar_template
+from envs.common.prompts import HistoryRecord, format_history
+
+ALFWORLD_TEMPLATE_NO_HIS = """
+You are an expert agent operating in the ALFRED Embodied Environment.
+Your current observation is: {current_observation}
+Your admissible actions of the current situation are: [{admissible_actions}].
+
+Now it's your turn to take an action.
+You should first reason step-by-step about the current situation. This reasoning process MUST be enclosed within <think> </think> tags.
+Once you've finished your reasoning, you should choose an admissible action for current step and present it within <action> </action> tags.
+"""  # noqa: E501 - verbatim reference text
+
+ALFWORLD_TEMPLATE = """
+You are an expert agent operating in the ALFRED Embodied Environment. Your task is to: {task_description}
+Prior to this step, you have already taken {step_count} step(s). Below are the most recent {history_length} observations and the corresponding actions you took: {action_history}
+You are now at step {current_step} and your current observation is: {current_observation}
+Your admissible actions of the current situation are: [{admissible_actions}].
+
+Now it's your turn to take an action.
+You should first reason step-by-step about the current situation. This reasoning process MUST be enclosed within <think> </think> tags.
+Once you've finished your reasoning, you should choose an admissible action for current step and present it within <action> </action> tags.
+"""  # noqa: E501 - verbatim reference text
+
+ADMISSIBLE_SEPARATOR = "\n "
+
+
+def format_admissible(admissible_actions: Sequence[str]) -> str:
+    return ADMISSIBLE_SEPARATOR.join(f"'{a}'" for a in admissible_actions if a != "help")
+
+
+def render_prompt(
+    task: str,
+    history: Sequence[HistoryRecord],
+    observation: str,
+    admissible_actions: Sequence[str],
+    step_index: int,
+    history_length: int,
+) -> str:
+    """The prompt for one step; ``history`` holds the (observation, command) pairs of all earlier steps."""
+    if step_index != len(history):
+        raise ValueError(f"history must hold all {step_index} earlier steps, got {len(history)}")
+    admissible = format_admissible(admissible_actions)
+    if step_index == 0 or history_length <= 0:
+        return ALFWORLD_TEMPLATE_NO_HIS.format(current_observation=observation, admissible_actions=admissible)
+    action_history, shown = format_history(history, history_length)
+    return ALFWORLD_TEMPLATE.format(
+        task_description=task,
+        step_count=step_index,
+        history_length=shown,
+        action_history=action_history,
+        current_step=step_index + 1,
+        current_observation=observation,
+        admissible_actions=admissible,
+    )
+
+
+def tokenizer_corpus() -> list[str]:
+    """Representative ALFWorld text: prompts, grammar, object and receptacle names, sample turns."""
+    objects = sorted({o.lower() for o in alfred.OBJECTS if not o.endswith("Sliced")})
+    receptacles = sorted({r.lower() for r in alfred.RECEPTACLES})
+    tasks = [
+        template.format(obj=o.lower(), recep=r.lower(), toggle=r.lower(), mrecep="")
+        for task_type in TASK_TYPES
+        for template in gdict[task_type]["templates"]
+        for o, r in zip(sorted(alfred.OBJECTS)[::7], sorted(alfred.RECEPTACLES), strict=False)
+    ]
+    seen = ", ".join(f"a {o} {i % 3 + 1}" for i, o in enumerate(objects[:12]))
+    commands = [
+        f"{verb.format(o=f'{o} {i % 3 + 1}', r=f'{r} {i % 4 + 1}')}"
+        for i, (o, r) in enumerate(zip(objects, receptacles * 4, strict=False))
+        for verb in (
+            "go to {r}",
+            "open {r}",
+            "close {r}",
+            "take {o} from {r}",
+            "put {o} in/on {r}",
+            "examine {r}",
+            "use {o}",
+            "heat {o} with {r}",
+            "cool {o} with {r}",
+            "clean {o} with {r}",
+            "slice {o} with {r}",
+        )
+    ] + ["look", "inventory", "help"]
+    observations = [
+        "-= Welcome to TextWorld, ALFRED! =-\n\nYou are in the middle of a room. Looking quickly around you, "
+        f"you see {', '.join(f'a {r} 1' for r in receptacles)}.\n\nYour task is to: {tasks[0]}.",
+        f"You arrive at loc 7. On the countertop 1, you see {seen}.",
+        f"You open the drawer 2. The drawer 2 is open. In it, you see {seen}.",
+        "You arrive at loc 3. The fridge 1 is closed.",
+        *(f"You arrive at loc {n}. The cabinet {n % 9 + 1} is closed." for n in range(0, 100, 11)),
+        "You pick up the apple 1 from the countertop 1.",
+        "You put the apple 1 in/on the countertop 1.",
+        "You heat the apple 1 using the microwave 1.",
+        "You cool the apple 1 using the fridge 1.",
+        "You clean the apple 1 using the sinkbasin 1.",
+        "You turn on the desklamp 1.",
+        "You are carrying: a apple 1.",
+        "Nothing happens.",
+    ]
+    history = list(zip(observations[1:4], commands[:3], strict=True))
+    prompts = [
+        render_prompt(tasks[0], [], observations[0], commands[:30], 0, 2),
+        render_prompt(tasks[1], history, observations[4], commands[30:60], len(history), 2),
+        "<think>I need to find the apple first, so I will check the countertop.</think>"
+        "<action>go to countertop 1</action>",
+    ]
+    return prompts + tasks + commands + observations + [grammar_template()]
