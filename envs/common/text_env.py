@@ -43,7 +43,7 @@ class TextEnv(gym.Env, ABC):
     parsed from the action, "" at reset) and ``step``.
     """
 
-    metadata = {"render_modes": ["ansi"]}
+    metadata = {"render_modes": ["ansi"], "render_fps": 1}
     #: Whether a valid output needs the ``<think>``/``<action>`` tags (the reference's format rule).
     default_require_tags: bool = True
 
@@ -78,6 +78,15 @@ class TextEnv(gym.Env, ABC):
 
     def _rebuild(self) -> None:
         """Recreate whatever engine state an exception may have broken (default: nothing)."""
+
+    def expert_plan(self) -> list[str]:
+        """The privileged expert's remaining commands from the current state (baselines, tests)."""
+        raise NotImplementedError(f"{type(self).__name__} has no expert")
+
+    def expert_action(self) -> str | None:
+        """The expert's next command, or None when it has nothing left to do."""
+        plan = self.expert_plan()
+        return plan[0] if plan else None
 
     # ----------------------------------------------------------------- gymnasium API
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):

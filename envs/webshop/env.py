@@ -29,6 +29,7 @@ from typing import Any
 from envs.common.text_env import Observation, TextEnv
 from envs.webshop.data import ATTRIBUTES_FILE, CATALOG_FILE, Shop, load_shop
 from envs.webshop.engine import StepOutcome, WebShopSession
+from envs.webshop.expert import ScriptedBuyer
 from envs.webshop.goals import complete_goal, sample_goal_index
 
 WIN_SCORE = 1.0
@@ -54,6 +55,7 @@ class WebShopEnv(TextEnv):
         self.session: WebShopSession | None = None
         self.goal_index: int | None = None
         self._rng: random.Random | None = None
+        self._buyer: ScriptedBuyer | None = None
 
     @property
     def goals(self) -> list[dict[str, Any]]:
@@ -85,8 +87,18 @@ class WebShopEnv(TextEnv):
             self.goal_index, goal = int(index), self.shop.goals[index]
         session_id = "custom" if self.goal_index is None else str(self.goal_index)
         self.session = WebShopSession(self.shop, goal, session_id, self._rng)
+        self._buyer = ScriptedBuyer(goal)
         first = self._observe(StepOutcome(executed=True))
         return first, goal["instruction_text"], goal.get("category", "")
+
+    def expert_action(self) -> str | None:
+        """The scripted buyer's next command (it knows the goal product and options).
+
+        The buyer tracks what it already did, so call this once per step, then step.
+        """
+        if self._buyer is None or self._current is None or self._current.terminated:
+            return None
+        return self._buyer.act(self.session.available_actions)
 
     def _execute(self, command: str) -> Observation:
         return self._observe(self.session.step(command))

@@ -69,11 +69,10 @@ class Episode:
 def play_episode(env: gym.Env, **reset_kwargs: Any) -> Episode:
     """Run the scripted buyer for one episode through ``env.step`` (``reset_kwargs`` go to reset)."""
     observation, info = env.reset(**reset_kwargs)
-    buyer = ScriptedBuyer(env.unwrapped.current_goal)
     episode = Episode([observation], [info])
     done = False
     while not done:
-        answer = tagged(buyer.act(info["available_actions"]))
+        answer = tagged(env.unwrapped.expert_action())
         observation, _, terminated, truncated, info = env.step(answer)
         episode.answers.append(answer)
         episode.observations.append(observation)
