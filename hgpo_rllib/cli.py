@@ -1,4 +1,6 @@
-"""The ``rllib`` command: ``rllib train file <experiment.py>`` (RLlib 2.60 ships no CLI any more).
+"""The ``rllib`` command: ``rllib train file <experiment.py>`` and ``rllib evaluate <checkpoint>``.
+
+RLlib 2.60 ships no CLI any more; this one is hgpo-rllib's own.
 
 An experiment file is a Python file that defines ``config`` (an ``AlgorithmConfig``) and optionally
 ``stop`` (a Tune stop dict) and ``param_space`` (a dict of Tune search spaces merged into the config),
@@ -165,11 +167,49 @@ def build_parser() -> argparse.ArgumentParser:
     file_cmd.add_argument("--num-samples", type=int, default=1, help="Tune samples of the param space")
     file_cmd.add_argument("--max-concurrent-trials", type=int, help="trials running at once")
     file_cmd.add_argument("--resume", action="store_true", help="continue an existing experiment")
+
+    eval_cmd = commands.add_parser("evaluate", help="evaluate a checkpoint and the baselines")
+    eval_cmd.add_argument("checkpoint", nargs="?", help="algorithm checkpoint dir (omit: baselines only)")
+    eval_cmd.add_argument("--env", required=True, choices=["alfworld", "webshop", "keychest"])
+    eval_cmd.add_argument("--split", choices=["in", "out"], help="ALFWorld evaluation split")
+    eval_cmd.add_argument("--seeds", type=int, nargs="+", default=[123, 456, 789])
+    eval_cmd.add_argument("--episodes", type=int, default=32, help="episodes per seed and policy")
+    eval_cmd.add_argument("--output", required=True, help="new directory for the CSV/Markdown tables")
+    eval_cmd.add_argument(
+        "--baselines", nargs="*", default=["expert", "random"], help="expert and/or random (none: '')"
+    )
+    eval_cmd.add_argument("--env-config", type=_json_dict, default={}, help="env settings as JSON")
+    eval_cmd.add_argument("--batch-size", type=int, default=16, help="episodes played in lock-step")
     return parser
+
+
+def _evaluate(args: argparse.Namespace) -> int:
+    from hgpo_rllib.evaluation import evaluate
+
+    summary = evaluate(
+        args.checkpoint,
+        env=args.env,
+        split=args.split,
+        seeds=args.seeds,
+        episodes=args.episodes,
+        output=args.output,
+        baselines=[b for b in args.baselines if b],
+        env_config=args.env_config,
+        batch_size=args.batch_size,
+    )
+    print(summary.to_markdown(index=False))
+    print(f"Tables written to {args.output}")
+    return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.command == "evaluate":
+        try:
+            return _evaluate(args)
+        except (FileNotFoundError, FileExistsError, ValueError) as exc:
+            print(f"rllib: error: {exc}", file=sys.stderr)
+            return 2
     if args.command == "train" and args.source == "file":
         try:
             experiment = load_experiment_file(args.path)

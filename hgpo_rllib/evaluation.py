@@ -1,0 +1,250 @@
+"""The paper's evaluation protocol as one function and one command (``rllib evaluate``).
+
+A policy plays ``episodes`` tasks for each evaluation seed (the paper reports mean ± std over seeds
+123, 456 and 789, hgpo_algorithm.md §7). A checkpoint's policy samples at its ``eval_temperature``
+with the same history-window prompts it was trained on; two baselines come from the same command:
+the privileged expert (ALFWorld's planner, WebShop's scripted buyer, KeyChest's shortest path) and a
+uniform-random choice among the admissible actions. Tables are written as CSV and Markdown.
+"""
+
+from __future__ import annotations
+
+import pickle
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import pandas as pd
+from tqdm.auto import tqdm
+
+import envs
+
+DEFAULT_SEEDS = (123, 456, 789)
+ALFWORLD_SPLITS = {"in": "eval_in_distribution", "out": "eval_out_of_distribution"}
+ALFWORLD_CATEGORIES = ("Pick", "Look", "Clean", "Heat", "Cool", "Pick2")
+# Task seeds of evaluation seed s are s * TASK_SEED_STRIDE + i, disjoint across seeds.
+TASK_SEED_STRIDE = 1_000_003
+
+
+@dataclass
+class EpisodeSlot:
+    """One running episode: its env, and the steps so far as an RLlib episode (for the prompt)."""
+
+    env: gym.Env
+    episode: Any  # ray.rllib SingleAgentEpisode: what the prompt connector reads
+    info: dict[str, Any]
+    steps: int = 0
+    invalid: int = 0
+    done: bool = False
+    result: dict[str, Any] = field(default_factory=dict)
+
+
+Policy = Callable[[list[EpisodeSlot]], list[str]]
+
+
+def expert_policy(slots: list[EpisodeSlot]) -> list[str]:
+    """The env's privileged expert, answering in the well-formed tagged format."""
+    answers = []
+    for slot in slots:
+        command = slot.env.unwrapped.expert_action() or "look"
+        answers.append(f"<think>expert</think><action>{command}</action>")
+    return answers
+
+
+def random_policy(seed: int) -> Policy:
+    """Uniformly random admissible actions (well-formed), seeded."""
+    rng = np.random.default_rng(seed)
+
+    def act(slots: list[EpisodeSlot]) -> list[str]:
+        answers = []
+        for slot in slots:
+            actions = slot.info.get("admissible_actions") or ["look"]
+            answers.append(f"<think>random</think><action>{actions[rng.integers(len(actions))]}</action>")
+        return answers
+
+    return act
+
+
+class CheckpointPolicy:
+    """A trained HGPO policy: the checkpoint's RLModule behind its own prompt connector."""
+
+    def __init__(self, checkpoint: str | Path):
+        from ray.rllib.core.rl_module.rl_module import RLModule
+
+        path = Path(checkpoint).expanduser().resolve()
+        ctor_file = path / "class_and_ctor_args.pkl"
+        module_dir = path / "learner_group" / "learner" / "rl_module" / "default_policy"
+        if not ctor_file.is_file() or not module_dir.is_dir():
+            raise FileNotFoundError(f"{path} is not an HGPO algorithm checkpoint (no {ctor_file.name})")
+        with ctor_file.open("rb") as f:
+            self.config = _config_from_ctor_args(pickle.load(f)["ctor_args_and_kwargs"])
+        self.module = RLModule.from_checkpoint(module_dir, inference_only=True)
+        self.module.eval()
+        self.prompt_pipeline = self.config.build_env_to_module_connector()
+
+    def reseed(self, seed: int) -> CheckpointPolicy:
+        """Seed the sampler for one evaluation seed."""
+        import torch
+
+        torch.manual_seed(seed)
+        return self
+
+    def __call__(self, slots: list[EpisodeSlot]) -> list[str]:
+        episodes = [slot.episode for slot in slots]
+        batch = self.prompt_pipeline(rl_module=self.module, batch={}, episodes=episodes, explore=False)
+        return list(self.module.forward_inference(batch)["action_text"])
+
+
+def _config_from_ctor_args(ctor_args_and_kwargs: Any) -> Any:
+    from ray.rllib.algorithms.algorithm_config import AlgorithmConfig
+
+    args, kwargs = ctor_args_and_kwargs
+    config = kwargs.get("config", args[0] if args else None)
+    if isinstance(config, dict):
+        config = AlgorithmConfig.from_state(config)
+    if not isinstance(config, AlgorithmConfig):
+        raise ValueError("the checkpoint holds no algorithm config")
+    return config
+
+
+def _new_episode(observation: str, info: dict[str, Any]) -> Any:
+    from ray.rllib.env.single_agent_episode import SingleAgentEpisode
+
+    episode = SingleAgentEpisode()
+    episode.add_env_reset(observation=observation, infos=info)
+    return episode
+
+
+def play(
+    env_name: str,
+    env_config: dict[str, Any],
+    policy: Policy,
+    task_seeds: Sequence[int],
+    *,
+    reset_options: dict[str, Any] | None = None,
+    batch_size: int = 16,
+    desc: str = "",
+) -> list[dict[str, Any]]:
+    """Play one episode per task seed, ``batch_size`` at a time in lock-step; one record each."""
+    records: list[dict[str, Any]] = []
+    progress = tqdm(total=len(task_seeds), desc=desc or env_name, unit="ep", leave=False)
+    pool = [envs.make_env(env_name, env_config) for _ in range(min(batch_size, len(task_seeds)))]
+    for start in range(0, len(task_seeds), len(pool)):
+        slots = []
+        for env, seed in zip(pool, task_seeds[start : start + len(pool)], strict=False):
+            observation, info = env.reset(seed=int(seed), options=reset_options)
+            slot = EpisodeSlot(env, _new_episode(observation, info), info)
+            slot.result = {"task_seed": int(seed), "task_type": info.get("task_category", info["task_type"])}
+            slots.append(slot)
+        while active := [slot for slot in slots if not slot.done]:
+            for slot, answer in zip(active, policy(active), strict=True):
+                observation, reward, terminated, truncated, info = slot.env.step(answer)
+                slot.episode.add_env_step(
+                    observation, answer, reward, infos=info, terminated=terminated, truncated=truncated
+                )
+                slot.info, slot.steps = info, slot.steps + 1
+                slot.invalid += not info["is_action_valid"]
+                if terminated or truncated:
+                    slot.done = True
+                    slot.result.update(
+                        won=bool(info["won"]),
+                        steps=slot.steps,
+                        invalid_rate=slot.invalid / slot.steps,
+                        score=float(info.get("score", float(info["won"]))),
+                        env_error=info.get("env_error", ""),
+                    )
+                    progress.update()
+        records.extend(slot.result for slot in slots)
+    progress.close()
+    for env in pool:
+        env.close()
+    return records
+
+
+def summarize(episodes: pd.DataFrame, env_name: str) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Per (policy, seed) metrics, and their mean ± std over seeds."""
+    per_seed = episodes.groupby(["policy", "seed"]).agg(
+        success=("won", "mean"), steps=("steps", "mean"), invalid_rate=("invalid_rate", "mean")
+    )
+    if env_name == "webshop":
+        per_seed["score"] = episodes.groupby(["policy", "seed"])["score"].mean()
+    if env_name == "alfworld":
+        by_type = episodes.pivot_table(
+            index=["policy", "seed"], columns="task_type", values="won", aggfunc="mean"
+        )
+        for category in ALFWORLD_CATEGORIES:
+            per_seed[category] = by_type[category] if category in by_type else np.nan
+    rate_columns = ["success", *ALFWORLD_CATEGORIES, "score"]
+    per_seed = per_seed.apply(lambda col: col * 100 if col.name in rate_columns else col)
+    per_seed = per_seed.reset_index()
+    grouped = per_seed.drop(columns="seed").groupby("policy")
+    summary = grouped.mean().round(2).astype(str) + " ± " + grouped.std(ddof=0).round(2).astype(str)
+    return per_seed.round(3), summary.reset_index()
+
+
+def evaluate(
+    checkpoint: str | Path | None,
+    *,
+    env: str,
+    split: str | None = None,
+    seeds: Sequence[int] = DEFAULT_SEEDS,
+    episodes: int = 32,
+    output: str | Path,
+    baselines: Sequence[str] = ("expert", "random"),
+    env_config: dict[str, Any] | None = None,
+    batch_size: int = 16,
+) -> pd.DataFrame:
+    """Evaluate a checkpoint (and/or the baselines) and write tables to ``output`` (a new directory).
+
+    Returns the mean ± std summary. ``split`` ("in" | "out") selects ALFWorld's evaluation split.
+    """
+    env_name = envs.get_env_spec(env).name
+    out_dir = Path(output).expanduser()
+    if out_dir.exists() and any(out_dir.iterdir()):
+        raise FileExistsError(f"{out_dir} already holds results; choose a new --output directory")
+    if episodes < 1 or not seeds:
+        raise ValueError("episodes must be >= 1 and at least one seed is needed")
+    unknown = sorted(set(baselines) - {"expert", "random"})
+    if unknown:
+        raise ValueError(f"unknown baselines {unknown}; choose from ['expert', 'random']")
+    policies: dict[str, Callable[[int], Policy]] = {}
+    config = dict(env_config or {})
+    if checkpoint is not None:
+        trained = CheckpointPolicy(checkpoint)
+        config = {**dict(trained.config.env_config), **config}
+        policies["checkpoint"] = trained.reseed
+    if "expert" in baselines:
+        policies["expert"] = lambda seed: expert_policy
+    if "random" in baselines:
+        policies["random"] = random_policy
+    if not policies:
+        raise ValueError("nothing to evaluate: give a checkpoint or at least one baseline")
+    if split is not None:
+        if env_name != "alfworld":
+            raise ValueError(f"--split applies to ALFWorld only, not {env_name}")
+        if split not in ALFWORLD_SPLITS:
+            raise ValueError(f"split must be one of {sorted(ALFWORLD_SPLITS)}, got {split!r}")
+        config["split"] = ALFWORLD_SPLITS[split]
+    rows = []
+    for name, make_policy in policies.items():
+        for seed in seeds:
+            task_seeds = [seed * TASK_SEED_STRIDE + i for i in range(episodes)]
+            policy = make_policy(seed)
+            desc = f"{name} seed {seed}"
+            records = play(env_name, config, policy, task_seeds, batch_size=batch_size, desc=desc)
+            rows.extend({"policy": name, "seed": seed, **record} for record in records)
+    table = pd.DataFrame(rows)
+    per_seed, summary = summarize(table, env_name)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    table.to_csv(out_dir / "episodes.csv", index=False)
+    per_seed.to_csv(out_dir / "per_seed.csv", index=False)
+    summary.to_csv(out_dir / "summary.csv", index=False)
+    (out_dir / "summary.md").write_text(
+        f"# {env_name} evaluation\n\n## Mean ± std over seeds {list(seeds)}\n\n"
+        f"{summary.to_markdown(index=False)}\n\n## Per seed\n\n{per_seed.to_markdown(index=False)}\n"
+    )
+    return summary
+
