@@ -1,0 +1,58 @@
+"""Environment speed, all three envs in one table: ALFWorld, WebShop, KeyChest.
+
+Run: ``python benchmarks/envs.py [--webshop-data DIR] [--alfworld-games N]``. Targets (issue #3):
+ALFWorld step <= 60 ms and reset <= 0.6 s in realistic kitchens; KeyChest >= 20k env steps/s.
+The sections are the ``benchmarks/envs_*.py`` scripts, which also run alone.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+import sys
+from pathlib import Path
+from types import ModuleType
+
+HERE = Path(__file__).resolve().parent
+# This file is named like the `envs` package: keep its folder off the import path.
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != HERE]
+
+
+def _section(name: str) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(name, HERE / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--webshop-data", default=os.environ.get("WEBSHOP_DATA_DIR"))
+    parser.add_argument("--alfworld-games", type=int, default=12)
+    args = parser.parse_args()
+    rows = []
+    alfworld = _section("envs_alfworld").alfworld_section(n_games=args.alfworld_games)
+    step_ms, reset_ms = alfworld["step"]["mean"], alfworld["reset_new_game"]["mean"]
+    rows += [
+        ("ALFWorld", "step (kitchen, random admissible)", f"{step_ms:.1f} ms", "<= 60 ms"),
+        ("ALFWorld", "reset (new task: generate + plan)", f"{reset_ms:.0f} ms", "<= 600 ms"),
+    ]
+    if args.webshop_data:
+        web = _section("envs_webshop").webshop_timings(args.webshop_data, episodes=100)
+        rows += [
+            ("WebShop", "step (search/click)", f"{web['step_ms']:.2f} ms", ""),
+            ("WebShop", "step with purchase scoring", f"{web['purchase_step_ms']:.2f} ms", ""),
+            ("WebShop", "reset", f"{web['reset_ms']:.3f} ms", ""),
+        ]
+    else:
+        print("WebShop skipped: pass --webshop-data or set WEBSHOP_DATA_DIR")
+    steps_per_s = _section("envs_keychest").keychest_steps_per_second()
+    rows.append(("KeyChest", "env steps/s (random admissible)", f"{steps_per_s:,.0f}", ">= 20,000"))
+    print("\n| env | measure | value | target |\n|---|---|---|---|")
+    for row in rows:
+        print("| " + " | ".join(row) + " |")
+
+
+if __name__ == "__main__":
+    main()
