@@ -1,8 +1,9 @@
 """Environment speed, all three envs in one table: ALFWorld, WebShop, KeyChest.
 
-Run: ``python benchmarks/envs.py [--webshop-data DIR] [--alfworld-games N]``. Targets (issue #3):
-ALFWorld step <= 60 ms and reset <= 0.6 s in realistic kitchens; KeyChest >= 20k env steps/s.
-The sections are the ``benchmarks/envs_*.py`` scripts, which also run alone.
+Run: ``python benchmarks/env_speed.py [--webshop-data DIR] [--alfworld-games N]``. Targets
+(issue #3): ALFWorld step <= 60 ms and reset <= 0.6 s in realistic kitchens; KeyChest >= 20k env
+steps/s. The sections are the ``benchmarks/envs_*.py`` scripts, which also run alone. (Not named
+``envs.py``: a script of that name would shadow the ``envs`` package for every benchmark here.)
 """
 
 from __future__ import annotations
@@ -10,13 +11,10 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import os
-import sys
 from pathlib import Path
 from types import ModuleType
 
 HERE = Path(__file__).resolve().parent
-# This file is named like the `envs` package: keep its folder off the import path.
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != HERE]
 
 
 def _section(name: str) -> ModuleType:

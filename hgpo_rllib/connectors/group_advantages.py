@@ -1,0 +1,293 @@
+"""Learner connector: complete episodes -> one token row per step with its group-relative advantage.
+
+Same placement as PPO's GAE piece (rllib_notes §3.2, §5.4): it sees the learner's whole batch of
+complete rollout groups before RLlib minibatches it, which the estimators require (hgpo_algorithm.md
+§1.1 step 6, §9). The estimator itself is :mod:`hgpo_rllib.advantages`; this piece only gathers its
+per-step inputs (group id, trajectory id, step index, raw anchor observation, reward, validity),
+calls it, and lays the frozen sampling-time tokens out as a dynamically padded batch.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+from ray.rllib.connectors.connector_v2 import ConnectorV2
+from ray.rllib.core import DEFAULT_MODULE_ID
+from ray.rllib.env.single_agent_episode import SingleAgentEpisode
+from ray.rllib.utils.annotations import override
+from ray.rllib.utils.metrics import WEIGHTS_SEQ_NO
+
+from hgpo_rllib import advantages as adv
+from hgpo_rllib.env_runner import PROMPT_IDS, PROMPT_MASK, RESP_LOGP, RESP_MASK, group_id_of
+
+#: Token batch columns besides the runner's (the RLModule's ``_forward_train`` reads TOKEN_COLUMNS).
+RESP_IDS = "resp_ids"
+OLD_LOGP = "old_logp"
+ADVANTAGES = "advantages"
+REF_LOGP = "ref_logp"
+TOKEN_COLUMNS = (PROMPT_IDS, PROMPT_MASK, RESP_IDS, RESP_MASK)
+
+ESTIMATORS = ("hgpo", "gigpo", "grpo")
+ADV_MODES = adv._MODES  # the estimators' own lists, so validation cannot drift from them
+WEIGHTINGS = adv._WEIGHTINGS
+
+
+@dataclass(frozen=True)
+class EstimatorSettings:
+    """The advantage options of ``HGPOConfig.training()`` (hgpo_algorithm.md §2-§4)."""
+
+    estimator: str = "hgpo"
+    gamma: float = 0.95
+    invalid_action_penalty: float = 0.1
+    history_length: int = 2
+    adv_mode: str = "mean_std_norm"
+    length_weight_alpha: float = 1.0
+    base_group: bool = False
+    weighting: str = "reference"
+    step_advantage_w: float = 1.0
+
+    @property
+    def max_level(self) -> int:
+        """Deepest history level the estimator groups on (GRPO none, GiGPO the current state)."""
+        return {"hgpo": self.history_length + 1, "gigpo": 1, "grpo": 0}[self.estimator]
+
+
+@dataclass
+class StepTable:
+    """Estimator inputs, one row per environment step; each episode's rows are contiguous, in order."""
+
+    group_ids: list[str]
+    traj_ids: list[str]
+    step_idx: npt.NDArray[np.int64]
+    obs: list[str]
+    rewards: npt.NDArray[np.float64]
+    is_action_valid: npt.NDArray[np.bool_]
+
+    @classmethod
+    def from_episodes(cls, episodes: Sequence[SingleAgentEpisode]) -> StepTable:
+        group_ids: list[str] = []
+        traj_ids: list[str] = []
+        steps: list[range] = []
+        obs: list[str] = []
+        rewards: list[Any] = []
+        valid: list[bool] = []
+        for ep in episodes:
+            if ep.t_started != 0 or not ep.is_done:
+                raise ValueError(
+                    f"episode {ep.id_} is not a complete episode (t_started={ep.t_started}, "
+                    f"done={ep.is_done}); HGPO needs whole episodes from GroupedEnvRunner"
+                )
+            n = len(ep)
+            group_ids += [group_id_of(ep)] * n
+            traj_ids += [ep.id_] * n
+            steps.append(range(n))
+            obs += list(ep.get_observations())[:n]  # the anchor: the raw observation acted on
+            rewards += list(ep.get_rewards())
+            valid += [bool(info["is_action_valid"]) for info in list(ep.get_infos())[1:]]
+        return cls(
+            group_ids,
+            traj_ids,
+            np.fromiter((t for r in steps for t in r), np.int64, len(obs)),
+            obs,
+            np.asarray(rewards, dtype=np.float64),
+            np.asarray(valid, dtype=bool),
+        )
+
+
+def compute_advantages(table: StepTable, settings: EstimatorSettings) -> npt.NDArray[np.float64]:
+    """One scalar advantage per row from the configured estimator of :mod:`hgpo_rllib.advantages`."""
+    step_returns, scores = adv.step_returns_and_scores(
+        table.traj_ids,
+        table.step_idx,
+        table.rewards,
+        table.is_action_valid,
+        settings.gamma,
+        invalid_penalty=settings.invalid_action_penalty,
+    )
+    if settings.estimator == "grpo":
+        return adv.grpo_advantages(
+            table.group_ids, scores, norm_by_std=settings.adv_mode == "mean_std_norm"
+        )
+    if settings.estimator == "gigpo":
+        return adv.gigpo_advantages(
+            table.group_ids,
+            table.obs,
+            step_returns,
+            scores,
+            mode=settings.adv_mode,
+            step_advantage_w=settings.step_advantage_w,
+        )
+    if settings.estimator == "hgpo":
+        return adv.hgpo_advantages(
+            table.group_ids,
+            table.traj_ids,
+            table.step_idx,
+            table.obs,
+            step_returns,
+            scores,
+            history_length=settings.history_length,
+            mode=settings.adv_mode,
+            alpha=settings.length_weight_alpha,
+            base_group=settings.base_group,
+            weighting=settings.weighting,
+        )
+    raise ValueError(f"estimator must be one of {ESTIMATORS}, got {settings.estimator!r}")
+
+
+def _intern(values: Sequence[object]) -> npt.NDArray[np.int64]:
+    """Dense integer codes of hashable values (equal values, equal codes)."""
+    table: dict[object, int] = {}
+    return np.fromiter((table.setdefault(v, len(table)) for v in values), np.int64, len(values))
+
+
+def _pair_codes(first: npt.NDArray[np.int64], second: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+    """Dense codes of (first, second) pairs of dense codes."""
+    return np.unique(first * (int(second.max(initial=0)) + 1) + second, return_inverse=True)[1]
+
+
+def level_group_sizes(table: StepTable, max_level: int) -> list[npt.NDArray[np.int64]]:
+    """For levels d = 1..max_level, the size of each step's history group (monitoring only).
+
+    Level d groups the steps of one rollout group whose last d observations match
+    (hgpo_algorithm.md §4.2); entry d-1 holds the sizes of the steps with at least d-1 earlier
+    steps, in row order. The estimator does its own grouping; this only feeds the metrics.
+    """
+    obs = _intern(table.obs)
+    rows = np.arange(len(obs))
+    key = _pair_codes(_intern(table.group_ids), obs)
+    sizes = []
+    for depth in range(1, max_level + 1):
+        if depth > 1:
+            deep = table.step_idx[rows] >= depth - 1
+            rows, key = rows[deep], key[deep]
+            if rows.size == 0:
+                break
+            # Rows of an episode are contiguous and in order, so row r - (d-1) is d-1 steps back.
+            key = _pair_codes(key, obs[rows - (depth - 1)])
+        sizes.append(np.bincount(key)[key])
+    return sizes
+
+
+def _left_padded(rows: Sequence[np.ndarray], pad_id: int) -> tuple[np.ndarray, np.ndarray]:
+    """Stack 1-D token arrays right-aligned into ``[N, longest]`` ids and a 0/1 mask."""
+    lengths = np.fromiter((len(r) for r in rows), np.int64, len(rows))
+    width = int(lengths.max(initial=1))
+    ids = np.full((len(rows), width), pad_id, dtype=np.int64)
+    mask = np.zeros((len(rows), width), dtype=np.int64)
+    row_of = np.repeat(np.arange(len(rows)), lengths)
+    col_of = np.arange(lengths.sum()) - np.repeat(np.cumsum(lengths) - lengths, lengths)
+    col_of += np.repeat(width - lengths, lengths)
+    ids[row_of, col_of] = np.concatenate(rows) if len(rows) else []
+    mask[row_of, col_of] = 1
+    return ids, mask
+
+
+def token_rows(episodes: Sequence[SingleAgentEpisode], pad_id: int) -> dict[str, np.ndarray]:
+    """Prompt/response tokens, masks and sampling log-probs of every step, dynamically padded.
+
+    Prompts are left-padded to the batch's longest prompt; response columns that are padding in
+    every row are trimmed (rllib_notes §4, "Trim all-PAD columns").
+    """
+    prompts = [p for ep in episodes for p in ep.get_extra_model_outputs(PROMPT_IDS)]
+    prompt_ids, prompt_mask = _left_padded(prompts, pad_id)
+    resp_ids = np.stack([a for ep in episodes for a in ep.get_actions()]).astype(np.int64)
+    resp_mask = np.stack([m for ep in episodes for m in ep.get_extra_model_outputs(RESP_MASK)])
+    resp_logp = np.stack([lp for ep in episodes for lp in ep.get_extra_model_outputs(RESP_LOGP)])
+    used = np.flatnonzero(resp_mask.any(axis=0))
+    width = int(used[-1]) + 1 if used.size else 1
+    return {
+        PROMPT_IDS: prompt_ids,
+        PROMPT_MASK: prompt_mask,
+        RESP_IDS: resp_ids[:, :width],
+        RESP_MASK: resp_mask[:, :width].astype(np.int64),
+        OLD_LOGP: resp_logp[:, :width].astype(np.float32),
+        WEIGHTS_SEQ_NO: np.asarray(
+            [w for ep in episodes for w in ep.get_extra_model_outputs(WEIGHTS_SEQ_NO)], dtype=np.int64
+        ),
+    }
+
+
+class GroupAdvantages(ConnectorV2):
+    """Builds the learner's train batch (numpy) from complete rollout groups.
+
+    Logs, under the module id: advantage statistics, rollout-group sizes, per-level history-group
+    sizes and singleton fractions, and the estimator's wall time.
+    """
+
+    def __init__(
+        self,
+        input_observation_space: Any = None,
+        input_action_space: Any = None,
+        *,
+        settings: EstimatorSettings,
+        **kwargs: Any,
+    ):
+        super().__init__(input_observation_space, input_action_space, **kwargs)
+        self.settings = settings
+
+    @override(ConnectorV2)
+    def __call__(
+        self,
+        *,
+        rl_module: Any,
+        batch: dict[str, Any],
+        episodes: Sequence[SingleAgentEpisode],
+        metrics: Any = None,
+        **kwargs: Any,
+    ) -> dict[str, Any]:
+        start = time.perf_counter()
+        table = StepTable.from_episodes(episodes)
+        advantages = compute_advantages(table, self.settings)
+        estimator_s = time.perf_counter() - start
+        module = rl_module[DEFAULT_MODULE_ID].unwrapped()
+        rows = token_rows(episodes, module.tokenizer.pad_token_id)
+        rows[ADVANTAGES] = advantages.astype(np.float32)
+        batch[DEFAULT_MODULE_ID] = rows
+        if metrics is not None:
+            self._log_stats(metrics, table, episodes, advantages, estimator_s)
+            metrics.log_value(
+                (DEFAULT_MODULE_ID, "advantage_connector_s"), time.perf_counter() - start, window=1
+            )
+        return batch
+
+    def _log_stats(
+        self,
+        metrics: Any,
+        table: StepTable,
+        episodes: Sequence[SingleAgentEpisode],
+        advantages: np.ndarray,
+        estimator_s: float,
+    ) -> None:
+        _, per_group = np.unique([group_id_of(ep) for ep in episodes], return_counts=True)
+        # Summed / min / max over learners: with several learners these show whether any of them
+        # received a split rollout group.
+        for key, value, reduce in (
+            ("num_groups", len(per_group), "sum"),
+            ("num_step_rows", len(advantages), "sum"),
+            ("episodes_per_group_min", int(per_group.min()), "min"),
+            ("episodes_per_group_max", int(per_group.max()), "max"),
+        ):
+            metrics.log_value((DEFAULT_MODULE_ID, key), value, reduce=reduce, window=1)
+        stats = {
+            "advantage_mean": float(advantages.mean()),
+            "advantage_std": float(advantages.std()),
+            "advantage_abs_mean": float(np.abs(advantages).mean()),
+            "advantage_min": float(advantages.min()),
+            "advantage_max": float(advantages.max()),
+            "advantage_zero_frac": float((advantages == 0).mean()),
+            "advantage_estimator_s": estimator_s,
+        }
+        sizes = level_group_sizes(table, self.settings.max_level)
+        for depth, size in enumerate(sizes, start=1):
+            stats[f"level{depth}_group_size_mean"] = float(size.mean())
+            stats[f"level{depth}_singleton_frac"] = float((size == 1).mean())
+        if sizes:
+            # Groups are nested (§4.2): a singleton at level 1 is a singleton at every level.
+            stats["all_levels_singleton_frac"] = stats["level1_singleton_frac"]
+        for key, value in stats.items():
+            metrics.log_value((DEFAULT_MODULE_ID, key), value, window=1)

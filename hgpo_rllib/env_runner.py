@@ -1,0 +1,203 @@
+"""Grouped rollouts: n copies of one task stepped in lock-step (rllib_notes §5.2 option A).
+
+Group-relative estimators need every rollout group complete and sampled with one set of weights
+(hgpo_algorithm.md §1, §9). RLlib's stock runner autoresets sub-envs independently, so a fast member
+starts the next task while slow ones still run (rllib_notes §9 obstacle 7). ``GroupedEnvRunner``
+instead resets ``group_size`` sub-envs with the same task seed, runs one batched generation per turn
+over the still-active members of all groups of a wave, and returns only whole groups. It reuses the
+base runner's env construction, connector pipelines, callbacks and metrics.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+from ray.rllib.core.columns import Columns
+from ray.rllib.env.single_agent_env_runner import SingleAgentEnvRunner
+from ray.rllib.env.single_agent_episode import SingleAgentEpisode
+from ray.rllib.utils.annotations import override
+from ray.rllib.utils.metrics import (
+    ENV_RESET_TIMER,
+    ENV_STEP_TIMER,
+    ENV_TO_MODULE_CONNECTOR,
+    MODULE_TO_ENV_CONNECTOR,
+    RLMODULE_INFERENCE_TIMER,
+    WEIGHTS_SEQ_NO,
+)
+
+#: Keys the runner adds to the reset ``info`` of every episode.
+GROUP_ID = "group_id"
+TASK_SEED = "task_seed"
+#: Per-step extra model outputs: prompt token ids without padding (frozen at sampling time, so the
+#: learner trains on exactly the prompt the sampler saw), response mask and sampling log-probs.
+PROMPT_IDS = "prompt_ids"
+PROMPT_MASK = "prompt_mask"
+RESP_MASK = "resp_mask"
+RESP_LOGP = "resp_logp"
+ACTION_TEXT = "action_text"
+#: Runner metrics: generated (valid) response tokens and their rate during generation only.
+NUM_GENERATED_TOKENS = "num_generated_tokens"
+GENERATED_TOKENS_PER_S = "generated_tokens_per_s"
+
+_MAX_TASK_SEED = 2**31 - 1
+
+
+def group_id_of(episode: SingleAgentEpisode) -> str:
+    """The rollout-group id the runner stamped into the episode's reset info."""
+    return episode.get_infos(0)[GROUP_ID]
+
+
+class GroupedEnvRunner(SingleAgentEnvRunner):
+    """Samples complete rollout groups; every episode's reset info carries its group id.
+
+    ``sample(num_episodes=n)`` runs ``n / group_size`` groups, ``num_envs_per_env_runner /
+    group_size`` of them at a time. Task seeds come from a per-runner RNG seeded with
+    ``config.seed + worker_index`` (unseeded if ``config.seed`` is None). Evaluation runners use
+    groups of one, so every evaluation episode is a different task.
+    """
+
+    @override(SingleAgentEnvRunner)
+    def __init__(self, *, config: Any, **kwargs: Any):
+        super().__init__(config=config, **kwargs)
+        # self._seed is config.seed + worker_index (+ 1e6 on evaluation runners), or None.
+        self._task_rng = np.random.default_rng(self._seed)
+        # A fresh nonce per runner process keeps group ids unique across runner restarts.
+        self._group_prefix = f"r{self.worker_index or 0}-{uuid.uuid4().hex[:8]}"
+        self._num_groups_started = 0
+
+    @property
+    def group_size(self) -> int:
+        """Episodes per rollout group: ``config.group_size``, or 1 on evaluation runners."""
+        return 1 if self.config.in_evaluation else int(self.config.group_size)
+
+    @override(SingleAgentEnvRunner)
+    def _sample(
+        self,
+        *,
+        num_timesteps: int | None = None,
+        num_episodes: int | None = None,
+        explore: bool,
+        random_actions: bool = False,
+        force_reset: bool = False,
+    ) -> list[SingleAgentEpisode]:
+        """Run ``num_episodes / group_size`` complete groups (the base ``sample()`` wraps this)."""
+        del force_reset  # every group starts from fresh resets anyway
+        if num_timesteps is not None or num_episodes is None:
+            raise ValueError(
+                "GroupedEnvRunner samples whole rollout groups: call sample(num_episodes=...) "
+                "(batch_mode='complete_episodes', evaluation_duration_unit='episodes')"
+            )
+        if random_actions:
+            raise ValueError("GroupedEnvRunner does not support random_actions: actions are LLM text")
+        if num_episodes % self.group_size:
+            raise ValueError(
+                f"num_episodes={num_episodes} is not a multiple of group_size={self.group_size}"
+            )
+        num_groups = num_episodes // self.group_size
+        groups_per_wave = self.num_envs // self.group_size
+        episodes: list[SingleAgentEpisode] = []
+        num_steps = 0
+        while len(episodes) < num_episodes:
+            wave, steps = self._run_wave(min(groups_per_wave, num_groups), explore)
+            num_groups -= len(wave) // self.group_size
+            episodes += wave
+            num_steps += steps
+        self._done_episodes_for_metrics.extend(episodes)
+        self._log_env_steps(metric=self._metrics_num_env_steps_sampled, num_steps=num_steps)
+        self._increase_sampled_metrics(num_steps, len(episodes))
+        return episodes
+
+    def _new_group_seeds(self, num_groups: int) -> tuple[list[str], list[int]]:
+        seeds = [int(s) for s in self._task_rng.integers(0, _MAX_TASK_SEED, size=num_groups)]
+        ids = [f"{self._group_prefix}-g{self._num_groups_started + k}" for k in range(num_groups)]
+        self._num_groups_started += num_groups
+        return ids, seeds
+
+    def _run_wave(self, num_groups: int, explore: bool) -> tuple[list[SingleAgentEpisode], int]:
+        """Reset ``num_groups * group_size`` sub-envs (same seed within a group) and run them out."""
+        sub_envs = self.env.unwrapped.envs
+        episodes: list[SingleAgentEpisode | None] = [None] * (num_groups * self.group_size)
+        self._shared_data = {}
+        group_ids, seeds = self._new_group_seeds(num_groups)
+        for index in range(len(episodes)):
+            self._new_episode(index, episodes)
+        with self.metrics.log_time(ENV_RESET_TIMER):
+            for index, episode in enumerate(episodes):
+                group = index // self.group_size
+                obs, info = sub_envs[index].reset(seed=seeds[group])
+                info = {**info, GROUP_ID: group_ids[group], TASK_SEED: seeds[group]}
+                episode.add_env_reset(observation=obs, infos=info)
+        for index in range(len(episodes)):
+            self._make_on_episode_callback("on_episode_start", index, episodes)
+
+        num_steps = 0
+        active = list(range(len(episodes)))
+        while active:
+            to_env, prompts = self._act([episodes[i] for i in active], explore)
+            actions = to_env.pop(Columns.ACTIONS)
+            actions_for_env = to_env.pop(Columns.ACTIONS_FOR_ENV)
+            with self.metrics.log_time(ENV_STEP_TIMER):
+                results = [sub_envs[i].step(actions_for_env[k]) for k, i in enumerate(active)]
+            for k, (index, (obs, reward, terminated, truncated, info)) in enumerate(
+                zip(active, results, strict=True)
+            ):
+                extra = {key: value[k] for key, value in to_env.items()}
+                extra[PROMPT_IDS] = prompts[k]
+                extra[WEIGHTS_SEQ_NO] = self._weights_seq_no
+                episodes[index].add_env_step(
+                    observation=obs,
+                    action=actions[k],
+                    reward=reward,
+                    infos=info,
+                    terminated=terminated,
+                    truncated=truncated,
+                    extra_model_outputs=extra,
+                )
+                self._make_on_episode_callback("on_episode_step", index, episodes)
+                if episodes[index].is_done:
+                    self._make_on_episode_callback("on_episode_end", index, episodes)
+            num_steps += len(active)
+            active = [i for i in active if not episodes[i].is_done]
+        return episodes, num_steps
+
+    def _act(self, episodes: Sequence[SingleAgentEpisode], explore: bool) -> tuple[dict, list[np.ndarray]]:
+        """One batched generation for the given episodes through the connector pipelines.
+
+        Returns the module-to-env output and each prompt's token ids without padding.
+        """
+        to_module = self._env_to_module(
+            episodes=list(episodes),
+            batch={},
+            explore=explore,
+            rl_module=self.module,
+            shared_data=self._shared_data,
+            metrics=self.metrics,
+            metrics_prefix_key=(ENV_TO_MODULE_CONNECTOR,),
+        )
+        start = time.perf_counter()
+        with self.metrics.log_time(RLMODULE_INFERENCE_TIMER):
+            if explore:
+                to_env = self.module.forward_exploration(to_module, t=self.num_env_steps_sampled_lifetime)
+            else:
+                to_env = self.module.forward_inference(to_module)
+        elapsed = time.perf_counter() - start
+        to_env = self._module_to_env(
+            rl_module=self.module,
+            batch=to_env,
+            episodes=list(episodes),
+            explore=explore,
+            shared_data=self._shared_data,
+            metrics=self.metrics,
+            metrics_prefix_key=(MODULE_TO_ENV_CONNECTOR,),
+        )
+        num_tokens = int(np.asarray(to_env[RESP_MASK]).sum())
+        self.metrics.log_value(NUM_GENERATED_TOKENS, num_tokens, reduce="sum")
+        self.metrics.log_value(GENERATED_TOKENS_PER_S, num_tokens / max(elapsed, 1e-9), window=20)
+        ids = np.asarray(to_module[PROMPT_IDS].cpu())
+        mask = np.asarray(to_module[PROMPT_MASK].cpu()).astype(bool)
+        prompts = [row[keep].astype(np.int32) for row, keep in zip(ids, mask, strict=True)]
+        return to_env, prompts

@@ -1,0 +1,473 @@
+"""HGPO (Hierarchy-of-Groups Policy Optimization, ICLR 2026) as an RLlib algorithm, with the GiGPO and
+GRPO baselines behind one switch.
+
+One iteration (rllib_notes §5.1): the :class:`~hgpo_rllib.env_runner.GroupedEnvRunner` s sample
+``groups_per_iteration`` complete rollout groups of ``group_size`` episodes (one task per group);
+the learner connector turns every step into a token row with the configured estimator's advantage
+(:mod:`hgpo_rllib.advantages`, on the whole batch before minibatching); the learner takes clipped
+policy-gradient steps (:mod:`hgpo_rllib.torch.hgpo_torch_learner`); the new weights go to the runners.
+
+Example::
+
+    from hgpo_rllib import HGPOConfig
+
+    config = (
+        HGPOConfig()
+        .environment("alfworld", env_config={"max_steps": 50})
+        .env_runners(num_env_runners=2, num_envs_per_env_runner=64)
+        .learners(num_learners=1, num_gpus_per_learner=1)
+        .rl_module(model_config={"model": "/models/Qwen2.5-1.5B-Instruct", "torch_dtype": "bfloat16"})
+        .training(estimator="hgpo", history_length=2, group_size=8, groups_per_iteration=16)
+    )
+    algo = config.build_algo()
+    result = algo.train()
+
+Model choice lives in ``.rl_module(model_config=...)``: ``model`` ("tiny-qwen2", a random-init
+test model whose tokenizer is trained on the env's texts, or a local Hugging Face directory),
+``torch_dtype``, ``inference_backend`` ("auto" | "hf" | "vllm"), ``tiny_model`` overrides (see
+:class:`~hgpo_rllib.rl_module.LLMRLModule`). Generation lengths, temperatures and ``kl_coeff`` are
+training settings; HGPOConfig passes them to the module.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import functools
+import inspect
+import time
+from collections.abc import Iterator
+from typing import Any
+
+from ray.rllib.algorithms.algorithm import Algorithm
+from ray.rllib.algorithms.algorithm_config import AlgorithmConfig, NotProvided
+from ray.rllib.connectors.common.tensor_to_numpy import TensorToNumpy
+from ray.rllib.core.rl_module.rl_module import RLModuleSpec
+from ray.rllib.utils.annotations import override
+from ray.rllib.utils.metrics import (
+    ENV_RUNNER_RESULTS,
+    ENV_RUNNER_SAMPLING_TIMER,
+    LEARNER_RESULTS,
+    LEARNER_UPDATE_TIMER,
+    NUM_ENV_STEPS_SAMPLED_LIFETIME,
+    SYNCH_WORKER_WEIGHTS_TIMER,
+    TIMERS,
+)
+
+import envs
+from hgpo_rllib.callbacks import HGPOMetricsCallback
+from hgpo_rllib.connectors.decode_actions import TextActionsToEnv
+from hgpo_rllib.connectors.group_advantages import ADV_MODES, ESTIMATORS, WEIGHTINGS
+from hgpo_rllib.connectors.history_window import HistoryWindowPrompt
+from hgpo_rllib.env_runner import RESP_MASK, GroupedEnvRunner
+from hgpo_rllib.learner_group import GroupShardingLearnerGroup
+from hgpo_rllib.rl_module import TINY_PRESET, LLMRLModule, _is_int, _is_number
+
+#: Module settings owned by HGPOConfig (``training()`` / ``debugging(seed=...)``), not model_config.
+_MODULE_KEYS_FROM_CONFIG = (
+    "max_prompt_tokens", "max_new_tokens", "temperature", "eval_temperature", "kl_coeff", "seed"
+)
+#: Algorithm-level metrics (results top level).
+GENERATED_TOKENS_PER_S = "generated_tokens_per_s"
+NUM_GROUPS_SAMPLED = "num_groups_sampled"
+ITERATION_SECONDS = "iteration_seconds"
+
+
+@functools.cache
+def _tokenizer_corpus(env_name: str) -> tuple[str, ...]:
+    return tuple(envs.get_tokenizer_corpus(env_name))
+
+
+class HGPOConfig(AlgorithmConfig):
+    """Configuration of :class:`HGPO`; defaults are the paper's (hgpo_algorithm.md §5).
+
+    Besides :meth:`training`, the RLlib settings HGPO relies on: ``lr`` 1e-6, ``grad_clip`` 1.0
+    (global norm), ``minibatch_size`` 256 rows per optimiser step (over all learners),
+    ``num_epochs`` 1, no shuffling, ``gamma`` 0.95; env runners are
+    :class:`~hgpo_rllib.env_runner.GroupedEnvRunner` s whose ``num_envs_per_env_runner`` must be a
+    multiple of ``group_size`` (that many groups run in lock-step per wave); the driver keeps no
+    model copy (``create_local_env_runner=False``), so ``num_env_runners`` must be >= 1 unless you
+    set ``create_local_env_runner=True``. Evaluation runs with ``explore=False`` (the module samples
+    at ``eval_temperature``) and groups of one episode.
+    """
+
+    def __init__(self, algo_class: type | None = None):
+        super().__init__(algo_class=algo_class or HGPO)
+        # Advantage estimation (hgpo_algorithm.md §1.1-§4).
+        self.estimator = "hgpo"
+        self.history_length = 2
+        self.adv_mode = "mean_std_norm"
+        self.length_weight_alpha = 1.0
+        self.base_group = False
+        self.weighting = "reference"
+        self.step_advantage_w = 1.0
+        self.gamma = 0.95
+        self.invalid_action_penalty = 0.1
+        # Rollouts.
+        self.group_size = 8
+        self.groups_per_iteration = 16
+        # Loss and optimiser (§5).
+        self.clip_param = 0.2
+        self.dual_clip = 3.0
+        self.kl_coeff = 0.01
+        self.entropy_coeff = 0.001
+        self.weight_decay = 0.01
+        self.lr = 1e-6
+        self.grad_clip = 1.0
+        self.grad_clip_by = "global_norm"
+        self.minibatch_size = 256
+        self.micro_batch_size = 16
+        self.num_epochs = 1
+        self.shuffle_batch_per_epoch = False
+        # Generation.
+        self.max_prompt_tokens = 4096
+        self.max_new_tokens = 512
+        self.temperature = 1.0
+        self.eval_temperature = 0.4
+        # RLlib plumbing for text envs (rllib_notes §1, §9).
+        self.env_runner_cls = GroupedEnvRunner
+        self.num_env_runners = 1
+        self.num_envs_per_env_runner = 8
+        self.create_local_env_runner = False
+        self.batch_mode = "complete_episodes"
+        self.episodes_to_numpy = False  # prompts have different lengths per step
+        self.add_default_connectors_to_env_to_module_pipeline = False
+        self.add_default_connectors_to_module_to_env_pipeline = False
+        self.add_default_connectors_to_learner_pipeline = False
+        self.callbacks_class = HGPOMetricsCallback
+        self.evaluation_config = {"explore": False}
+
+    @override(AlgorithmConfig)
+    def training(
+        self,
+        *,
+        estimator: str = NotProvided,
+        history_length: int = NotProvided,
+        adv_mode: str = NotProvided,
+        length_weight_alpha: float = NotProvided,
+        base_group: bool = NotProvided,
+        weighting: str = NotProvided,
+        step_advantage_w: float = NotProvided,
+        group_size: int = NotProvided,
+        groups_per_iteration: int = NotProvided,
+        invalid_action_penalty: float = NotProvided,
+        clip_param: float = NotProvided,
+        dual_clip: float = NotProvided,
+        kl_coeff: float = NotProvided,
+        entropy_coeff: float = NotProvided,
+        weight_decay: float = NotProvided,
+        micro_batch_size: int | None = NotProvided,
+        max_prompt_tokens: int = NotProvided,
+        max_new_tokens: int = NotProvided,
+        temperature: float = NotProvided,
+        eval_temperature: float = NotProvided,
+        **kwargs: Any,
+    ) -> HGPOConfig:
+        """Sets HGPO's training settings (plus RLlib's: ``gamma``, ``lr``, ``minibatch_size``, ...).
+
+        Args:
+            estimator: Advantage estimator: "hgpo" (default), "gigpo" or "grpo" (spec §2-§4).
+            history_length: K (default 2): past (observation, action) records shown in the prompt;
+                HGPO groups steps on up to K+1 observations (the current one and K before it).
+            adv_mode: "mean_std_norm" (default: (R - mean) / (std + eps)) or "mean_norm"
+                (R - mean) inside each group, for every estimator (GRPO: Dr.GRPO without std).
+            length_weight_alpha: HGPO's alpha (default 1.0): level weights L**alpha; 0 = uniform.
+            base_group: HGPO: add the episode-level (GRPO) advantage as the lowest level (default
+                False, as in the published runs).
+            weighting: HGPO level weights, "reference" (default, verl-agent's L = d + 1) or
+                "paper" (Eq. 7's (k + 1)**alpha), see ``hgpo_advantages`` (quirk Q2).
+            step_advantage_w: GiGPO's weight of the step advantage (default 1.0).
+            group_size: n, episodes per rollout group, all on one task (default 8).
+            groups_per_iteration: Rollout groups (tasks) per training iteration (default 16).
+            invalid_action_penalty: Subtracted from a format-invalid step's return and episode
+                score, after discounting (default 0.1, §1.1).
+            clip_param: PPO ratio clip epsilon (default 0.2).
+            dual_clip: For A < 0 the per-token loss is capped at -A * dual_clip (default 3.0).
+            kl_coeff: Weight of the k3 KL to the frozen initial model (default 0.01); 0 disables the
+                term and no reference model is built.
+            entropy_coeff: Weight of the entropy bonus (default 0.001).
+            weight_decay: AdamW weight decay (default 0.01).
+            micro_batch_size: Rows per forward/backward pass (default 16); a minibatch is
+                processed in such passes with gradient accumulation (exact token mean); also the
+                chunk size of the reference log-prob pass. None = the whole minibatch at once.
+            max_prompt_tokens: Prompt budget in tokens (default 4096); longer prompts lose their
+                beginning (left truncation).
+            max_new_tokens: Longest response in tokens (default 512).
+            temperature: Sampling temperature while training (default 1.0); the learner scores
+                tokens at the same temperature.
+            eval_temperature: Sampling temperature with ``explore=False`` (default 0.4; 0 = greedy).
+
+        ``minibatch_size`` (RLlib) is rows per optimiser step summed over all learners (default
+        256, must divide evenly among ``num_learners``); ``num_epochs`` passes over the batch.
+        """
+        options = {k: v for k, v in locals().items() if k not in ("self", "kwargs", "__class__")}
+        super().training(**kwargs)
+        for name, value in options.items():
+            if value is not NotProvided:
+                setattr(self, name, value)
+        return self
+
+    # ------------------------------------------------------------------------- RLlib wiring
+    @override(AlgorithmConfig)
+    def get_default_rl_module_spec(self) -> RLModuleSpec:
+        return RLModuleSpec(module_class=LLMRLModule)
+
+    @override(AlgorithmConfig)
+    def get_default_learner_class(self) -> type:
+        if self.framework_str != "torch":
+            raise ValueError(f"HGPO supports framework='torch' only, got {self.framework_str!r}")
+        from hgpo_rllib.torch.hgpo_torch_learner import HGPOTorchLearner
+
+        return HGPOTorchLearner
+
+    @property
+    @override(AlgorithmConfig)
+    def _model_config_auto_includes(self) -> dict[str, Any]:
+        """Generation settings, ``kl_coeff`` and seed go to the module; the tiny test model also
+        gets the env's tokenizer corpus."""
+        auto = {key: getattr(self, key) for key in _MODULE_KEYS_FROM_CONFIG if key != "seed"}
+        if self.seed is not None:
+            auto["seed"] = int(self.seed)
+        user = self._user_model_config()
+        if user.get("model", TINY_PRESET) == TINY_PRESET and "tokenizer_corpus" not in user:
+            if self._envs_name() is not None:
+                auto["tokenizer_corpus"] = list(_tokenizer_corpus(self._envs_name()))
+        return super()._model_config_auto_includes | auto
+
+    def _user_model_config(self) -> dict[str, Any]:
+        mc = self._model_config
+        return dict(mc) if isinstance(mc, dict) else dataclasses.asdict(mc)
+
+    def _envs_name(self) -> str | None:
+        """``config.env`` as a name of the ``envs`` package, or None if it is something else."""
+        if not isinstance(self.env, str):
+            return None
+        try:
+            return envs.get_env_spec(self.env).name
+        except ValueError:
+            return None
+
+    def _prompt_connector(self) -> HistoryWindowPrompt:
+        """The env's own prompt template; env_config entries that the template also takes as
+        keyword arguments (e.g. KeyChest's ``require_tags``) are passed on, so prompt and env agree."""
+        render = envs.get_prompt_renderer(self.env)
+        params = inspect.signature(render).parameters
+        render_kwargs = {
+            k: v for k, v in dict(self.env_config).items()
+            if k in params and params[k].kind is inspect.Parameter.KEYWORD_ONLY
+        }
+        return HistoryWindowPrompt(
+            render_prompt=render, history_length=self.history_length, render_kwargs=render_kwargs
+        )
+
+    @override(AlgorithmConfig)
+    def build_env_to_module_connector(self, env: Any = None, spaces: Any = None, device: Any = None) -> Any:
+        pipeline = super().build_env_to_module_connector(env=env, spaces=spaces, device=device)
+        pipeline.append(self._prompt_connector())
+        return pipeline
+
+    @override(AlgorithmConfig)
+    def build_module_to_env_connector(self, env: Any = None, spaces: Any = None) -> Any:
+        pipeline = super().build_module_to_env_connector(env=env, spaces=spaces)
+        pipeline.append(TensorToNumpy())
+        pipeline.append(TextActionsToEnv())
+        return pipeline
+
+    @override(AlgorithmConfig)
+    def build_learner_group(
+        self,
+        *,
+        env: Any = None,
+        spaces: Any = None,
+        rl_module_spec: Any = None,
+        placement_group: Any = None,
+    ) -> GroupShardingLearnerGroup:
+        """RLlib's LearnerGroup, except that rollout groups are never split (rllib_notes §5.5)."""
+        if rl_module_spec is None:
+            rl_module_spec = self.get_multi_rl_module_spec(env=env, spaces=spaces)
+        return GroupShardingLearnerGroup(
+            config=self.copy(), module_spec=rl_module_spec, placement_group=placement_group
+        )
+
+    @property
+    def minibatch_size_per_learner(self) -> int | None:
+        """``minibatch_size`` is global (the paper's ppo_mini_batch_size); each learner's share."""
+        if not self.minibatch_size:
+            return None
+        return self.minibatch_size // max(1, self.num_learners)
+
+    # ------------------------------------------------------------------------- validation
+    @override(AlgorithmConfig)
+    def validate(self) -> None:
+        super().validate()
+        for error in self._hgpo_errors():
+            self._value_error(f"HGPOConfig: {error}")
+
+    def _hgpo_errors(self) -> list[str]:
+        """Every invalid HGPO setting, each message naming the setting and the value."""
+        errors = []
+
+        def need(ok: bool, name: str, expected: str) -> None:
+            if not ok:
+                errors.append(f"{name}={getattr(self, name)!r} is invalid: expected {expected}")
+
+        need(self.estimator in ESTIMATORS, "estimator", f"one of {ESTIMATORS}")
+        need(_is_int(self.history_length) and self.history_length >= 0, "history_length", "an int >= 0")
+        need(self.adv_mode in ADV_MODES, "adv_mode", f"one of {ADV_MODES}")
+        need(_is_number(self.length_weight_alpha) and self.length_weight_alpha >= 0,
+             "length_weight_alpha", "a number >= 0")
+        need(isinstance(self.base_group, bool), "base_group", "True or False")
+        need(self.weighting in WEIGHTINGS, "weighting", f"one of {WEIGHTINGS}")
+        need(_is_number(self.step_advantage_w), "step_advantage_w", "a number")
+        need(_is_int(self.group_size) and self.group_size >= 1, "group_size", "an int >= 1")
+        min_groups = max(1, self.num_learners)  # every learner needs at least one whole group
+        need(_is_int(self.groups_per_iteration) and self.groups_per_iteration >= min_groups,
+             "groups_per_iteration", f"an int >= max(1, num_learners={self.num_learners})")
+        need(_is_number(self.gamma) and 0 <= self.gamma <= 1, "gamma", "a number in [0, 1]")
+        need(_is_number(self.invalid_action_penalty) and self.invalid_action_penalty >= 0,
+             "invalid_action_penalty", "a number >= 0")
+        need(_is_number(self.clip_param) and 0 < self.clip_param < 1, "clip_param", "a number in (0, 1)")
+        need(_is_number(self.dual_clip) and self.dual_clip > 1, "dual_clip", "a number > 1")
+        need(_is_number(self.kl_coeff) and self.kl_coeff >= 0, "kl_coeff", "a number >= 0")
+        need(_is_number(self.entropy_coeff) and self.entropy_coeff >= 0, "entropy_coeff", "a number >= 0")
+        need(_is_number(self.weight_decay) and self.weight_decay >= 0, "weight_decay", "a number >= 0")
+        need(_is_number(self.lr) and self.lr > 0, "lr", "a number > 0")
+        need(self.grad_clip is None or (_is_number(self.grad_clip) and self.grad_clip > 0),
+             "grad_clip", "None or a number > 0")
+        need(self.minibatch_size is None or (_is_int(self.minibatch_size) and self.minibatch_size >= 1),
+             "minibatch_size", "None or an int >= 1")
+        if _is_int(self.minibatch_size) and self.num_learners > 1:
+            need(self.minibatch_size % self.num_learners == 0, "minibatch_size",
+                 f"a multiple of num_learners={self.num_learners} (rows per step over all learners)")
+        need(self.micro_batch_size is None or (_is_int(self.micro_batch_size) and self.micro_batch_size >= 1),
+             "micro_batch_size", "None or an int >= 1")
+        need(_is_int(self.num_epochs) and self.num_epochs >= 1, "num_epochs", "an int >= 1")
+        for name in ("max_prompt_tokens", "max_new_tokens"):
+            need(_is_int(getattr(self, name)) and getattr(self, name) >= 1, name, "an int >= 1")
+        need(_is_number(self.temperature) and self.temperature > 0, "temperature", "a number > 0")
+        need(_is_number(self.eval_temperature) and self.eval_temperature >= 0,
+             "eval_temperature", "a number >= 0 (0 = greedy)")
+        if _is_int(self.group_size) and self.group_size >= 1:
+            envs_ok = _is_int(self.num_envs_per_env_runner) and self.num_envs_per_env_runner >= 1
+            need(envs_ok and self.num_envs_per_env_runner % self.group_size == 0, "num_envs_per_env_runner",
+                 f"a multiple of group_size={self.group_size} (each runner steps whole groups in lock-step)")
+        need(isinstance(self.env_runner_cls, type) and issubclass(self.env_runner_cls, GroupedEnvRunner),
+             "env_runner_cls", "GroupedEnvRunner or a subclass (HGPO needs complete rollout groups)")
+        need(str(self.gym_env_vectorize_mode).lower().endswith("sync")
+             and "async" not in str(self.gym_env_vectorize_mode).lower(),
+             "gym_env_vectorize_mode", "'sync' (GroupedEnvRunner steps the sub-envs itself)")
+        need(self.episodes_to_numpy is False, "episodes_to_numpy",
+             "False (per-step prompts have different lengths)")
+        for name in ("add_default_connectors_to_env_to_module_pipeline",
+                     "add_default_connectors_to_module_to_env_pipeline",
+                     "add_default_connectors_to_learner_pipeline"):
+            need(getattr(self, name) is False, name, "False (RLlib's default pieces cannot handle text)")
+        need(self.evaluation_duration_unit == "episodes", "evaluation_duration_unit",
+             "'episodes' (GroupedEnvRunner samples whole episodes)")
+        if self.is_multi_agent:
+            errors.append("multi-agent setups are invalid: HGPO trains one policy (single-agent text envs)")
+        need(self.num_aggregator_actors_per_learner == 0, "num_aggregator_actors_per_learner",
+             "0 (the learner connector must see whole rollout groups)")
+        if self.num_env_runners == 0 and not self.in_evaluation:
+            need(self.create_local_env_runner, "create_local_env_runner",
+                 "True when num_env_runners=0 (someone has to sample)")
+        if self._envs_name() is None:
+            errors.append(
+                f"env={self.env!r} is invalid: expected a name of the envs package "
+                "('alfworld', 'webshop', 'keychest'), whose prompt template HGPO renders"
+            )
+        clashes = sorted(set(self._user_model_config()) & set(_MODULE_KEYS_FROM_CONFIG))
+        if clashes:
+            errors.append(
+                f"model_config sets {clashes}: set these with config.training(...) "
+                "(seed: config.debugging(seed=...)) so module and algorithm agree"
+            )
+        return errors
+
+
+def _sample_and_report(env_runner: GroupedEnvRunner, num_episodes: int) -> tuple[list, dict]:
+    """Runs on an env runner: sample whole groups, then return them with the runner's metrics."""
+    return env_runner.sample(num_episodes=num_episodes), env_runner.get_metrics()
+
+
+class HGPO(Algorithm):
+    """HGPO / GiGPO / GRPO for multi-turn LLM agents (see the module docstring)."""
+
+    @classmethod
+    @override(Algorithm)
+    def get_default_config(cls) -> HGPOConfig:
+        return HGPOConfig()
+
+    @override(Algorithm)
+    def training_step(self) -> None:
+        """Sample whole groups -> one learner update on all of them -> sync weights to runners."""
+        with self._phase("sampling", ENV_RUNNER_SAMPLING_TIMER):
+            episodes, runner_metrics = self._sample_groups()
+        if not episodes:  # every runner failed; they are restarted before the next step
+            return
+        self.metrics.aggregate(runner_metrics, key=ENV_RUNNER_RESULTS)
+        num_tokens = sum(int(m.sum()) for ep in episodes for m in ep.get_extra_model_outputs(RESP_MASK))
+        sampling_s = self.metrics.peek((ITERATION_SECONDS, "sampling"))
+        self.metrics.log_value(GENERATED_TOKENS_PER_S, num_tokens / max(sampling_s, 1e-9), window=1)
+        self.metrics.log_value(NUM_GROUPS_SAMPLED, len(episodes) // self.config.group_size, window=1)
+
+        update_kwargs: dict[str, Any] = {
+            "num_epochs": self.config.num_epochs,
+            "shuffle_batch_per_epoch": self.config.shuffle_batch_per_epoch,
+        }
+        # Minibatches only when the batch has more rows than one minibatch (RLlib's iterator would
+        # otherwise repeat rows to fill it); never pass None (rllib_notes §9 obstacle 9).
+        if self.config.minibatch_size and self.config.minibatch_size < sum(map(len, episodes)):
+            update_kwargs["minibatch_size"] = self.config.minibatch_size_per_learner
+        with self._phase("learner_update", LEARNER_UPDATE_TIMER):
+            learner_results = self.learner_group.update(
+                episodes=episodes,
+                timesteps={
+                    NUM_ENV_STEPS_SAMPLED_LIFETIME: self.metrics.peek(
+                        (ENV_RUNNER_RESULTS, NUM_ENV_STEPS_SAMPLED_LIFETIME), default=0
+                    )
+                },
+                **update_kwargs,
+            )
+        self.metrics.aggregate(learner_results, key=LEARNER_RESULTS)
+
+        with self._phase("weight_sync", SYNCH_WORKER_WEIGHTS_TIMER):
+            self.env_runner_group.sync_weights(
+                from_worker_or_learner_group=self.learner_group, inference_only=True
+            )
+
+    @contextlib.contextmanager
+    def _phase(self, name: str, rllib_timer: str) -> Iterator[None]:
+        """Time a phase into RLlib's timer (an EMA over iterations) and, unsmoothed, into
+        ``iteration_seconds/<name>`` (this iteration's value)."""
+        start = time.perf_counter()
+        with self.metrics.log_time((TIMERS, rllib_timer)):
+            yield
+        self.metrics.log_value((ITERATION_SECONDS, name), time.perf_counter() - start, window=1)
+
+    def _sample_groups(self) -> tuple[list, list[dict]]:
+        """Deal ``groups_per_iteration`` groups to the healthy runners and sample them in parallel.
+
+        A runner that fails mid-sample loses its groups for this iteration (RLlib restarts it
+        before the next training step); the others' groups are still used.
+        """
+        group_size = self.config.group_size
+        runners = self.env_runner_group
+        if runners.num_remote_env_runners() == 0:
+            local = runners.local_env_runner
+            results = [_sample_and_report(local, self.config.groups_per_iteration * group_size)]
+        else:
+            ids = runners.healthy_env_runner_ids()
+            if not ids:
+                return [], []
+            base, extra = divmod(self.config.groups_per_iteration, len(ids))
+            shares = {i: base + (k < extra) for k, i in enumerate(ids)}
+            ids = [i for i in ids if shares[i]]
+            results = runners.foreach_env_runner(
+                func=[_sample_and_report] * len(ids),
+                kwargs=[{"num_episodes": shares[i] * group_size} for i in ids],
+                local_env_runner=False,
+                remote_worker_ids=ids,
+            )
+        episodes = [ep for eps, _ in results for ep in eps]
+        return episodes, [metrics for _, metrics in results]

@@ -1,0 +1,196 @@
+"""HGPO's loss and optimiser in torch, as verl-agent trains the actor (hgpo_algorithm.md §5).
+
+Per valid response token, with ratio r = exp(logp - old_logp) and the step's advantage A:
+
+* clipped policy loss ``pg = max(-A r, -A clip(r, 1 - clip_param, 1 + clip_param))``, and the dual
+  clip for A < 0: ``pg = min(pg, -A dual_clip)`` (verl's ``clip_ratio_c``);
+* k3 KL to the frozen reference: ``exp(ref - logp) - (ref - logp) - 1``, clamped to [-10, 10];
+* entropy of the policy at that position.
+
+``loss = pg - entropy_coeff * entropy + kl_coeff * kl``, each a token mean over the valid response
+tokens of the minibatch (``loss_agg_mode = token-mean``). A minibatch may be processed as several
+forward/backward passes of ``micro_batch_size`` rows; every pass divides by the minibatch's token
+count, so the accumulated gradient is exactly the token mean's. AdamW (weight decay) and global-norm
+gradient clipping (``config.grad_clip``) then take one step.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections import defaultdict
+from typing import Any, NamedTuple
+
+import torch
+from ray.rllib.core import DEFAULT_MODULE_ID
+from ray.rllib.core.learner.learner import ENTROPY_KEY, POLICY_LOSS_KEY
+from ray.rllib.core.learner.torch.torch_learner import TorchLearner
+from ray.rllib.utils.annotations import override
+from ray.rllib.utils.typing import ModuleID
+
+from hgpo_rllib.connectors.group_advantages import ADVANTAGES, OLD_LOGP, REF_LOGP, RESP_MASK
+from hgpo_rllib.hgpo_learner import HGPOLearner
+
+KL_KEY = "kl"
+CLIP_FRAC_KEY = "clip_frac"
+DUAL_CLIP_FRAC_KEY = "dual_clip_frac"
+RATIO_MEAN_KEY = "ratio_mean"
+#: Mean |logp_learner - old_logp| over the first minibatch of the first epoch: before any update the
+#: learner must reproduce the sampler's log-probs, so this checks weight sync and token alignment.
+LOGP_GAP_KEY = "logp_gap_vs_sampler"
+_LOG_RATIO_LIMIT = 20.0  # verl clamps log-ratios before exp() as well
+_KL_LIMIT = 10.0
+
+
+class TokenLossTerms(NamedTuple):
+    """Per-token loss pieces, all ``[N, T]``; ``clipped``/``dual_clipped`` are 0/1 floats."""
+
+    pg: torch.Tensor
+    kl: torch.Tensor | None
+    ratio: torch.Tensor
+    clipped: torch.Tensor
+    dual_clipped: torch.Tensor
+
+
+def token_loss_terms(
+    *,
+    logp: torch.Tensor,
+    old_logp: torch.Tensor,
+    advantages: torch.Tensor,
+    ref_logp: torch.Tensor | None,
+    clip_param: float,
+    dual_clip: float,
+) -> TokenLossTerms:
+    """verl's dual-clip PPO policy loss and k3 ("low_var_kl") KL per token (module docstring).
+
+    ``advantages`` holds one scalar per row, broadcast over that row's response tokens.
+    """
+    adv = advantages.to(logp.dtype).unsqueeze(-1)
+    ratio = torch.exp((logp - old_logp).clamp(-_LOG_RATIO_LIMIT, _LOG_RATIO_LIMIT))
+    pg_unclipped = -adv * ratio
+    pg_clipped = -adv * ratio.clamp(1.0 - clip_param, 1.0 + clip_param)
+    pg = torch.maximum(pg_unclipped, pg_clipped)
+    dual_bound = -adv * dual_clip
+    negative = (adv < 0).expand_as(pg)
+    dual_clipped = negative & (pg > dual_bound)
+    pg = torch.where(negative, torch.minimum(pg, dual_bound), pg)
+    kl = None
+    if ref_logp is not None:
+        diff = (ref_logp - logp).clamp(-_LOG_RATIO_LIMIT, _LOG_RATIO_LIMIT)
+        kl = (torch.exp(diff) - diff - 1.0).clamp(-_KL_LIMIT, _KL_LIMIT)
+    return TokenLossTerms(pg, kl, ratio, (pg_clipped > pg_unclipped).float(), dual_clipped.float())
+
+
+class HGPOTorchLearner(HGPOLearner, TorchLearner):
+    """Token-mean clipped policy gradient with dual clip, k3 KL and entropy bonus (verl's actor)."""
+
+    @override(TorchLearner)
+    def build(self) -> None:
+        super().build()
+        self._token_sums: dict[str, float] = defaultdict(float)
+        self._minibatch_tokens: torch.Tensor | None = None
+        self._num_minibatches = 0
+
+    @override(TorchLearner)
+    def configure_optimizers_for_module(self, module_id: ModuleID, config: Any = None) -> None:
+        """AdamW over the trainable weights (the frozen reference model has none)."""
+        params = [p for p in self.get_parameters(self._module[module_id]) if p.requires_grad]
+        optimizer = torch.optim.AdamW(params, weight_decay=config.weight_decay)
+        self.register_optimizer(
+            module_id=module_id, optimizer=optimizer, params=params, lr_or_lr_schedule=config.lr
+        )
+
+    @override(TorchLearner)
+    def before_gradient_based_update(self, *, timesteps: dict[str, Any]) -> None:
+        super().before_gradient_based_update(timesteps=timesteps)
+        self._token_sums.clear()
+        self._num_minibatches = 0
+
+    @override(TorchLearner)
+    def _uncompiled_update(self, batch: dict[str, Any], **kwargs: Any) -> tuple[Any, Any, dict]:
+        """One optimiser step on one minibatch, in micro-batches of ``micro_batch_size`` rows."""
+        self._compute_off_policyness(batch)
+        rows = batch[DEFAULT_MODULE_ID]
+        num_rows = len(rows[ADVANTAGES])
+        self._minibatch_tokens = rows[RESP_MASK].sum().clamp(min=1).float()
+        step = self.config.micro_batch_size or num_rows
+        starts = range(0, num_rows, step)
+        for optim in self._optimizer_parameters:
+            optim.zero_grad(set_to_none=True)
+        total: dict[ModuleID, torch.Tensor] = {}
+        for start in starts:
+            micro = {mid: {k: v[start : start + step] for k, v in b.items()} for mid, b in batch.items()}
+            last = start == starts[-1]
+            with contextlib.ExitStack() as stack:
+                if self.config.num_learners > 1 and not last:  # all-reduce once, after the last pass
+                    for module in self.module.values():
+                        stack.enter_context(module.no_sync())
+                fwd_out = self.module.forward_train(micro)
+                losses = self.compute_losses(fwd_out=fwd_out, batch=micro)
+                sum(losses.values()).backward()
+            for mid, loss in losses.items():
+                total[mid] = total.get(mid, 0.0) + loss.detach()
+        self._num_minibatches += 1
+        grads = {pid: p.grad for pid, p in self._params.items() if p.grad is not None}
+        self.apply_gradients(self.postprocess_gradients(grads))
+        return fwd_out, total, {}
+
+    @override(TorchLearner)
+    def compute_loss_for_module(
+        self,
+        *,
+        module_id: ModuleID,
+        config: Any,
+        batch: dict[str, Any],
+        fwd_out: dict[str, torch.Tensor],
+    ) -> torch.Tensor:
+        mask = batch[RESP_MASK].to(torch.float32)
+        terms = token_loss_terms(
+            logp=fwd_out["logp"],
+            old_logp=batch[OLD_LOGP],
+            advantages=batch[ADVANTAGES],
+            ref_logp=batch[REF_LOGP] if config.kl_coeff > 0 else None,
+            clip_param=config.clip_param,
+            dual_clip=config.dual_clip,
+        )
+        entropy = fwd_out["entropy"]
+        per_token = terms.pg - config.entropy_coeff * entropy
+        if terms.kl is not None:
+            per_token = per_token + config.kl_coeff * terms.kl
+        first = self._num_minibatches == 0
+        self._accumulate(
+            mask,
+            {
+                POLICY_LOSS_KEY: terms.pg,
+                ENTROPY_KEY: entropy,
+                KL_KEY: terms.kl,
+                CLIP_FRAC_KEY: terms.clipped,
+                DUAL_CLIP_FRAC_KEY: terms.dual_clipped,
+                RATIO_MEAN_KEY: terms.ratio,
+                LOGP_GAP_KEY: (fwd_out["logp"] - batch[OLD_LOGP]).abs() if first else None,
+            },
+        )
+        return (per_token * mask).sum() / self._minibatch_tokens
+
+    def _accumulate(self, mask: torch.Tensor, values: dict[str, torch.Tensor | None]) -> None:
+        """Token-weighted sums over the whole update, reported as token means at its end."""
+        with torch.no_grad():
+            tokens = float(mask.sum())
+            self._token_sums["tokens"] += tokens
+            if self._num_minibatches == 0:
+                self._token_sums["first_minibatch_tokens"] += tokens
+            for key, value in values.items():
+                if value is not None:
+                    self._token_sums[key] += float((value * mask).sum())
+
+    @override(TorchLearner)
+    def after_gradient_based_update(self, *, timesteps: dict[str, Any]) -> None:
+        super().after_gradient_based_update(timesteps=timesteps)
+        sums = self._token_sums
+        tokens = max(sums["tokens"], 1.0)
+        for key in (POLICY_LOSS_KEY, ENTROPY_KEY, KL_KEY, CLIP_FRAC_KEY, DUAL_CLIP_FRAC_KEY, RATIO_MEAN_KEY):
+            if key in sums:
+                self.metrics.log_value((DEFAULT_MODULE_ID, key), sums[key] / tokens, window=1)
+        if LOGP_GAP_KEY in sums:
+            gap = sums[LOGP_GAP_KEY] / max(sums["first_minibatch_tokens"], 1.0)
+            self.metrics.log_value((DEFAULT_MODULE_ID, LOGP_GAP_KEY), gap, window=1)
+        self.metrics.log_value((DEFAULT_MODULE_ID, "num_optimizer_steps"), self._num_minibatches, window=1)

@@ -1,0 +1,280 @@
+"""HGPO end to end on KeyChest with the tiny random-init model (CPU, Ray local cluster).
+
+Covers: two training iterations with every advertised metric, the estimator switch, grouped
+sampling, whole groups per learner with two DDP learners, checkpoint round trips (in place and into
+a new algorithm) and the restart of a crashed env runner.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import time
+from typing import Any
+
+import numpy as np
+import pytest
+import ray
+import torch
+
+from hgpo_rllib import HGPO, HGPOConfig
+from hgpo_rllib.env_runner import GROUP_ID, PROMPT_IDS, TASK_SEED, GroupedEnvRunner
+
+TINY_MODEL = {
+    "tiny_model": {
+        "hidden_size": 32,
+        "intermediate_size": 64,
+        "num_hidden_layers": 1,
+        "num_attention_heads": 2,
+        "num_key_value_heads": 1,
+    },
+    "tokenizer_vocab_size": 400,
+}
+GROUP_SIZE = 2
+GROUPS = 3
+
+
+@pytest.fixture(scope="session", autouse=True)
+def ray_session() -> Any:
+    ray.init(num_cpus=4, include_dashboard=False, ignore_reinit_error=True)
+    yield
+    ray.shutdown()
+
+
+def keychest_config(*, remote_runners: int = 1, **training: Any) -> HGPOConfig:
+    """Small but complete: 3 groups of 2 episodes, <= 4 steps, 8-token responses."""
+    settings = {
+        "group_size": GROUP_SIZE,
+        "groups_per_iteration": GROUPS,
+        "max_new_tokens": 8,
+        "max_prompt_tokens": 160,
+        "minibatch_size": 8,
+        "micro_batch_size": 4,
+        "lr": 1e-3,
+        **training,
+    }
+    return (
+        HGPOConfig()
+        .environment("keychest", env_config={"max_steps": 4})
+        .env_runners(
+            num_env_runners=remote_runners,
+            num_envs_per_env_runner=2 * GROUP_SIZE,
+            create_local_env_runner=remote_runners == 0,
+        )
+        .rl_module(model_config=TINY_MODEL)
+        .training(**settings)
+        .debugging(seed=0)
+    )
+
+
+def learner_weights(algo: HGPO) -> dict[str, np.ndarray]:
+    """A copy: a local learner's state arrays share memory with its live parameters."""
+    state = algo.learner_group.get_state(components="learner/rl_module")["learner"]["rl_module"]
+    return copy.deepcopy(state["default_policy"])
+
+
+def optimizer_state(algo: HGPO) -> Any:
+    return copy.deepcopy(algo.learner_group.get_state(components="learner/optimizer")["learner"]["optimizer"])
+
+
+def assert_same_tree(a: Any, b: Any) -> None:
+    """Exact equality of nested dicts/lists of arrays, tensors and scalars."""
+    if isinstance(a, dict):
+        assert a.keys() == b.keys()
+        for key in a:
+            assert_same_tree(a[key], b[key])
+    elif isinstance(a, (list, tuple)):
+        assert len(a) == len(b)
+        for x, y in zip(a, b, strict=True):
+            assert_same_tree(x, y)
+    elif isinstance(a, (np.ndarray, torch.Tensor)):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    else:
+        assert a == b
+
+
+def max_abs_diff(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> float:
+    assert a.keys() == b.keys()
+    return max(float(np.abs(np.asarray(a[k]) - np.asarray(b[k])).max()) for k in a)
+
+
+# ------------------------------------------------------------------------------------------
+def test_two_iterations_report_every_metric() -> None:
+    algo = keychest_config().build_algo()
+    try:
+        initial = learner_weights(algo)
+        results = [algo.train() for _ in range(2)]
+        last = results[-1]
+        runners, learner = last["env_runners"], last["learners"]["default_policy"]
+
+        for key in ("success_rate", "invalid_action_rate", "episode_len_mean", "episode_return_mean",
+                    "generated_tokens_per_s", "num_generated_tokens"):
+            assert np.isfinite(runners[key]), key
+        assert 0 <= runners["success_rate_by_task"]["keychest"] <= 1
+        assert 1 <= runners["episode_len_mean"] <= 4
+        assert runners["num_episodes"] == GROUPS * GROUP_SIZE
+
+        for key in ("advantage_mean", "advantage_std", "advantage_abs_mean", "advantage_min", "advantage_max",
+                    "advantage_zero_frac", "level1_group_size_mean", "level2_singleton_frac",
+                    "level3_group_size_mean", "all_levels_singleton_frac", "entropy", "policy_loss",
+                    "clip_frac", "dual_clip_frac", "ratio_mean", "advantage_estimator_s",
+                    "advantage_connector_s", "reference_logp_s", "gradients_default_optimizer_global_norm"):
+            assert np.isfinite(learner[key]), key
+        assert learner["num_groups"] == GROUPS
+        assert learner["episodes_per_group_min"] == learner["episodes_per_group_max"] == GROUP_SIZE
+        assert learner["level1_group_size_mean"] >= GROUP_SIZE  # every first step shares the start
+        assert learner["entropy"] > 0
+        assert learner["kl"] > 0  # the policy moved away from the reference in iteration 1
+        assert learner["logp_gap_vs_sampler"] < 1e-4  # sampler and learner score tokens alike
+        assert learner["num_optimizer_steps"] >= 1
+        for phase in ("sampling", "learner_update", "weight_sync"):
+            assert last["iteration_seconds"][phase] > 0
+        assert last["num_groups_sampled"] == GROUPS and last["generated_tokens_per_s"] > 0
+
+        trained = learner_weights(algo)
+        assert max_abs_diff(initial, trained) > 0
+        runner_weights = algo.env_runner_group.foreach_env_runner(
+            lambda er: er.module.get_state(), local_env_runner=False
+        )[0]
+        assert not any(k.startswith("ref_lm.") for k in runner_weights)  # the reference stays on learners
+        policy = {k: v for k, v in trained.items() if not k.startswith("ref_lm.")}
+        assert max_abs_diff(policy, runner_weights) == 0.0  # the runners sample with the new weights
+    finally:
+        algo.stop()
+
+
+@pytest.mark.parametrize("estimator", ["grpo", "gigpo"])
+def test_estimator_switch_runs_an_iteration(estimator: str) -> None:
+    """(HGPO itself runs in the test above.) Local runner and learner: no actors to start."""
+    algo = keychest_config(remote_runners=0, estimator=estimator, kl_coeff=0.0).build_algo()
+    try:
+        learner = algo.train()["learners"]["default_policy"]
+        levels = {k for k in learner if k.startswith("level")}
+        gigpo_levels = {"level1_group_size_mean", "level1_singleton_frac"}
+        assert levels == (set() if estimator == "grpo" else gigpo_levels)
+        assert learner["num_groups"] == GROUPS and np.isfinite(learner["advantage_abs_mean"])
+        assert "kl" not in learner and "reference_logp_s" not in learner  # kl_coeff=0: no reference
+        assert not hasattr(algo.learner_group._learner.module["default_policy"], "ref_lm")
+    finally:
+        algo.stop()
+
+
+def test_grouped_runner_samples_whole_groups_in_lock_step() -> None:
+    config = keychest_config(remote_runners=0)
+    runner = GroupedEnvRunner(config=config, worker_index=1)
+    calls = []
+    generate = runner.module.forward_exploration
+    runner.module.forward_exploration = lambda batch, **kw: calls.append(len(batch[PROMPT_IDS])) or generate(
+        batch, **kw
+    )
+    episodes = runner.sample(num_episodes=3 * GROUP_SIZE)  # 2 groups per wave: a wave of 2, then 1
+
+    groups: dict[str, list] = {}
+    for ep in episodes:
+        groups.setdefault(ep.get_infos(0)[GROUP_ID], []).append(ep)
+        assert ep.is_done and len(ep.get_extra_model_outputs(PROMPT_IDS)) == len(ep)
+    assert sorted(map(len, groups.values())) == [GROUP_SIZE] * 3
+    seeds = [{ep.get_infos(0)[TASK_SEED] for ep in members} for members in groups.values()]
+    assert all(len(s) == 1 for s in seeds) and len(set.union(*seeds)) == 3  # one task per group
+    assert all(len({ep.get_observations(0) for ep in members}) == 1 for members in groups.values())
+    # One generation per turn for all active members: wave 1 (4 envs) then wave 2 (2 envs).
+    wave1 = [len(e) for e in episodes[: 2 * GROUP_SIZE]]
+    wave2 = [len(e) for e in episodes[2 * GROUP_SIZE :]]
+    expected = [sum(n > t for n in wave1) for t in range(max(wave1))]
+    expected += [sum(n > t for n in wave2) for t in range(max(wave2))]
+    assert calls == expected
+    assert runner.get_metrics()["num_episodes"] == 3 * GROUP_SIZE
+
+    with pytest.raises(ValueError, match="multiple of group_size"):
+        runner.sample(num_episodes=GROUP_SIZE + 1)
+    with pytest.raises(ValueError, match="num_episodes"):
+        runner.sample(num_timesteps=10)
+    runner.stop()
+
+
+def test_two_learners_each_receive_whole_groups() -> None:
+    # Per learner: minibatches of 4 rows in 2 micro-batches, so DDP's no_sync path runs too.
+    config = keychest_config(groups_per_iteration=5, minibatch_size=8, micro_batch_size=2)
+    algo = config.learners(num_learners=2).build_algo()
+    try:
+        learner = algo.train()["learners"]["default_policy"]
+        assert learner["num_groups"] == 5  # summed over both learners
+        assert learner["episodes_per_group_min"] == learner["episodes_per_group_max"] == GROUP_SIZE
+        states = algo.learner_group.foreach_learner(lambda lr: lr.module["default_policy"].get_state())
+        weights = [r.get() for r in states.result_or_errors]
+        assert len(weights) == 2 and max_abs_diff(weights[0], weights[1]) == 0.0  # DDP kept them equal
+    finally:
+        algo.stop()
+
+
+def test_checkpoints_restore_weights_and_optimizer_and_are_never_overwritten(tmp_path: Any) -> None:
+    """``save``/``restore`` are the Trainable calls Tune makes to checkpoint and to resume a trial;
+    ``from_checkpoint`` rebuilds a new algorithm from the pickled config."""
+    algo = keychest_config().build_algo()
+    try:
+        algo.train()
+        first = algo.save(str(tmp_path / "first")).checkpoint.path
+        saved_weights, saved_optim = learner_weights(algo), optimizer_state(algo)
+        algo.train()
+        second = algo.save(str(tmp_path / "second")).checkpoint.path
+        assert first != second and max_abs_diff(saved_weights, learner_weights(algo)) > 0
+        algo.restore(first)  # back to the first checkpoint, which the second save left intact
+        assert algo.iteration == 1
+        assert_same_tree(learner_weights(algo), saved_weights)
+        assert_same_tree(optimizer_state(algo), saved_optim)
+        assert algo.train()["training_iteration"] == 2
+    finally:
+        algo.stop()
+
+    restored = HGPO.from_checkpoint(first)
+    try:
+        assert restored.iteration == 1
+        assert_same_tree(learner_weights(restored), saved_weights)
+        assert_same_tree(optimizer_state(restored), saved_optim)
+        result = restored.train()
+        assert result["training_iteration"] == 2
+        assert result["learners"]["default_policy"]["num_groups"] == GROUPS
+    finally:
+        restored.stop()
+
+
+def test_crashed_env_runner_is_restarted_and_training_goes_on() -> None:
+    """RLlib's own mechanism: the dead runner's actor restarts, is re-synced before a training step
+    (``restore_env_runners``) and samples again; iterations without a runner just sample nothing."""
+    algo = keychest_config().fault_tolerance(restart_failed_env_runners=True).build_algo()
+    try:
+        algo.train()
+        runners = algo.env_runner_group
+        sampled = algo.train()["num_env_steps_sampled_lifetime"]
+        before = learner_weights(algo)
+        runners.foreach_env_runner(lambda er: os._exit(1), local_env_runner=False)  # kill the process
+        deadline = time.monotonic() + 120
+        while algo.train()["num_env_steps_sampled_lifetime"] == sampled:  # until the runner is back
+            assert time.monotonic() < deadline, "the crashed env runner was not restarted"
+            time.sleep(1)
+        assert runners.num_remote_worker_restarts() >= 1 and runners.num_healthy_remote_workers() == 1
+        result = algo.train()
+        assert result["learners"]["default_policy"]["num_groups"] == GROUPS
+        assert result["num_env_steps_sampled_lifetime"] > sampled
+        assert max_abs_diff(before, learner_weights(algo)) > 0
+    finally:
+        algo.stop()
+
+
+def test_alfworld_two_iterations() -> None:
+    """The real ALFWorld engine on generated games (no download), local runner and learner."""
+    from envs.alfworld.logic import TASK_TYPES
+
+    config = keychest_config(remote_runners=0, max_prompt_tokens=512).environment(
+        "alfworld", env_config={"max_steps": 3, "source": "generated"}
+    )
+    algo = config.build_algo()
+    try:
+        results = [algo.train() for _ in range(2)]
+        runners, learner = results[-1]["env_runners"], results[-1]["learners"]["default_policy"]
+        assert set(runners["success_rate_by_task"]) <= set(TASK_TYPES)
+        assert 0 <= runners["success_rate"] <= 1 and runners["episode_len_mean"] <= 3
+        assert learner["num_groups"] == GROUPS and learner["level1_group_size_mean"] >= GROUP_SIZE
+        assert learner["logp_gap_vs_sampler"] < 1e-4 and np.isfinite(learner["kl"])
+    finally:
+        algo.stop()
