@@ -1,12 +1,18 @@
 """HGPO (Hierarchy-of-Groups Policy Optimization) for LLM agents, as a Ray RLlib algorithm.
 
-Importing the package registers the algorithm with Ray Tune as "HGPO" (``tune.Tuner("HGPO", ...)``).
+``from hgpo_rllib import HGPO, HGPOConfig`` imports RLlib and registers the algorithm with Ray Tune
+as "HGPO" (``tune.Tuner("HGPO", ...)``). The maths (:mod:`hgpo_rllib.advantages`) imports no Ray,
+so this package loads RLlib only when the algorithm is asked for.
 """
 
-from ray.tune.registry import register_trainable
-
-from hgpo_rllib.hgpo import HGPO, HGPOConfig
-
-register_trainable("HGPO", HGPO)
+from typing import Any
 
 __all__ = ["HGPO", "HGPOConfig"]
+
+
+def __getattr__(name: str) -> Any:
+    if name in __all__:
+        from hgpo_rllib import hgpo
+
+        return getattr(hgpo, name)
+    raise AttributeError(f"module 'hgpo_rllib' has no attribute {name!r}")

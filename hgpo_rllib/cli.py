@@ -96,7 +96,7 @@ def train(
     from ray import tune
 
     import envs  # noqa: F401 - registers the environments with Tune
-    import hgpo_rllib  # noqa: F401 - registers "HGPO" with Tune
+    import hgpo_rllib.hgpo  # noqa: F401 - registers "HGPO" with Tune
 
     if checkpoint_freq < 0 or num_samples < 1:
         raise ValueError("checkpoint_freq must be >= 0 and num_samples >= 1")

@@ -53,6 +53,7 @@ from ray.rllib.utils.metrics import (
     SYNCH_WORKER_WEIGHTS_TIMER,
     TIMERS,
 )
+from ray.tune.registry import register_trainable
 
 import envs
 from hgpo_rllib.callbacks import HGPOMetricsCallback
@@ -471,3 +472,6 @@ class HGPO(Algorithm):
             )
         episodes = [ep for eps, _ in results for ep in eps]
         return episodes, [metrics for _, metrics in results]
+
+
+register_trainable("HGPO", HGPO)
