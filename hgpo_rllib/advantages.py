@@ -23,17 +23,20 @@ assume rewards of order 1) and depends on the group only, not on row order.
 from __future__ import annotations
 
 import operator
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from typing import NamedTuple
 
 import numpy as np
 import numpy.typing as npt
 
 __all__ = [
+    "HGPOLevels",
     "discounted_returns",
     "gigpo_advantages",
     "grpo_advantages",
     "hgpo_advantages",
+    "hgpo_level_stats",
     "step_returns_and_scores",
 ]
 
@@ -78,6 +81,17 @@ def _check_epsilon(epsilon: float) -> None:
     """epsilon > 0 keeps (r - mean) / (std + eps) and the weight ratio finite (spec §2, §4.4)."""
     if not (np.isfinite(epsilon) and epsilon > 0):
         raise ValueError(f"epsilon must be a finite positive number, got {epsilon!r}")
+
+
+def _check_history_length(history_length: int) -> int:
+    """K as a Python int >= 0 (spec §4.1); floats are refused rather than truncated."""
+    try:
+        history_length = operator.index(history_length)
+    except TypeError as err:
+        raise TypeError(f"history_length must be an integer, got {history_length!r}") from err
+    if history_length < 0:
+        raise ValueError(f"history_length must be >= 0, got {history_length!r}")
+    return history_length
 
 
 # ----------------------------------------------------------------------------- interning
@@ -253,6 +267,7 @@ class _GroupAdvantage(NamedTuple):
 
     value: FloatArray
     shared: npt.NDArray[np.bool_]  # the row's group has at least two members
+    count: IntArray  # members of each group code (indexed by code, not by row)
 
 
 def _group_advantages(
@@ -290,7 +305,7 @@ def _group_advantages(
         scale[shared] = np.sqrt(sq_dev[shared] / (count[shared] - ddof))
         scale += epsilon
         dev /= scale[ids]
-    return _GroupAdvantage(dev, shared[ids])
+    return _GroupAdvantage(dev, shared[ids], count)
 
 
 def _episode_advantages(group: IntArray, scores: FloatArray, by_std: bool, epsilon: float) -> FloatArray:
@@ -303,6 +318,63 @@ def _pair_codes(first: IntArray, second: IntArray, n_second: int) -> IntArray:
     """Dense ids of (first, second) pairs; both codes are below the row count (or a compact
     id range), so ``first * n_second + second`` cannot overflow int64."""
     return _dense_ids(first * n_second + second)[0]
+
+
+# ----------------------------------------------------------------------------- HGPO hierarchy
+
+
+class _History(NamedTuple):
+    """HGPO's grouping inputs with the rows sorted by (trajectory, step) (spec §4.2)."""
+
+    layout: _Layout
+    group: IntArray  # group code of each sorted row
+    obs: IntArray  # observation code of each sorted row
+    n_obs: int  # bound of the observation codes
+    returns: FloatArray  # step return of each sorted row
+
+
+def _history(
+    group_ids: Keys, traj_ids: Keys, step_idx: npt.ArrayLike, obs: Keys, returns: FloatArray
+) -> _History:
+    """Intern the keys and sort the rows; a trajectory split over two groups is an error."""
+    group, _ = _intern(group_ids, "group_ids")
+    observation, n_obs = _intern(obs, "obs")
+    layout = _layout(traj_ids, step_idx)
+    order = layout.order
+    group_sorted = group[order]
+    if (group_sorted[1:] != group_sorted[:-1])[layout.pos[1:] > 0].any():
+        raise ValueError("group_ids: every trajectory must lie in a single group")
+    return _History(layout, group_sorted, observation[order], n_obs, returns[order])
+
+
+class _Level(NamedTuple):
+    """One history level d as :func:`_history_levels` visits it."""
+
+    depth: int  # d = paper's k + 1
+    rows: IntArray  # visited sorted rows: the level-d rows whose level-(d-1) group is shared
+    key: IntArray  # level-d group code of each visited row
+    group: _GroupAdvantage  # items of the visited rows (population std, spec §4.3)
+
+
+def _history_levels(history: _History, history_length: int, by_std: bool, epsilon: float) -> Iterator[_Level]:
+    """Levels d = 1 .. history_length + 1, shallowest first: the one grouping of spec §4.2-4.3.
+
+    Level d refines level d-1 by the observation d-1 steps back, so groups are nested and
+    only rows whose level-(d-1) group has >= 2 members are visited at level d: every other
+    row with t >= d-1 is alone in its level-d group. Stops early once no row is left.
+    """
+    rows = np.arange(len(history.obs))
+    key = _pair_codes(history.group, history.obs, history.n_obs)
+    for depth in range(1, history_length + 2):
+        if depth > 1:
+            deep_enough = history.layout.pos[rows] >= depth - 1
+            rows, key = rows[deep_enough], key[deep_enough]
+            key = _pair_codes(key, history.obs[rows - (depth - 1)], history.n_obs)
+        if rows.size == 0:
+            return
+        group = _group_advantages(key, history.returns[rows], ddof=0, by_std=by_std, epsilon=epsilon)
+        yield _Level(depth, rows, key, group)
+        rows, key = rows[group.shared], key[group.shared]
 
 
 # ----------------------------------------------------------------------------- estimators
@@ -391,6 +463,8 @@ def hgpo_advantages(
       L = d. With ``base_group=True`` the base item is taken as the bottom level of the
       hierarchy (L = 1) and the step levels move up one (L = d + 1), which coincides with
       ``"reference"``: the code's offset is exactly room reserved for that base item.
+
+    :func:`hgpo_level_stats` exposes the per-level groups and items behind the result.
     """
     n = _n_rows(
         group_ids=group_ids,
@@ -403,12 +477,7 @@ def hgpo_advantages(
     _check_option(mode, _MODES, "mode")
     _check_option(weighting, _WEIGHTINGS, "weighting")
     _check_epsilon(epsilon)
-    try:
-        history_length = operator.index(history_length)
-    except TypeError as err:
-        raise TypeError(f"history_length must be an integer, got {history_length!r}") from err
-    if history_length < 0:
-        raise ValueError(f"history_length must be >= 0, got {history_length!r}")
+    history_length = _check_history_length(history_length)
     if not np.isfinite(alpha):
         raise ValueError(f"alpha must be finite, got {alpha!r}")
     returns = _finite(step_returns, "step_returns")
@@ -416,13 +485,8 @@ def hgpo_advantages(
     if n == 0:
         return returns
     by_std = mode == "mean_std_norm"
-    group, _ = _intern(group_ids, "group_ids")
-    observation, n_obs = _intern(obs, "obs")
-    layout = _layout(traj_ids, step_idx)
-    order = layout.order
-    group_sorted, obs_sorted, returns_sorted = group[order], observation[order], returns[order]
-    if (group_sorted[1:] != group_sorted[:-1])[layout.pos[1:] > 0].any():
-        raise ValueError("group_ids: every trajectory must lie in a single group")
+    history = _history(group_ids, traj_ids, step_idx, obs, returns)
+    order = history.layout.order
 
     numerator = np.zeros(n)
     denominator = np.zeros(n)
@@ -433,24 +497,71 @@ def hgpo_advantages(
         denominator[rows] += weight * (item != 0.0)
 
     if base_group:
-        add_item(slice(None), _episode_advantages(group_sorted, scores[order], by_std, epsilon), 1.0)
+        add_item(slice(None), _episode_advantages(history.group, scores[order], by_std, epsilon), 1.0)
     offset = 0 if weighting == "paper" and not base_group else 1
-
-    # Level d refines level d-1 by the observation d-1 steps back: groups are nested, so only
-    # rows whose level-(d-1) group has >= 2 members can form a non-singleton group at level d.
-    rows = np.arange(n)
-    key = _pair_codes(group_sorted, obs_sorted, n_obs)
-    for depth in range(1, history_length + 2):
-        if depth > 1:
-            deep_enough = layout.pos[rows] >= depth - 1
-            rows, key = rows[deep_enough], key[deep_enough]
-            key = _pair_codes(key, obs_sorted[rows - (depth - 1)], n_obs)
-        if rows.size == 0:
-            break
-        level = _group_advantages(key, returns_sorted[rows], ddof=0, by_std=by_std, epsilon=epsilon)
-        add_item(rows, level.value, depth + offset)
-        rows, key = rows[level.shared], key[level.shared]
+    for level in _history_levels(history, history_length, by_std, epsilon):
+        add_item(level.rows, level.group.value, level.depth + offset)
 
     advantages = np.empty(n)
     advantages[order] = numerator / (denominator + epsilon)
     return advantages
+
+
+@dataclass(frozen=True)
+class HGPOLevels:
+    """The hierarchy behind :func:`hgpo_advantages`, level by level (spec §4.2-§4.3).
+
+    Both arrays have shape ``(K + 1, N)``, columns aligned with the input rows; row ``k`` is the
+    paper's level k (code depth d = k + 1): k = 0 the current-state group, k = K the whole memory
+    window. Meant for monitoring how much each level contributes.
+
+    - ``sizes[k, i]``: members of row i's level-k group; 1 for a singleton, 0 where the step
+      has no level k (fewer than k earlier steps).
+    - ``items[k, i]``: row i's level-k item, ``(R - mean) / (pop_std + eps)`` (``mean_norm``:
+      ``R - mean``); NaN where there is no item (no level k, or a singleton group). An item
+      of exactly 0.0 is a member at its group's mean (exact-zero rule, module docstring): it
+      exists but the aggregation drops it (§4.4 step 2, Q3), so 0.0 and NaN are kept apart.
+    """
+
+    sizes: IntArray
+    items: FloatArray
+
+
+def hgpo_level_stats(
+    group_ids: Keys,
+    traj_ids: Keys,
+    step_idx: npt.ArrayLike,
+    obs: Keys,
+    step_returns: npt.ArrayLike,
+    *,
+    history_length: int = 2,
+    mode: str = "mean_std_norm",
+    epsilon: float = 1e-6,
+) -> HGPOLevels:
+    """Per-level group sizes and items of HGPO (spec §4.2-§4.3), for metrics and tests.
+
+    Runs the very grouping of :func:`hgpo_advantages` (same inputs and options; the base item
+    and the weights are not part of it). With ``history_length=0`` the single level is
+    GiGPO's anchor-state group (spec §3), so its sizes serve GiGPO too; its items use the
+    population std of HGPO, not GiGPO's unbiased one.
+    """
+    n = _n_rows(group_ids=group_ids, traj_ids=traj_ids, step_idx=step_idx, obs=obs, step_returns=step_returns)
+    _check_option(mode, _MODES, "mode")
+    _check_epsilon(epsilon)
+    history_length = _check_history_length(history_length)
+    returns = _finite(step_returns, "step_returns")
+    n_levels = history_length + 1
+    if n == 0:
+        return HGPOLevels(np.zeros((n_levels, 0), np.int64), np.zeros((n_levels, 0)))
+    history = _history(group_ids, traj_ids, step_idx, obs, returns)
+    # Rows that have level d but are not visited there are singletons (see _history_levels).
+    sizes = (history.layout.pos >= np.arange(n_levels)[:, None]).astype(np.int64)
+    items = np.full((n_levels, n), np.nan)
+    for level in _history_levels(history, history_length, mode == "mean_std_norm", epsilon):
+        k, shared = level.depth - 1, level.group.shared
+        sizes[k, level.rows] = level.group.count[level.key]
+        items[k, level.rows[shared]] = level.group.value[shared]
+    order = history.layout.order
+    aligned_sizes, aligned_items = np.empty_like(sizes), np.empty_like(items)
+    aligned_sizes[:, order], aligned_items[:, order] = sizes, items
+    return HGPOLevels(aligned_sizes, aligned_items)

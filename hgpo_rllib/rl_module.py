@@ -24,6 +24,8 @@ from transformers import (
     AutoModelForCausalLM,
     AutoTokenizer,
     GenerationConfig,
+    LogitsProcessor,
+    LogitsProcessorList,
     PreTrainedModel,
     PreTrainedTokenizerBase,
 )
@@ -37,6 +39,11 @@ INFERENCE_BACKENDS = ("auto", "hf", "vllm")
 
 def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_text_list(value: Any) -> bool:
+    is_list = isinstance(value, Sequence) and not isinstance(value, str)
+    return is_list and all(isinstance(t, str) for t in value)
 
 
 def _is_number(value: Any) -> bool:
@@ -60,6 +67,7 @@ class LLMModuleConfig:
     torch_dtype: str = "float32"
     seed: int = 0
     vllm_gpu_memory_utilization: float = 0.5
+    action_vocabulary: Sequence[str] | None = None
 
     @classmethod
     def from_model_config(cls, model_config: Mapping[str, Any] | None) -> LLMModuleConfig:
@@ -87,12 +95,18 @@ class LLMModuleConfig:
             ),
             (
                 "tokenizer_corpus",
-                corpus is None
-                or (isinstance(corpus, Sequence) and not isinstance(corpus, str))
-                and all(isinstance(t, str) for t in corpus),
+                corpus is None or _is_text_list(corpus),
                 "a list of str",
             ),
             ("tokenizer_vocab_size", _is_int(self.tokenizer_vocab_size), "an int"),
+            (
+                "action_vocabulary",
+                self.action_vocabulary is None
+                or _is_text_list(self.action_vocabulary)
+                and len(self.action_vocabulary) > 0
+                and all(self.action_vocabulary),
+                "None or a non-empty list of non-empty str",
+            ),
             (
                 "max_prompt_tokens",
                 _is_int(self.max_prompt_tokens) and self.max_prompt_tokens > 0,
@@ -162,7 +176,9 @@ def _load_lm(cfg: LLMModuleConfig) -> tuple[PreTrainedTokenizerBase, PreTrainedM
     """Return (tokenizer, model, model directory or None for the in-memory tiny preset)."""
     dtype = TORCH_DTYPES[cfg.torch_dtype]
     if cfg.model == TINY_PRESET:
-        tokenizer = build_tiny_tokenizer(cfg.tokenizer_corpus, cfg.tokenizer_vocab_size)
+        tokenizer = build_tiny_tokenizer(
+            cfg.tokenizer_corpus, cfg.tokenizer_vocab_size, cfg.action_vocabulary or ()
+        )
         return tokenizer, build_tiny_model(tokenizer, cfg.tiny_model, cfg.seed).to(dtype), None
     path = Path(cfg.model).expanduser()
     if not (path / "config.json").is_file():
@@ -191,6 +207,20 @@ def _gather_logp(logp_all: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
     return logp_all.gather(-1, tokens.long().unsqueeze(-1)).squeeze(-1)
 
 
+# Masked logits: exp() underflows to exactly 0 while p * log p stays finite (-inf would give NaN).
+_MASKED_LOGIT = -1e9
+
+
+class _AllowedTokens(LogitsProcessor):
+    """Restricts sampling to the tokens of the module's ``action_vocabulary`` (and EOS)."""
+
+    def __init__(self, allowed: torch.Tensor):
+        self.allowed = allowed
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        return scores.masked_fill(~self.allowed.to(scores.device), _MASKED_LOGIT)
+
+
 class LLMRLModule(TorchRLModule, InferenceOnlyAPI):
     """Causal-LM policy: one generated response per prompt is one RL action.
 
@@ -200,6 +230,10 @@ class LLMRLModule(TorchRLModule, InferenceOnlyAPI):
     exploration ``temperature`` (as verl does), so old, new and reference log-probs all refer to one
     distribution. ``_forward_inference`` samples at ``eval_temperature`` and reports log-probs at that
     temperature, or at temperature 1 when greedy (``eval_temperature == 0``); it is never trained on.
+
+    ``action_vocabulary`` (optional list of texts) restricts generation, and the trained distribution
+    alike, to the tokens of those texts plus EOS: a from-scratch model then acts in the env's command
+    language from the first step. With the tiny preset each text is one token.
     """
 
     def setup(self) -> None:
@@ -218,6 +252,17 @@ class LLMRLModule(TorchRLModule, InferenceOnlyAPI):
         if self.llm_config.kl_coeff > 0 and not self.inference_only:
             self.ref_lm = copy.deepcopy(self.lm).requires_grad_(False).eval()
         self._vllm = None  # started lazily: only env runners generate, learners never need an engine
+        self.allowed_tokens = self._allowed_token_mask()
+
+    def _allowed_token_mask(self) -> torch.Tensor | None:
+        """Boolean [vocab] mask of the tokens the policy may emit, or None for the whole vocabulary."""
+        texts = self.llm_config.action_vocabulary
+        if texts is None:
+            return None
+        ids = {i for text in texts for i in self.tokenizer(text, add_special_tokens=False)["input_ids"]}
+        mask = torch.zeros(self.lm.get_output_embeddings().weight.shape[0], dtype=torch.bool)
+        mask[sorted(ids | set(self.eos_token_ids))] = True
+        return mask
 
     def get_non_inference_attributes(self) -> list[str]:
         return ["ref_lm"]
@@ -267,6 +312,9 @@ class LLMRLModule(TorchRLModule, InferenceOnlyAPI):
                 max_new_tokens=self.llm_config.max_new_tokens,
                 stop_token_ids=self.eos_token_ids,
                 pad_token_id=self.tokenizer.pad_token_id,
+                allowed_token_ids=None
+                if self.allowed_tokens is None
+                else self.allowed_tokens.nonzero().flatten().tolist(),
             )
         else:
             resp, logp, lengths = self._hf_generate(ids, mask, temperature)
@@ -295,8 +343,14 @@ class LLMRLModule(TorchRLModule, InferenceOnlyAPI):
             pad_token_id=self.tokenizer.pad_token_id,
         )
         device = self.lm.device
+        processors = LogitsProcessorList(
+            [] if self.allowed_tokens is None else [_AllowedTokens(self.allowed_tokens)]
+        )
         out = self.lm.generate(
-            input_ids=ids.to(device), attention_mask=mask.to(device), generation_config=gen_config
+            input_ids=ids.to(device),
+            attention_mask=mask.to(device),
+            generation_config=gen_config,
+            logits_processor=processors,
         )
         resp = out.sequences[:, ids.shape[1] :]
         logp = torch.stack(
@@ -368,7 +422,10 @@ class LLMRLModule(TorchRLModule, InferenceOnlyAPI):
             use_cache=False,
             logits_to_keep=width + 1,
         ).logits[:, :-1]
-        return logits.float() / self.llm_config.temperature
+        logits = logits.float() / self.llm_config.temperature
+        if self.allowed_tokens is not None:
+            logits = logits.masked_fill(~self.allowed_tokens.to(logits.device), _MASKED_LOGIT)
+        return logits
 
     def _forward_train(self, batch: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
         """Per-token log-probs and entropies of ``resp_ids`` (0 where ``resp_mask`` is 0)."""

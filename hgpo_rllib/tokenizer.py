@@ -12,11 +12,11 @@ seed in a forked RNG.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import torch
-from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
 from transformers.models.qwen2.tokenization_qwen2 import PRETOKENIZE_REGEX
 
@@ -54,8 +54,13 @@ TINY_MODEL_DEFAULTS: dict[str, Any] = {
 _TOKENIZER_DERIVED_KEYS = ("vocab_size", "bos_token_id", "eos_token_id", "pad_token_id")
 
 
-def build_tiny_tokenizer(corpus: Iterable[str] | None, vocab_size: int) -> PreTrainedTokenizerFast:
+def build_tiny_tokenizer(
+    corpus: Iterable[str] | None, vocab_size: int, whole_tokens: Sequence[str] = ()
+) -> PreTrainedTokenizerFast:
     """Train a deterministic byte-level BPE (no UNK: all 256 bytes are in the vocab) on ``corpus``.
+
+    Each text of ``whole_tokens`` (e.g. an env's commands, "go north") is added as one token, so a
+    from-scratch model emits a command in a single step (the model's ``action_vocabulary``).
 
     Normaliser and pre-tokeniser are exactly Qwen2's (NFC + Qwen2 split regex + ByteLevel), because
     transformers v5 rebuilds a ``Qwen2Tokenizer`` with those when ``AutoTokenizer`` reloads a qwen2
@@ -81,6 +86,7 @@ def build_tiny_tokenizer(corpus: Iterable[str] | None, vocab_size: int) -> PreTr
         show_progress=False,
     )
     tok.train_from_iterator([*_BASE_CORPUS, *(corpus or ())], trainer=trainer)
+    tok.add_tokens([AddedToken(text, normalized=False) for text in dict.fromkeys(whole_tokens)])
     return PreTrainedTokenizerFast(
         tokenizer_object=tok,
         eos_token=IM_END,

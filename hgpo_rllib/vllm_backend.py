@@ -76,6 +76,7 @@ class VLLMGenerator:
         max_new_tokens: int,
         stop_token_ids: list[int],
         pad_token_id: int,
+        allowed_token_ids: list[int] | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Sample one response per prompt: (tokens [B, L], log-probs [B, L], lengths [B]), right-padded."""
         params = SamplingParams(
@@ -87,6 +88,7 @@ class VLLMGenerator:
             max_tokens=max_new_tokens,
             logprobs=0,  # only the sampled token's log-prob
             stop_token_ids=stop_token_ids,
+            allowed_token_ids=allowed_token_ids,
             detokenize=False,
         )
         outputs = self._llm.generate([{"prompt_token_ids": p} for p in prompts], params, use_tqdm=False)

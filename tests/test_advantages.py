@@ -16,10 +16,12 @@ import numpy as np
 import pytest
 
 from hgpo_rllib.advantages import (
+    HGPOLevels,
     discounted_returns,
     gigpo_advantages,
     grpo_advantages,
     hgpo_advantages,
+    hgpo_level_stats,
     step_returns_and_scores,
 )
 
@@ -188,6 +190,47 @@ def test_member_at_group_mean_is_dropped_per_item() -> None:
     assert got[4] == 0.0  # singleton at its only level
 
 
+# ----------------------------------------------------------------------------- per-level view
+
+
+def _levels_on(case: dict[str, Any], **options: Any) -> HGPOLevels:
+    returns, _ = _inputs(case, "pipeline")  # gamma = 0.5: every return is exact
+    columns = (_column(case, field) for field in ("group_id", "traj_id", "step_idx", "obs"))
+    return hgpo_level_stats(*columns, returns, **options)
+
+
+def test_level_stats_worked_example_section_4_5() -> None:
+    """Step t0/B (row 1): level k=0 (key B) has 4 members and item 1.50756, k=1 (key A B) has
+    3 and item 1.41421; at t = 1 it has no level k=2 (spec §4.5, which rounds away the eps)."""
+    levels = _levels_on(_nested_depths(), history_length=2)
+    assert levels.sizes.shape == levels.items.shape == (3, 21)
+    assert levels.sizes[:, 1].tolist() == [4, 3, 0]
+    # R = .25 in {.25, 0, .125, 0}: mean .09375, pop. variance .0107421875; in {.25, 0, 0}: 1/12, 1/72.
+    by_hand = [0.15625 / (np.sqrt(0.0107421875) + 1e-6), (1 / 6) / (np.sqrt(1 / 72) + 1e-6)]
+    np.testing.assert_allclose(levels.items[:2, 1], by_hand, rtol=1e-12)
+    np.testing.assert_allclose(levels.items[:2, 1], [1.50756, 1.41421], atol=2e-5)
+    assert np.isnan(levels.items[2, 1])
+
+
+def test_level_stats_hand_counted_sizes_and_items() -> None:
+    """Every group of §4.5 counted by hand; t0 = ABCD, t1 = ABCE, t2 = XBCDZ, t3 = YWCD, t4 = ABCD."""
+    levels = _levels_on(_nested_depths(), history_length=2)
+    # Per trajectory: k=0 keys (A)3 (B)4 (C)5 (D)4, rest alone; k=1 (AB)3 (BC)4 (CD)4;
+    # k=2 (ABC)3 (BCD)3; 0 where t < k.
+    expected = [
+        [3, 4, 5, 4] + [3, 4, 5, 1] + [1, 4, 5, 4, 1] + [1, 1, 5, 4] + [3, 4, 5, 4],
+        [0, 3, 4, 4] + [0, 3, 4, 1] + [0, 1, 4, 4, 1] + [0, 1, 1, 4] + [0, 3, 4, 4],
+        [0, 0, 3, 3] + [0, 0, 3, 1] + [0, 0, 1, 3, 1] + [0, 0, 1, 1] + [0, 0, 3, 3],
+    ]
+    np.testing.assert_array_equal(levels.sizes, expected)
+    np.testing.assert_array_equal(np.isnan(levels.items), levels.sizes < 2)  # no item, no group
+    # t2/C (row 10) sits at the mean .25 of (C)'s returns {.5, 0, .25, .5, 0}: an item that
+    # exists and is exactly 0 (the aggregation drops it), unlike the NaN of its k=2 singleton.
+    assert levels.items[0, 10] == 0.0 and np.isnan(levels.items[2, 10])
+    # mean_norm items are R - mean: t0/D (row 3) at k=0 is 1 - mean{1, .5, 1, 0} = .375.
+    assert _levels_on(_nested_depths(), history_length=0, mode="mean_norm").items[0, 3] == 0.375
+
+
 # ----------------------------------------------------------------------------- returns
 
 
@@ -220,6 +263,8 @@ def test_empty_inputs_give_empty_outputs() -> None:
     assert grpo_advantages([], []).shape == (0,)
     assert gigpo_advantages([], [], [], []).shape == (0,)
     assert hgpo_advantages([], [], [], [], [], [], base_group=True).shape == (0,)
+    levels = hgpo_level_stats([], [], [], [], [], history_length=3)
+    assert levels.sizes.shape == levels.items.shape == (4, 0)
 
 
 def test_keys_may_be_ints_strings_or_tuples() -> None:
@@ -258,6 +303,12 @@ def _hgpo_args(**override: Any) -> dict[str, Any]:
         "episode_scores": EST["episode_scores"],
     }
     return args | override
+
+
+def _level_args(**override: Any) -> dict[str, Any]:
+    args = _hgpo_args(**override)
+    del args["episode_scores"]
+    return args
 
 
 @pytest.mark.parametrize(
@@ -304,6 +355,12 @@ def _hgpo_args(**override: Any) -> dict[str, Any]:
             lambda: hgpo_advantages(**_hgpo_args(traj_ids=["a", "a"], step_idx=[0, 1], group_ids=["g", "h"])),
             "group_ids",
         ),
+        (lambda: hgpo_level_stats(**_level_args(step_returns=[0.0])), "step_returns"),
+        (lambda: hgpo_level_stats(**_level_args(step_returns=[np.nan, 0.0])), "step_returns"),
+        (lambda: hgpo_level_stats(**_level_args(), mode="median"), "mode"),
+        (lambda: hgpo_level_stats(**_level_args(), history_length=-1), "history_length"),
+        (lambda: hgpo_level_stats(**_level_args(), epsilon=0.0), "epsilon"),
+        (lambda: hgpo_level_stats(**_level_args(traj_ids=["a", "a"])), "duplicate"),
     ],
 )
 def test_bad_input_raises_value_error_naming_the_argument(call: Any, match: str) -> None:
@@ -316,3 +373,5 @@ def test_unhashable_keys_raise_type_error_naming_the_argument() -> None:
         gigpo_advantages(**(EST | {"obs": [["x"], ["x"]]}))
     with pytest.raises(TypeError, match="history_length"):
         hgpo_advantages(**_hgpo_args(), history_length=1.5)
+    with pytest.raises(TypeError, match="history_length"):
+        hgpo_level_stats(**_level_args(), history_length=1.5)

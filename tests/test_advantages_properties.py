@@ -4,7 +4,8 @@ Random small batches (few groups, trajectories and observation symbols, so state
 and returns repeat) check: agreement with the per-row Python baseline of
 ``benchmarks/advantages.py`` (a direct transcription of the spec §4.4 pseudo-code) for every
 option, invariance under row permutation, independence of groups, finiteness, the K = 0
-case, and the vectorised returns against the reference's naive per-row formula.
+case, the per-level view (sizes as the pseudo-code's clusters, items that re-aggregate to
+``hgpo_advantages``), and the vectorised returns against the reference's naive per-row formula.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from hgpo_rllib.advantages import (
     gigpo_advantages,
     grpo_advantages,
     hgpo_advantages,
+    hgpo_level_stats,
     step_returns_and_scores,
 )
 
@@ -202,6 +204,46 @@ def test_history_length_zero_is_the_current_state_level(
         expected[rows] = np.where(item != 0.0, weight * item / (weight + 1e-6), 0.0)
     got = hgpo_advantages(*batch, history_length=0, alpha=alpha, mode=mode, weighting=weighting)
     np.testing.assert_allclose(got, expected, rtol=1e-12, atol=1e-12)
+
+
+@SETTINGS
+@given(batches(), st.integers(0, 4))
+def test_level_sizes_are_the_pseudo_code_clusters(batch: Batch, history_length: int) -> None:
+    """Spec §4.4 pseudo-code: (group, d, last d observations) -> rows; no item below 2 rows."""
+    trajectories = defaultdict(list)
+    for row, traj in enumerate(batch.traj_ids):
+        trajectories[traj].append(row)
+    clusters = defaultdict(list)
+    for rows in trajectories.values():
+        rows.sort(key=lambda row: batch.step_idx[row])
+        for t, row in enumerate(rows):
+            for depth in range(1, min(history_length, t) + 2):
+                window = tuple(batch.obs[prev] for prev in rows[t - depth + 1 : t + 1])
+                clusters[(batch.group_ids[row], depth, window)].append(row)
+    expected = np.zeros((history_length + 1, len(batch.obs)), dtype=int)
+    for (_, depth, _), rows in clusters.items():
+        expected[depth - 1, rows] = len(rows)
+    levels = hgpo_level_stats(*batch[:5], history_length=history_length)
+    np.testing.assert_array_equal(levels.sizes, expected)
+    np.testing.assert_array_equal(np.isnan(levels.items), expected < 2)
+
+
+@SETTINGS
+@given(batches(), hgpo_options)
+def test_level_items_reaggregate_to_hgpo(batch: Batch, options: dict[str, Any]) -> None:
+    """§4.4 on the per-level items (NaN: no item; 0.0: dropped) plus the base item gives
+    hgpo_advantages: weight L**alpha with L = d + 1 (paper weighting without base: L = d)."""
+    history_length, alpha, mode = options["history_length"], options["alpha"], options["mode"]
+    levels = hgpo_level_stats(*batch[:5], history_length=history_length, mode=mode)
+    offset = 0 if options["weighting"] == "paper" and not options["base_group"] else 1
+    lengths = np.arange(1, history_length + 2) + offset
+    items = levels.items
+    if options["base_group"]:
+        base = grpo_advantages(batch.group_ids, batch.episode_scores, norm_by_std=mode == "mean_std_norm")
+        items, lengths = np.vstack([base, items]), np.concatenate([[1], lengths])
+    weights = np.where(np.isnan(items) | (items == 0.0), 0.0, lengths[:, None] ** alpha)
+    expected = np.where(weights > 0, weights * items, 0.0).sum(axis=0) / (weights.sum(axis=0) + 1e-6)
+    np.testing.assert_allclose(hgpo_advantages(*batch, **options), expected, rtol=1e-12, atol=1e-12)
 
 
 @SETTINGS

@@ -18,6 +18,7 @@ from ray.rllib.utils.metrics.metrics_logger import MetricsLogger
 
 import envs
 from hgpo_rllib import HGPOConfig
+from hgpo_rllib.advantages import hgpo_level_stats
 from hgpo_rllib.connectors.group_advantages import (
     ADVANTAGES,
     OLD_LOGP,
@@ -26,7 +27,7 @@ from hgpo_rllib.connectors.group_advantages import (
     EstimatorSettings,
     GroupAdvantages,
     StepTable,
-    level_group_sizes,
+    estimator_inputs,
 )
 from hgpo_rllib.connectors.history_window import episode_prompt_text
 from hgpo_rllib.env_runner import GROUP_ID, PROMPT_IDS, RESP_LOGP, RESP_MASK
@@ -153,22 +154,29 @@ def test_connector_reproduces_golden_advantages(estimator: str, case: dict[str, 
     assert np.all(np.abs(got - expected) <= 1e-4 * np.maximum(1.0, np.abs(expected))), (got, expected)
 
 
-def test_connector_metrics_and_level_sizes_on_the_worked_example() -> None:
-    """hgpo_algorithm.md §4.5: step t0/B is in a level-1 group of 4 and a level-2 group of 3."""
+def test_connector_level_metrics_on_the_worked_example() -> None:
+    """hgpo_algorithm.md §4.5, groups counted by hand (test_advantages): level 1 has 21 steps of
+    sizes summing to 71, level 2 16 steps (46), level 3 11 steps (23); the five steps on E, X, Z,
+    Y, W are alone at every level. Item statistics are those of the estimator's own items."""
     case = next(c for c in _golden_cases("hgpo") if c["name"] == "nested_depths_k2_msn")
     episodes, _ = golden_episodes(case)
     settings = _settings("hgpo", case)
-    table = StepTable.from_episodes(episodes)
-    sizes = level_group_sizes(table, settings.max_level)
-    assert len(sizes) == 3
-    assert sizes[0][1] == 4 and sizes[1][0] == 3  # row 1 = t0/B; level 2 starts at row 1
-    assert len(sizes[1]) == int((table.step_idx >= 1).sum())
     _, stats = run_connector(episodes, settings)
-    assert stats["num_groups"] == 1 and stats["num_step_rows"] == len(table.obs)
+    assert stats["num_groups"] == 1 and stats["num_step_rows"] == 21
     assert stats["episodes_per_group_min"] == stats["episodes_per_group_max"] == 5
-    assert stats["level1_group_size_mean"] == pytest.approx(sizes[0].mean())
-    assert stats["level3_singleton_frac"] == pytest.approx((sizes[2] == 1).mean())
-    assert 0 <= stats["all_levels_singleton_frac"] <= 1
+    for depth, rows, size_sum in ((1, 21, 71), (2, 16, 46), (3, 11, 23)):
+        assert stats[f"level{depth}_group_size_mean"] == pytest.approx(size_sum / rows)
+        assert stats[f"level{depth}_singleton_frac"] == pytest.approx(5 / rows)
+    assert stats["all_levels_singleton_frac"] == pytest.approx(5 / 21)
+    table = StepTable.from_episodes(episodes)
+    returns, _ = estimator_inputs(table, settings)
+    items = hgpo_level_stats(table.group_ids, table.traj_ids, table.step_idx, table.obs, returns).items
+    for depth, level in enumerate(items, start=1):
+        level = level[~np.isnan(level)]
+        assert stats[f"level{depth}_advantage_mean"] == pytest.approx(0.0, abs=1e-9)  # groups centre
+        assert stats[f"level{depth}_advantage_std"] == pytest.approx(level.std())
+        assert stats[f"level{depth}_advantage_abs_mean"] == pytest.approx(np.abs(level).mean())
+    assert stats["level1_advantage_abs_mean"] > 0
     assert stats["advantage_abs_mean"] > 0
 
 
@@ -180,7 +188,8 @@ def test_estimator_switch_changes_levels_and_values() -> None:
     levels = {e: {k for k in stats if k.startswith("level")} for e, (_, stats) in results.items()}
     assert levels["grpo"] == set()
     assert levels["gigpo"] == {"level1_group_size_mean", "level1_singleton_frac"}
-    assert "level3_group_size_mean" in results["hgpo"][1]
+    suffixes = ("group_size_mean", "singleton_frac", "advantage_mean", "advantage_std", "advantage_abs_mean")
+    assert levels["hgpo"] == {f"level{d}_{suffix}" for d in (1, 2, 3) for suffix in suffixes}
     values = [results[e][0][ADVANTAGES] for e in names]
     assert not np.allclose(values[0], values[1]) and not np.allclose(values[1], values[2])
 

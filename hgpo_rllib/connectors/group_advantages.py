@@ -36,6 +36,8 @@ ESTIMATORS = ("hgpo", "gigpo", "grpo")
 ADV_MODES = adv._MODES  # the estimators' own lists, so validation cannot drift from them
 WEIGHTINGS = adv._WEIGHTINGS
 
+FloatArray = npt.NDArray[np.float64]
+
 
 @dataclass(frozen=True)
 class EstimatorSettings:
@@ -50,11 +52,6 @@ class EstimatorSettings:
     base_group: bool = False
     weighting: str = "reference"
     step_advantage_w: float = 1.0
-
-    @property
-    def max_level(self) -> int:
-        """Deepest history level the estimator groups on (GRPO none, GiGPO the current state)."""
-        return {"hgpo": self.history_length + 1, "gigpo": 1, "grpo": 0}[self.estimator]
 
 
 @dataclass
@@ -99,9 +96,9 @@ class StepTable:
         )
 
 
-def compute_advantages(table: StepTable, settings: EstimatorSettings) -> npt.NDArray[np.float64]:
-    """One scalar advantage per row from the configured estimator of :mod:`hgpo_rllib.advantages`."""
-    step_returns, scores = adv.step_returns_and_scores(
+def estimator_inputs(table: StepTable, settings: EstimatorSettings) -> tuple[FloatArray, FloatArray]:
+    """Step returns and episode scores of every row (hgpo_algorithm.md §1.1)."""
+    return adv.step_returns_and_scores(
         table.traj_ids,
         table.step_idx,
         table.rewards,
@@ -109,10 +106,14 @@ def compute_advantages(table: StepTable, settings: EstimatorSettings) -> npt.NDA
         settings.gamma,
         invalid_penalty=settings.invalid_action_penalty,
     )
+
+
+def compute_advantages(
+    table: StepTable, settings: EstimatorSettings, step_returns: FloatArray, scores: FloatArray
+) -> FloatArray:
+    """One scalar advantage per row from the configured estimator of :mod:`hgpo_rllib.advantages`."""
     if settings.estimator == "grpo":
-        return adv.grpo_advantages(
-            table.group_ids, scores, norm_by_std=settings.adv_mode == "mean_std_norm"
-        )
+        return adv.grpo_advantages(table.group_ids, scores, norm_by_std=settings.adv_mode == "mean_std_norm")
     if settings.estimator == "gigpo":
         return adv.gigpo_advantages(
             table.group_ids,
@@ -139,38 +140,48 @@ def compute_advantages(table: StepTable, settings: EstimatorSettings) -> npt.NDA
     raise ValueError(f"estimator must be one of {ESTIMATORS}, got {settings.estimator!r}")
 
 
-def _intern(values: Sequence[object]) -> npt.NDArray[np.int64]:
-    """Dense integer codes of hashable values (equal values, equal codes)."""
-    table: dict[object, int] = {}
-    return np.fromiter((table.setdefault(v, len(table)) for v in values), np.int64, len(values))
+def _mean(values: npt.NDArray[Any]) -> float:
+    """Mean, NaN for no values (the key stays; RLlib's mean reduction skips NaN)."""
+    return float(values.mean()) if values.size else float("nan")
 
 
-def _pair_codes(first: npt.NDArray[np.int64], second: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
-    """Dense codes of (first, second) pairs of dense codes."""
-    return np.unique(first * (int(second.max(initial=0)) + 1) + second, return_inverse=True)[1]
+def level_metrics(
+    table: StepTable, step_returns: FloatArray, settings: EstimatorSettings
+) -> dict[str, float]:
+    """History-level monitoring from the estimator's own grouping, :func:`adv.hgpo_level_stats`.
 
-
-def level_group_sizes(table: StepTable, max_level: int) -> list[npt.NDArray[np.int64]]:
-    """For levels d = 1..max_level, the size of each step's history group (monitoring only).
-
-    Level d groups the steps of one rollout group whose last d observations match
-    (hgpo_algorithm.md §4.2); entry d-1 holds the sizes of the steps with at least d-1 earlier
-    steps, in row order. The estimator does its own grouping; this only feeds the metrics.
+    Keys ``level{d}_*`` count from d = 1 (paper level k = d - 1, hgpo_algorithm.md §4.2), so
+    ``level1`` is the current-state group. For each level of HGPO (d = 1..K+1): mean group size
+    and singleton fraction over the steps that have the level, and mean / std / mean |a| of the
+    level's items (§4.3; exact-zero items included, singletons have none). GiGPO gets the
+    sizes of its anchor-state group only (its items use another std); GRPO has no levels.
+    ``all_levels_singleton_frac``: steps with no shared group at any level, which get no step
+    item (HGPO advantage 0 unless ``base_group``, §4.6). Undefined statistics are NaN.
     """
-    obs = _intern(table.obs)
-    rows = np.arange(len(obs))
-    key = _pair_codes(_intern(table.group_ids), obs)
-    sizes = []
-    for depth in range(1, max_level + 1):
-        if depth > 1:
-            deep = table.step_idx[rows] >= depth - 1
-            rows, key = rows[deep], key[deep]
-            if rows.size == 0:
-                break
-            # Rows of an episode are contiguous and in order, so row r - (d-1) is d-1 steps back.
-            key = _pair_codes(key, obs[rows - (depth - 1)])
-        sizes.append(np.bincount(key)[key])
-    return sizes
+    if settings.estimator == "grpo":
+        return {}
+    hgpo = settings.estimator == "hgpo"
+    levels = adv.hgpo_level_stats(
+        table.group_ids,
+        table.traj_ids,
+        table.step_idx,
+        table.obs,
+        step_returns,
+        history_length=settings.history_length if hgpo else 0,
+        mode=settings.adv_mode,
+    )
+    stats: dict[str, float] = {}
+    for depth, (sizes, items) in enumerate(zip(levels.sizes, levels.items, strict=True), start=1):
+        present = sizes[sizes > 0]
+        stats[f"level{depth}_group_size_mean"] = _mean(present)
+        stats[f"level{depth}_singleton_frac"] = _mean(present == 1)
+        if hgpo:
+            items = items[~np.isnan(items)]
+            stats[f"level{depth}_advantage_mean"] = _mean(items)
+            stats[f"level{depth}_advantage_std"] = float(items.std()) if items.size else float("nan")
+            stats[f"level{depth}_advantage_abs_mean"] = _mean(np.abs(items))
+    stats["all_levels_singleton_frac"] = _mean((levels.sizes <= 1).all(axis=0))
+    return stats
 
 
 def _left_padded(rows: Sequence[np.ndarray], pad_id: int) -> tuple[np.ndarray, np.ndarray]:
@@ -216,7 +227,8 @@ class GroupAdvantages(ConnectorV2):
     """Builds the learner's train batch (numpy) from complete rollout groups.
 
     Logs, under the module id: advantage statistics, rollout-group sizes, per-level history-group
-    sizes and singleton fractions, and the estimator's wall time.
+    sizes, singleton fractions and item statistics (:func:`level_metrics`), and the estimator's
+    wall time.
     """
 
     def __init__(
@@ -242,14 +254,15 @@ class GroupAdvantages(ConnectorV2):
     ) -> dict[str, Any]:
         start = time.perf_counter()
         table = StepTable.from_episodes(episodes)
-        advantages = compute_advantages(table, self.settings)
+        step_returns, scores = estimator_inputs(table, self.settings)
+        advantages = compute_advantages(table, self.settings, step_returns, scores)
         estimator_s = time.perf_counter() - start
         module = rl_module[DEFAULT_MODULE_ID].unwrapped()
         rows = token_rows(episodes, module.tokenizer.pad_token_id)
         rows[ADVANTAGES] = advantages.astype(np.float32)
         batch[DEFAULT_MODULE_ID] = rows
         if metrics is not None:
-            self._log_stats(metrics, table, episodes, advantages, estimator_s)
+            self._log_stats(metrics, table, episodes, step_returns, advantages, estimator_s)
             metrics.log_value(
                 (DEFAULT_MODULE_ID, "advantage_connector_s"), time.perf_counter() - start, window=1
             )
@@ -260,7 +273,8 @@ class GroupAdvantages(ConnectorV2):
         metrics: Any,
         table: StepTable,
         episodes: Sequence[SingleAgentEpisode],
-        advantages: np.ndarray,
+        step_returns: FloatArray,
+        advantages: FloatArray,
         estimator_s: float,
     ) -> None:
         _, per_group = np.unique([group_id_of(ep) for ep in episodes], return_counts=True)
@@ -281,13 +295,7 @@ class GroupAdvantages(ConnectorV2):
             "advantage_max": float(advantages.max()),
             "advantage_zero_frac": float((advantages == 0).mean()),
             "advantage_estimator_s": estimator_s,
+            **level_metrics(table, step_returns, self.settings),
         }
-        sizes = level_group_sizes(table, self.settings.max_level)
-        for depth, size in enumerate(sizes, start=1):
-            stats[f"level{depth}_group_size_mean"] = float(size.mean())
-            stats[f"level{depth}_singleton_frac"] = float((size == 1).mean())
-        if sizes:
-            # Groups are nested (§4.2): a singleton at level 1 is a singleton at every level.
-            stats["all_levels_singleton_frac"] = stats["level1_singleton_frac"]
         for key, value in stats.items():
             metrics.log_value((DEFAULT_MODULE_ID, key), value, window=1)
