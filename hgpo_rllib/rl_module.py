@@ -68,6 +68,7 @@ class LLMModuleConfig:
     seed: int = 0
     vllm_gpu_memory_utilization: float = 0.5
     action_vocabulary: Sequence[str] | None = None
+    constrain_to_admissible: bool = False
 
     @classmethod
     def from_model_config(cls, model_config: Mapping[str, Any] | None) -> LLMModuleConfig:
@@ -131,6 +132,7 @@ class LLMModuleConfig:
             ("kl_coeff", _is_number(self.kl_coeff) and self.kl_coeff >= 0, "a number >= 0"),
             ("torch_dtype", self.torch_dtype in tuple(TORCH_DTYPES), f"one of {tuple(TORCH_DTYPES)}"),
             ("seed", _is_int(self.seed), "an int"),
+            ("constrain_to_admissible", isinstance(self.constrain_to_admissible, bool), "a bool"),
             (
                 "vllm_gpu_memory_utilization",
                 _is_number(self.vllm_gpu_memory_utilization) and 0 < self.vllm_gpu_memory_utilization <= 1,
@@ -211,14 +213,24 @@ def _gather_logp(logp_all: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
 _MASKED_LOGIT = -1e9
 
 
+#: Optional per-row column: token ids [B, A] a row may emit (-1 pads), from its admissible actions.
+ALLOWED_IDS = "allowed_ids"
+
+
 class _AllowedTokens(LogitsProcessor):
-    """Restricts sampling to the tokens of the module's ``action_vocabulary`` (and EOS)."""
+    """Restricts sampling to allowed tokens: a [V] mask for every row, or a [B, V] mask per row."""
 
     def __init__(self, allowed: torch.Tensor):
         self.allowed = allowed
 
     def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
         return scores.masked_fill(~self.allowed.to(scores.device), _MASKED_LOGIT)
+
+
+def _mask_to_id_lists(allowed: torch.Tensor, rows: int) -> list[list[int]]:
+    """A [V] or [B, V] mask as one id list per row (vLLM's ``allowed_token_ids``)."""
+    per_row = allowed.expand(rows, -1) if allowed.dim() == 1 else allowed
+    return [row.nonzero().flatten().tolist() for row in per_row]
 
 
 class LLMRLModule(TorchRLModule, InferenceOnlyAPI):
@@ -234,6 +246,10 @@ class LLMRLModule(TorchRLModule, InferenceOnlyAPI):
     ``action_vocabulary`` (optional list of texts) restricts generation, and the trained distribution
     alike, to the tokens of those texts plus EOS: a from-scratch model then acts in the env's command
     language from the first step. With the tiny preset each text is one token.
+    ``constrain_to_admissible`` narrows each step further to the tokens of that step's admissible
+    actions (plus EOS), given per row as ``allowed_ids`` by the prompt connector and stored with the
+    step, so the learner scores the same restricted distribution. With single-token commands this is
+    a choice among the admissible actions, as text-game agents that rank candidates make.
     """
 
     def setup(self) -> None:
@@ -253,6 +269,31 @@ class LLMRLModule(TorchRLModule, InferenceOnlyAPI):
             self.ref_lm = copy.deepcopy(self.lm).requires_grad_(False).eval()
         self._vllm = None  # started lazily: only env runners generate, learners never need an engine
         self.allowed_tokens = self._allowed_token_mask()
+
+    def allowed_ids(self, admissible: Sequence[Sequence[str]]) -> torch.Tensor:
+        """[B, A] ids each row may emit (the tokens of its admissible actions, and EOS), -1 padded."""
+        rows = [
+            sorted(
+                {i for text in texts for i in self.tokenizer(text, add_special_tokens=False)["input_ids"]}
+                | set(self.eos_token_ids)
+            )
+            for texts in admissible
+        ]
+        out = torch.full((len(rows), max((len(r) for r in rows), default=1)), -1, dtype=torch.long)
+        for i, row in enumerate(rows):
+            out[i, : len(row)] = torch.tensor(row, dtype=torch.long)
+        return out
+
+    def _logit_mask(self, batch: Mapping[str, Any], device: torch.device) -> torch.Tensor | None:
+        """Allowed-token mask, [V] (action vocabulary) or [B, V] (per-row admissible), or None."""
+        mask = None if self.allowed_tokens is None else self.allowed_tokens.to(device)
+        if ALLOWED_IDS in batch:
+            ids = torch.as_tensor(batch[ALLOWED_IDS], device=device).long()
+            vocab = self.lm.get_output_embeddings().weight.shape[0]
+            rows = torch.zeros((ids.shape[0], vocab + 1), dtype=torch.bool, device=device)
+            rows.scatter_(1, torch.where(ids < 0, vocab, ids), True)  # -1 pads land in a spare column
+            mask = rows[:, :vocab] if mask is None else rows[:, :vocab] & mask
+        return mask
 
     def _allowed_token_mask(self) -> torch.Tensor | None:
         """Boolean [vocab] mask of the tokens the policy may emit, or None for the whole vocabulary."""
@@ -305,6 +346,7 @@ class LLMRLModule(TorchRLModule, InferenceOnlyAPI):
     def _generate(self, batch: dict[str, Any], temperature: float) -> dict[str, Any]:
         out_device = batch["prompt_ids"].device
         ids, mask = _trim_left_padding(batch["prompt_ids"].long(), batch["prompt_mask"].long())
+        allowed = self._logit_mask(batch, self.lm.device)
         if self.backend == "vllm":
             resp, logp, lengths = self._vllm_engine().generate(
                 [row[m.bool()].tolist() for row, m in zip(ids, mask, strict=True)],
@@ -312,17 +354,18 @@ class LLMRLModule(TorchRLModule, InferenceOnlyAPI):
                 max_new_tokens=self.llm_config.max_new_tokens,
                 stop_token_ids=self.eos_token_ids,
                 pad_token_id=self.tokenizer.pad_token_id,
-                allowed_token_ids=None
-                if self.allowed_tokens is None
-                else self.allowed_tokens.nonzero().flatten().tolist(),
+                allowed_token_ids=None if allowed is None else _mask_to_id_lists(allowed, len(ids)),
             )
         else:
-            resp, logp, lengths = self._hf_generate(ids, mask, temperature)
-        return self._pack_response(resp.to(out_device), logp.to(out_device), lengths.to(out_device))
+            resp, logp, lengths = self._hf_generate(ids, mask, temperature, allowed)
+        out = self._pack_response(resp.to(out_device), logp.to(out_device), lengths.to(out_device))
+        if ALLOWED_IDS in batch:  # stored with the step, so the learner applies the same restriction
+            out[ALLOWED_IDS] = torch.as_tensor(batch[ALLOWED_IDS]).to(out_device)
+        return out
 
     @torch.inference_mode()
     def _hf_generate(
-        self, ids: torch.Tensor, mask: torch.Tensor, temperature: float
+        self, ids: torch.Tensor, mask: torch.Tensor, temperature: float, allowed: torch.Tensor | None
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """One batched ``generate`` call: (tokens [B, L], log-probs [B, L], lengths [B]), L <= max_new_tokens.
 
@@ -343,9 +386,7 @@ class LLMRLModule(TorchRLModule, InferenceOnlyAPI):
             pad_token_id=self.tokenizer.pad_token_id,
         )
         device = self.lm.device
-        processors = LogitsProcessorList(
-            [] if self.allowed_tokens is None else [_AllowedTokens(self.allowed_tokens)]
-        )
+        processors = LogitsProcessorList([] if allowed is None else [_AllowedTokens(allowed)])
         out = self.lm.generate(
             input_ids=ids.to(device),
             attention_mask=mask.to(device),
@@ -423,8 +464,11 @@ class LLMRLModule(TorchRLModule, InferenceOnlyAPI):
             logits_to_keep=width + 1,
         ).logits[:, :-1]
         logits = logits.float() / self.llm_config.temperature
-        if self.allowed_tokens is not None:
-            logits = logits.masked_fill(~self.allowed_tokens.to(logits.device), _MASKED_LOGIT)
+        allowed = self._logit_mask(batch, logits.device)
+        if allowed is not None:
+            logits = logits.masked_fill(
+                ~(allowed if allowed.dim() == 1 else allowed[:, None, :]), _MASKED_LOGIT
+            )
         return logits
 
     def _forward_train(self, batch: dict[str, Any], **kwargs: Any) -> dict[str, Any]:

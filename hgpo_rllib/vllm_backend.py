@@ -76,21 +76,28 @@ class VLLMGenerator:
         max_new_tokens: int,
         stop_token_ids: list[int],
         pad_token_id: int,
-        allowed_token_ids: list[int] | None = None,
+        allowed_token_ids: list[list[int]] | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Sample one response per prompt: (tokens [B, L], log-probs [B, L], lengths [B]), right-padded."""
-        params = SamplingParams(
-            n=1,
-            temperature=temperature,
-            top_k=0,
-            top_p=1.0,
-            min_p=0.0,
-            max_tokens=max_new_tokens,
-            logprobs=0,  # only the sampled token's log-prob
-            stop_token_ids=stop_token_ids,
-            allowed_token_ids=allowed_token_ids,
-            detokenize=False,
-        )
+        """Sample one response per prompt: (tokens [B, L], log-probs [B, L], lengths [B]), right-padded.
+
+        ``allowed_token_ids`` holds each prompt's allowed tokens (None: the whole vocabulary).
+        """
+        allowed_rows = allowed_token_ids or [None] * len(prompts)
+        params = [
+            SamplingParams(
+                n=1,
+                temperature=temperature,
+                top_k=0,
+                top_p=1.0,
+                min_p=0.0,
+                max_tokens=max_new_tokens,
+                logprobs=0,  # only the sampled token's log-prob
+                stop_token_ids=stop_token_ids,
+                allowed_token_ids=allowed,
+                detokenize=False,
+            )
+            for allowed in allowed_rows
+        ]
         outputs = self._llm.generate([{"prompt_token_ids": p} for p in prompts], params, use_tqdm=False)
         completions = [out.outputs[0] for out in outputs]
         lengths = torch.tensor([len(c.token_ids) for c in completions], dtype=torch.long)

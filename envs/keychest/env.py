@@ -140,7 +140,8 @@ class KeyChestEnv(TextEnv):
     The state is (room, has key); every transition is precomputed at reset, so a step is a dict
     lookup (the CPU learning benchmark needs >= 20k steps/s). Bare commands such as "take key" are
     valid by default so a tiny model can answer; ``require_tags=True`` applies the reference's
-    ``<think>``/``<action>`` rule.
+    ``<think>``/``<action>`` rule. ``num_layouts`` draws maps from a fixed pool of that many (layout i
+    of the pool is always the same map, as a game set fixes its games); None draws a fresh map per seed.
     """
 
     default_require_tags = False
@@ -149,6 +150,7 @@ class KeyChestEnv(TextEnv):
         self,
         *,
         num_rooms: int = 5,
+        num_layouts: int | None = None,
         max_steps: int = 10,
         require_tags: bool | None = None,
         render_mode: str | None = None,
@@ -160,7 +162,12 @@ class KeyChestEnv(TextEnv):
             or not (2 <= num_rooms <= len(ROOM_NAMES))
         ):
             raise ValueError(f"num_rooms must be an int in [2, {len(ROOM_NAMES)}], got {num_rooms!r}")
+        if num_layouts is not None and (
+            not isinstance(num_layouts, int) or isinstance(num_layouts, bool) or num_layouts < 1
+        ):
+            raise ValueError(f"num_layouts must be None or an int >= 1, got {num_layouts!r}")
         self.num_rooms = num_rooms
+        self.num_layouts = num_layouts
         self.layout: Layout | None = None
         self._state = 0  # room * 2 + has_key
         self._rooms: list[Observation] = []  # per state
@@ -170,7 +177,10 @@ class KeyChestEnv(TextEnv):
     def _start_episode(self, seed: int | None, options: dict[str, Any]) -> tuple[Observation, str, str]:
         if options:
             raise ValueError(f"KeyChest takes no reset options, got {sorted(options)}")
-        self.layout = sample_layout(self.np_random, self.num_rooms)
+        rng = self.np_random
+        if self.num_layouts is not None:  # a fixed pool of maps, like a game set: layout i of the pool
+            rng = np.random.default_rng(int(self.np_random.integers(self.num_layouts)))
+        self.layout = sample_layout(rng, self.num_rooms)
         self._compile(self.layout)
         self._state = 2 * self.layout.start
         return self._rooms[self._state], TASK, TASK_TYPE

@@ -24,6 +24,7 @@ from ray.rllib.utils.metrics import WEIGHTS_SEQ_NO
 
 from hgpo_rllib import advantages as adv
 from hgpo_rllib.env_runner import PROMPT_IDS, PROMPT_MASK, RESP_LOGP, RESP_MASK, group_id_of
+from hgpo_rllib.rl_module import ALLOWED_IDS
 
 #: Token batch columns besides the runner's (the RLModule's ``_forward_train`` reads TOKEN_COLUMNS).
 RESP_IDS = "resp_ids"
@@ -31,6 +32,8 @@ OLD_LOGP = "old_logp"
 ADVANTAGES = "advantages"
 REF_LOGP = "ref_logp"
 TOKEN_COLUMNS = (PROMPT_IDS, PROMPT_MASK, RESP_IDS, RESP_MASK)
+#: Present only when the module constrains generation to each step's admissible actions.
+OPTIONAL_TOKEN_COLUMNS = (ALLOWED_IDS,)
 
 ESTIMATORS = ("hgpo", "gigpo", "grpo")
 ADV_MODES = adv._MODES  # the estimators' own lists, so validation cannot drift from them
@@ -211,7 +214,14 @@ def token_rows(episodes: Sequence[SingleAgentEpisode], pad_id: int) -> dict[str,
     resp_logp = np.stack([lp for ep in episodes for lp in ep.get_extra_model_outputs(RESP_LOGP)])
     used = np.flatnonzero(resp_mask.any(axis=0))
     width = int(used[-1]) + 1 if used.size else 1
+    optional = {}
+    if episodes and ALLOWED_IDS in episodes[0].extra_model_outputs:
+        allowed = [np.asarray(a) for ep in episodes for a in ep.get_extra_model_outputs(ALLOWED_IDS)]
+        optional[ALLOWED_IDS] = np.full((len(allowed), max(len(a) for a in allowed)), -1, dtype=np.int64)
+        for i, row in enumerate(allowed):
+            optional[ALLOWED_IDS][i, : len(row)] = row
     return {
+        **optional,
         PROMPT_IDS: prompt_ids,
         PROMPT_MASK: prompt_mask,
         RESP_IDS: resp_ids[:, :width],

@@ -16,6 +16,8 @@ from ray.rllib.connectors.connector_v2 import ConnectorV2
 from ray.rllib.env.single_agent_episode import SingleAgentEpisode
 from ray.rllib.utils.annotations import override
 
+from hgpo_rllib.rl_module import ALLOWED_IDS
+
 PromptRenderer = Callable[..., str]
 
 
@@ -47,7 +49,8 @@ def episode_prompt_text(
 
 
 class HistoryWindowPrompt(ConnectorV2):
-    """Emits ``prompt_ids``/``prompt_mask`` for the given (active) episodes, one row each."""
+    """Emits ``prompt_ids``/``prompt_mask`` for the given (active) episodes, one row each, and
+    ``allowed_ids`` (each step's admissible-action tokens) when the module constrains to them."""
 
     def __init__(
         self,
@@ -78,4 +81,7 @@ class HistoryWindowPrompt(ConnectorV2):
             for ep in episodes
         ]
         batch.update(rl_module.encode_prompts(texts))
+        if rl_module.llm_config.constrain_to_admissible:
+            admissible = [ep.get_infos(-1)["admissible_actions"] for ep in episodes]
+            batch[ALLOWED_IDS] = rl_module.allowed_ids(admissible)
         return batch

@@ -15,7 +15,7 @@ from ray.rllib.connectors.connector_v2 import ConnectorV2
 from ray.rllib.core import DEFAULT_MODULE_ID
 from ray.rllib.utils.annotations import override
 
-from hgpo_rllib.connectors.group_advantages import REF_LOGP, TOKEN_COLUMNS
+from hgpo_rllib.connectors.group_advantages import OPTIONAL_TOKEN_COLUMNS, REF_LOGP, TOKEN_COLUMNS
 
 
 class ReferenceLogp(ConnectorV2):
@@ -41,9 +41,10 @@ class ReferenceLogp(ConnectorV2):
         rows = batch[DEFAULT_MODULE_ID]
         n = len(rows[TOKEN_COLUMNS[0]])
         chunk = self.chunk_rows or n
+        columns = [*TOKEN_COLUMNS, *(k for k in OPTIONAL_TOKEN_COLUMNS if k in rows)]
         with torch.no_grad():
             parts = [
-                module.compute_ref_logp({k: rows[k][s : s + chunk] for k in TOKEN_COLUMNS})
+                module.compute_ref_logp({k: rows[k][s : s + chunk] for k in columns})
                 for s in range(0, n, chunk)
             ]
         rows[REF_LOGP] = torch.cat(parts).float()

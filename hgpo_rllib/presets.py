@@ -1,0 +1,156 @@
+"""Run settings shared by the tuned examples: CPU defaults, the paper's GPU presets, naming.
+
+A tuned example is a Python file that ``rllib train file`` imports, so its knobs come from
+environment variables (``HGPO_PRESET``, ``HGPO_MODEL``, ``HGPO_ESTIMATOR``, ``HGPO_K``,
+``HGPO_ALPHA``, ``HGPO_BASE_GROUP``); ``python tuned_examples/<file>.py --flags`` sets the same
+variables from flags and then runs the file through the same CLI. The paper's presets follow
+hgpo_algorithm.md §5 and §7 (Qwen2.5-1.5B-Instruct on 2 GPUs, 7B on 4 GPUs, 16 groups x 8
+rollouts, 160 iterations, lr 1e-6, K = 2 or 4).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+PRESETS = ("cpu", "paper-1.5b", "paper-7b")
+ESTIMATORS = ("hgpo", "gigpo", "grpo")
+_ENV_VARS = {
+    "preset": "HGPO_PRESET",
+    "model": "HGPO_MODEL",
+    "estimator": "HGPO_ESTIMATOR",
+    "history_length": "HGPO_K",
+    "alpha": "HGPO_ALPHA",
+    "base_group": "HGPO_BASE_GROUP",
+}
+# GPU layout per preset: (env runners, GPUs per runner, learners, GPUs per learner).
+_GPU_LAYOUT = {"paper-1.5b": (1, 1, 1, 1), "paper-7b": (2, 1, 2, 1)}
+# Per-GPU micro-batches of the authors' scripts (hgpo_algorithm.md §5), by env and preset.
+_MICRO_BATCH = {
+    ("alfworld", "paper-1.5b"): 16,
+    ("alfworld", "paper-7b"): 8,
+    ("webshop", "paper-1.5b"): 4,
+    ("webshop", "paper-7b"): 2,
+}
+PAPER_ITERATIONS = 160
+# Validation during training: ALFWorld's in-distribution evaluation games (WebShop has one goal set).
+_EVAL_SPLIT = {"alfworld": {"split": "eval_in_distribution"}}
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    """What a tuned example lets the user switch without editing the file."""
+
+    preset: str = "cpu"
+    model: str | None = None
+    estimator: str = "hgpo"
+    history_length: int = 2
+    alpha: float = 1.0
+    base_group: bool = False
+
+    def __post_init__(self) -> None:
+        if self.preset not in PRESETS:
+            raise ValueError(f"HGPO_PRESET / --preset must be one of {PRESETS}, got {self.preset!r}")
+        if self.estimator not in ESTIMATORS:
+            raise ValueError(
+                f"HGPO_ESTIMATOR / --estimator must be one of {ESTIMATORS}, got {self.estimator!r}"
+            )
+        if self.preset != "cpu" and not self.model:
+            raise ValueError(
+                f"preset {self.preset!r} needs a local model directory: set HGPO_MODEL or pass --model "
+                "(e.g. /models/Qwen2.5-1.5B-Instruct); nothing is downloaded"
+            )
+
+    @classmethod
+    def from_env(cls) -> RunSettings:
+        env = os.environ
+        try:
+            return cls(
+                preset=env.get("HGPO_PRESET", "cpu"),
+                model=env.get("HGPO_MODEL") or None,
+                estimator=env.get("HGPO_ESTIMATOR", "hgpo"),
+                history_length=int(env.get("HGPO_K", "2")),
+                alpha=float(env.get("HGPO_ALPHA", "1.0")),
+                base_group=env.get("HGPO_BASE_GROUP", "0").lower() in ("1", "true", "yes"),
+            )
+        except ValueError as exc:
+            raise ValueError(f"bad HGPO_* environment variable: {exc}") from exc
+
+    @property
+    def run_name(self) -> str:
+        """The authors' naming, e.g. ``k2_hgpo_alpha1.0_base0`` (prefixed by the preset off CPU)."""
+        name = f"k{self.history_length}_{self.estimator}_alpha{self.alpha}_base{int(self.base_group)}"
+        return name if self.preset == "cpu" else f"{self.preset}_{name}"
+
+    def training(self) -> dict[str, Any]:
+        """The estimator settings as ``HGPOConfig.training`` keyword arguments."""
+        return {
+            "estimator": self.estimator,
+            "history_length": self.history_length,
+            "length_weight_alpha": self.alpha,
+            "base_group": self.base_group,
+        }
+
+
+def apply_paper_preset(config: Any, env_name: str, settings: RunSettings) -> Any:
+    """Set ``config`` (a fresh ``HGPOConfig``) to the paper's run for ``settings.preset`` (GPUs, vLLM)."""
+    runners, runner_gpus, learners, learner_gpus = _GPU_LAYOUT[settings.preset]
+    groups, group_size = 16, 8
+    env_config = {"max_steps": 50 if env_name == "alfworld" else 30}
+    eval_env_config = {**env_config, **_EVAL_SPLIT.get(env_name, {})}
+    return (
+        config.environment(env_name, env_config=env_config)
+        .env_runners(
+            num_env_runners=runners,
+            num_gpus_per_env_runner=runner_gpus,
+            num_envs_per_env_runner=groups * group_size // runners,
+        )
+        .learners(num_learners=learners, num_gpus_per_learner=learner_gpus)
+        .rl_module(
+            model_config={"model": settings.model, "torch_dtype": "bfloat16", "inference_backend": "auto"}
+        )
+        .training(
+            **settings.training(),
+            adv_mode="mean_std_norm" if env_name == "alfworld" else "mean_norm",
+            group_size=group_size,
+            groups_per_iteration=groups,
+            lr=1e-6,
+            minibatch_size=256 if env_name == "alfworld" else 64,
+            micro_batch_size=_MICRO_BATCH[(env_name, settings.preset)],
+            max_prompt_tokens=4096,
+            max_new_tokens=512,
+            kl_coeff=0.01,
+            entropy_coeff=0.001,
+            temperature=1.0,
+            eval_temperature=0.4,
+        )
+        .evaluation(
+            evaluation_interval=5,
+            evaluation_duration=128,
+            evaluation_duration_unit="episodes",
+            evaluation_config={"explore": False, "env_config": eval_env_config},
+        )
+    )
+
+
+def run_as_script(example_file: str, argv: Sequence[str] | None = None) -> int:
+    """``python tuned_examples/<file>.py [flags]``: flags become ``HGPO_*`` variables, then the file runs
+    through ``rllib train file`` (so both ways of running it build the same config)."""
+    from hgpo_rllib import cli
+
+    parser = argparse.ArgumentParser(description=f"Train {os.path.basename(example_file)}")
+    parser.add_argument("--preset", choices=PRESETS)
+    parser.add_argument("--model", help="local Hugging Face model directory (paper presets)")
+    parser.add_argument("--estimator", choices=ESTIMATORS)
+    parser.add_argument("-k", "--history-length", type=int)
+    parser.add_argument("--alpha", type=float)
+    parser.add_argument("--base-group", action="store_const", const="1")
+    args, rest = parser.parse_known_args(argv)
+    for field, var in _ENV_VARS.items():
+        value = getattr(args, field)
+        if value is not None:
+            os.environ[var] = str(value)
+    return cli.main(["train", "file", example_file, *rest])

@@ -1,0 +1,24 @@
+"""A Ray Tune grid over the estimator, the history length K and HGPO's weight exponent alpha.
+
+    rllib train file tuned_examples/sweep_hgpo.py --max-concurrent-trials 1
+
+It sweeps the KeyChest example's config (CPU, minutes per trial); every trial writes Tensorboard
+events and is named from its settings (e.g. ``k2_hgpo_alpha1.0_base0_<id>``). Point ``base`` at
+another tuned example to sweep that one instead.
+"""
+
+from pathlib import Path
+
+from ray import tune
+
+from hgpo_rllib.cli import load_experiment_file
+
+base = load_experiment_file(Path(__file__).with_name("hgpo_keychest.py"))
+config = base.config
+param_space = {
+    "estimator": tune.grid_search(["grpo", "gigpo", "hgpo"]),
+    "history_length": tune.grid_search([2, 4]),
+    "length_weight_alpha": tune.grid_search([0.0, 1.0]),
+}
+stop = {"training_iteration": 30}
+name = "sweep_keychest"
