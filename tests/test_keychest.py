@@ -384,3 +384,19 @@ def test_tokenizer_corpus_covers_every_prompt(pattern: str) -> None:
         for require_tags in (False, True):
             for prompt in _prompts(history_length, require_tags, range(20)):
                 assert set(re.findall(pattern, prompt)) <= vocab, prompt
+
+
+def test_num_layouts_draws_maps_from_a_fixed_pool() -> None:
+    env = gym.make("hgpo/KeyChest-v0", num_layouts=3)
+    maps = set()
+    for seed in range(60):
+        env.reset(seed=seed)
+        maps.add(repr(env.unwrapped.layout))
+    assert len(maps) == 3
+    other = gym.make("hgpo/KeyChest-v0", num_layouts=3)
+    other.reset(seed=7)
+    env.reset(seed=7)
+    assert repr(other.unwrapped.layout) == repr(env.unwrapped.layout)
+    for bad in (0, -1, 2.5, True):
+        with pytest.raises(ValueError, match="num_layouts"):
+            gym.make("hgpo/KeyChest-v0", num_layouts=bad)

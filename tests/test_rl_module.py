@@ -311,3 +311,42 @@ def test_state_sync_excludes_the_reference_and_round_trips() -> None:
         torch.equal(a, b)
         for a, b in zip(clone.lm.state_dict().values(), bf16.lm.state_dict().values(), strict=True)
     )
+
+
+# ---------------------------------------------------------------------- constrained generation
+COMMANDS = ["go north", "go south", "take mug 1", "open drawer 2"]
+
+
+def test_action_vocabulary_makes_each_command_one_token_and_restricts_sampling() -> None:
+    module = build(action_vocabulary=COMMANDS, max_new_tokens=2)
+    assert [module.tokenizer.tokenize(c) for c in COMMANDS] == [[c] for c in COMMANDS]
+    prompts = module.encode_prompts(["You arrive at drawer 3."] * 64)
+    out = module.forward_exploration(prompts)
+    ids = out[Columns.ACTIONS][out["resp_mask"].bool()]
+    assert set(ids.tolist()) <= set(module.allowed_tokens.nonzero().flatten().tolist())
+    train = module.forward_train(train_batch(prompts, out))
+    gap = (train["logp"] - out["resp_logp"]).abs().max()
+    assert gap < 1e-5 and torch.isfinite(train["entropy"]).all()
+
+
+def test_constrain_to_admissible_samples_only_each_rows_actions() -> None:
+    module = build(action_vocabulary=COMMANDS, constrain_to_admissible=True, max_new_tokens=1)
+    admissible = [["go north", "take mug 1"], ["open drawer 2"]] * 32
+    prompts = module.encode_prompts(["You arrive at drawer 3."] * 64)
+    prompts["allowed_ids"] = module.allowed_ids(admissible)
+    out = module.forward_exploration(prompts)
+    texts = out["action_text"]
+    assert all(text in row or text == "" for text, row in zip(texts, admissible, strict=True))
+    assert {t for t in texts[::2]} >= {"go north", "take mug 1"}  # both choices of row type 1 occur
+    assert torch.equal(out["allowed_ids"], prompts["allowed_ids"])  # stored with the step
+    train = module.forward_train({**train_batch(prompts, out), "allowed_ids": out["allowed_ids"]})
+    assert (train["logp"] - out["resp_logp"]).abs().max() < 1e-5
+    without_mask = {k: v for k, v in train_batch(prompts, out).items() if k != "allowed_ids"}
+    unconstrained = module.forward_train(without_mask)  # the vocabulary-wide distribution differs
+    assert (unconstrained["logp"] - out["resp_logp"]).abs().max() > 1e-3
+
+
+def test_action_vocabulary_must_be_non_empty_text() -> None:
+    for bad in ([], "go north", [""], [3]):
+        with pytest.raises(ValueError, match="action_vocabulary"):
+            build(action_vocabulary=bad)

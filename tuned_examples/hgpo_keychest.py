@@ -18,14 +18,15 @@ GROUP_SIZE, GROUPS = 8, 16
 
 config = (
     HGPOConfig()
-    .environment("keychest", env_config={"max_steps": 10})
+    # 5 rooms, maps from a pool of 8 (a fixed game set, as ALFWorld's training games are).
+    .environment("keychest", env_config={"max_steps": 10, "num_rooms": 5, "num_layouts": 8})
     .env_runners(num_env_runners=1, num_envs_per_env_runner=GROUP_SIZE * GROUPS)
     .rl_module(model_config={"action_vocabulary": list(COMMANDS), "constrain_to_admissible": True})
     .training(
         **settings.training(),
         group_size=GROUP_SIZE,
         groups_per_iteration=GROUPS,
-        lr=2e-3,
+        lr=1e-3,
         minibatch_size=32,
         micro_batch_size=32,
         num_epochs=2,
