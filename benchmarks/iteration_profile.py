@@ -1,43 +1,31 @@
-"""Where an HGPO iteration spends its time, on KeyChest with the tiny model (CPU).
+"""Where an HGPO iteration spends its time: sampling, advantage connector, update (CPU).
 
 Why: the paper reports that HGPO's grouping adds well under a second to iterations of minutes
 (hgpo_algorithm.md §6); here the advantage connector (estimator + token batch) must stay below 1% of
 an iteration. The phases come from the algorithm's unsmoothed per-iteration timers
 (``iteration_seconds``) and the learner connector's own timers, averaged over the measured
-iterations after one warm-up iteration.
+iterations after one warm-up iteration. It profiles any experiment file's config.
 
-Run from the repository root: ``python -m benchmarks.iteration_profile [--iterations 3] [--groups 8]``
-(``python benchmarks/iteration_profile.py`` would import ``benchmarks/envs.py`` as ``envs``).
+Run: ``python benchmarks/iteration_profile.py [--experiment tuned_examples/hgpo_alfworld.py]
+[--iterations 3]`` (default: the KeyChest tuned example).
 """
 
 from __future__ import annotations
 
 import argparse
 from collections import defaultdict
+from pathlib import Path
 
 import ray
 
-import envs  # noqa: F401 - registers the environments
 from hgpo_rllib import HGPOConfig
+from hgpo_rllib.cli import load_experiment_file
+
+KEYCHEST = Path(__file__).resolve().parents[1] / "tuned_examples" / "hgpo_keychest.py"
 
 
 def build_config(args: argparse.Namespace) -> HGPOConfig:
-    return (
-        HGPOConfig()
-        .environment("keychest", env_config={"max_steps": args.max_steps})
-        .env_runners(num_env_runners=1, num_envs_per_env_runner=args.group_size * args.groups_per_wave)
-        .training(
-            estimator=args.estimator,
-            group_size=args.group_size,
-            groups_per_iteration=args.groups,
-            max_new_tokens=args.max_new_tokens,
-            max_prompt_tokens=512,
-            minibatch_size=64,
-            micro_batch_size=32,
-            lr=1e-5,
-        )
-        .debugging(seed=0)
-    )
+    return load_experiment_file(args.experiment).config
 
 
 def profile(args: argparse.Namespace) -> dict[str, float]:
@@ -86,13 +74,8 @@ def print_table(means: dict[str, float]) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--experiment", default=str(KEYCHEST), help="experiment file defining `config`")
     parser.add_argument("--iterations", type=int, default=3)
-    parser.add_argument("--groups", type=int, default=8, help="groups per iteration")
-    parser.add_argument("--group-size", type=int, default=4)
-    parser.add_argument("--groups-per-wave", type=int, default=4, help="groups stepped in lock-step")
-    parser.add_argument("--max-steps", type=int, default=10)
-    parser.add_argument("--max-new-tokens", type=int, default=16)
-    parser.add_argument("--estimator", default="hgpo", choices=("hgpo", "gigpo", "grpo"))
     args = parser.parse_args()
     ray.init(num_cpus=4, include_dashboard=False)
     try:

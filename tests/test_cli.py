@@ -193,3 +193,16 @@ def test_evaluate_rejects_bad_input(tmp_path: Path) -> None:
         evaluate(None, env="chess", output=tmp_path / "b")
     with pytest.raises(FileNotFoundError, match="not an HGPO algorithm checkpoint"):
         evaluate(tmp_path, env="keychest", output=tmp_path / "c")
+
+
+def test_main_job_alfworld_trains_two_iterations_via_rllib_train_file(tmp_path: Path) -> None:
+    """The README's main command (CPU default) with a 2-iteration stop."""
+    args = ["train", "file", str(TUNED / "hgpo_alfworld.py"), "--storage-path", str(tmp_path),
+            "--stop", '{"training_iteration": 2}']
+    assert cli.main(args) == 0
+    (trial,) = [d for d in (tmp_path / "alfworld_k2_hgpo_alpha1.0_base0").iterdir() if d.is_dir()]
+    results = pd.read_json(trial / "result.json", lines=True)
+    assert results["training_iteration"].tolist() == [1, 2]
+    runners = results["env_runners"].iloc[-1]
+    assert runners["num_episodes"] == 8 and 1 <= runners["episode_len_mean"] <= 15
+    assert set(TAGS) <= scalar_tags(trial)
