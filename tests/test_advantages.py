@@ -8,12 +8,11 @@ checked against ``expected_advantage_exact_arith`` (quirk Q1).
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
+from shared_data import golden_cases
 
 from hgpo_rllib.advantages import (
     HGPOLevels,
@@ -25,11 +24,7 @@ from hgpo_rllib.advantages import (
     step_returns_and_scores,
 )
 
-GOLDEN = Path(__file__).resolve().parents[2] / "shared" / "golden"
-
-
-def _cases(estimator: str) -> list[dict[str, Any]]:
-    return json.loads((GOLDEN / f"{estimator}_cases.json").read_text())["cases"]
+_cases = golden_cases
 
 
 def _column(case: dict[str, Any], field: str) -> list[Any]:

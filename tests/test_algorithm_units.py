@@ -3,8 +3,6 @@
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -15,6 +13,7 @@ from ray.rllib.core import DEFAULT_MODULE_ID
 from ray.rllib.env.single_agent_episode import SingleAgentEpisode
 from ray.rllib.utils.metrics import WEIGHTS_SEQ_NO
 from ray.rllib.utils.metrics.metrics_logger import MetricsLogger
+from shared_data import golden_cases
 
 import envs
 from hgpo_rllib import HGPOConfig
@@ -34,7 +33,6 @@ from hgpo_rllib.env_runner import GROUP_ID, PROMPT_IDS, RESP_LOGP, RESP_MASK
 from hgpo_rllib.learner_group import shard_whole_groups
 from hgpo_rllib.torch.hgpo_torch_learner import token_loss_terms
 
-GOLDEN = Path(__file__).resolve().parents[2] / "shared" / "golden"
 PAD = 0
 WIDTH = 6  # response width as stored by the sampler (max_new_tokens)
 
@@ -91,8 +89,7 @@ def run_connector(episodes: list[SingleAgentEpisode], settings: EstimatorSetting
     return batch[DEFAULT_MODULE_ID], {k: float(v) for k, v in metrics.reduce()[DEFAULT_MODULE_ID].items()}
 
 
-def _golden_cases(estimator: str) -> list[dict[str, Any]]:
-    return json.loads((GOLDEN / f"{estimator}_cases.json").read_text())["cases"]
+_golden_cases = golden_cases
 
 
 def _settings(estimator: str, case: dict[str, Any]) -> EstimatorSettings:

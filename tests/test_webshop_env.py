@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-import json
 import random
 import re
-from pathlib import Path
 
 import gymnasium as gym
 import pytest
 from gymnasium.utils.env_checker import check_env
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from shared_data import WEBSHOP_DATA, requires_webshop_data, webshop_golden
 
 import envs
 from envs.webshop.data import DATA_DIR_ENV, load_shop
@@ -25,15 +24,13 @@ from envs.webshop.prompts import (
     tokenizer_corpus,
 )
 
-SHARED = Path(__file__).resolve().parents[2] / "shared"
-DATA_DIR = SHARED / "data" / "webshop"
-GOLDEN = SHARED / "golden" / "webshop"
-pytestmark = pytest.mark.skipif(not DATA_DIR.is_dir(), reason=f"WebShop data not found at {DATA_DIR}")
+DATA_DIR = WEBSHOP_DATA
+pytestmark = requires_webshop_data
 
 
 @pytest.fixture(scope="module")
 def episodes() -> list[dict]:
-    return json.loads((GOLDEN / "webshop_episodes.json").read_text())["episodes"]
+    return webshop_golden("episodes")["episodes"]
 
 
 @pytest.fixture(scope="module")
@@ -121,7 +118,7 @@ def test_reset_with_a_seed_is_deterministic(env) -> None:
 
 
 def test_seeded_resets_draw_goals_by_the_original_weights(env) -> None:
-    golden = json.loads((GOLDEN / "webshop_goals.json").read_text())["weighting"]
+    golden = webshop_golden("goals")["weighting"]
     drawn = [env.reset(seed=0)[1]["goal_index"]] + [env.reset()[1]["goal_index"] for _ in range(99)]
     assert drawn == golden["random_idx_first_100_after_random_seed_0"]
 

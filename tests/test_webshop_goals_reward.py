@@ -4,33 +4,26 @@ from __future__ import annotations
 
 import json
 import random
-from pathlib import Path
 
 import pytest
+from shared_data import WEBSHOP_DATA, requires_webshop_data, webshop_golden
 
 from envs.webshop import reward
 from envs.webshop.data import DATA_DIR_ENV, load_shop, normalize_product
 from envs.webshop.goals import NO_PRICE_LIMIT, complete_goal, sample_goal_index
 
-SHARED = Path(__file__).resolve().parents[2] / "shared"
-DATA_DIR = SHARED / "data" / "webshop"
-GOLDEN = SHARED / "golden" / "webshop"
-pytestmark = pytest.mark.skipif(not DATA_DIR.is_dir(), reason=f"WebShop data not found at {DATA_DIR}")
-
-
-@pytest.fixture(scope="module")
-def shop():
-    return load_shop(DATA_DIR)
+DATA_DIR = WEBSHOP_DATA
+pytestmark = requires_webshop_data
 
 
 @pytest.fixture(scope="module")
 def golden_goals() -> dict:
-    return json.loads((GOLDEN / "webshop_goals.json").read_text())
+    return webshop_golden("goals")
 
 
 @pytest.fixture(scope="module")
 def golden_rewards() -> dict:
-    return json.loads((GOLDEN / "webshop_rewards.json").read_text())
+    return webshop_golden("rewards")
 
 
 @pytest.fixture(scope="module")

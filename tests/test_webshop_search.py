@@ -2,29 +2,19 @@
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 import numpy as np
 import pytest
+from shared_data import WEBSHOP_DATA, requires_webshop_data, webshop_golden
 
-from envs.webshop.data import load_shop
 from envs.webshop.search import LuceneBM25, analyze, length_to_norm, lucene_tokens, norm_to_length
 
-SHARED = Path(__file__).resolve().parents[2] / "shared"
-DATA_DIR = SHARED / "data" / "webshop"
-GOLDEN = SHARED / "golden" / "webshop"
-pytestmark = pytest.mark.skipif(not DATA_DIR.is_dir(), reason=f"WebShop data not found at {DATA_DIR}")
-
-
-@pytest.fixture(scope="module")
-def shop():
-    return load_shop(DATA_DIR)
+DATA_DIR = WEBSHOP_DATA
+pytestmark = requires_webshop_data
 
 
 @pytest.fixture(scope="module")
 def cases() -> list[dict]:
-    return json.loads((GOLDEN / "webshop_search.json").read_text())["cases"]
+    return webshop_golden("search")["cases"]
 
 
 def _overlap(ours: list[str], reference: list[str]) -> float:

@@ -13,7 +13,7 @@ import alfworld.gen.constants as alfred
 from alfworld.gen.goal_library import gdict
 
 from envs.alfworld.logic import TASK_TYPES, grammar_template
-from envs.common.prompts import HistoryRecord, format_history
+from envs.common.prompts import HistoryRecord, history_fields
 
 ALFWORLD_TEMPLATE_NO_HIS = """
 You are an expert agent operating in the ALFRED Embodied Environment.
@@ -57,15 +57,11 @@ def render_prompt(
     admissible = format_admissible(admissible_actions)
     if step_index == 0 or history_length <= 0:
         return ALFWORLD_TEMPLATE_NO_HIS.format(current_observation=observation, admissible_actions=admissible)
-    action_history, shown = format_history(history, history_length)
     return ALFWORLD_TEMPLATE.format(
         task_description=task,
-        step_count=step_index,
-        history_length=shown,
-        action_history=action_history,
-        current_step=step_index + 1,
         current_observation=observation,
         admissible_actions=admissible,
+        **history_fields(history, history_length, step_index),
     )
 
 

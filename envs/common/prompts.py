@@ -23,3 +23,17 @@ def format_history(history: Sequence[HistoryRecord], history_length: int) -> tup
         for j, (obs, action) in enumerate(recent)
     ]
     return "\n".join(lines), len(recent)
+
+
+def history_fields(
+    history: Sequence[HistoryRecord], history_length: int, step_index: int
+) -> dict[str, object]:
+    """The history placeholders of the reference's with-history templates (hgpo_algorithm.md §5.1):
+    ``step_count``, ``history_length`` (records shown), ``action_history`` and ``current_step``."""
+    action_history, shown = format_history(history, history_length)
+    return {
+        "step_count": step_index,
+        "history_length": shown,
+        "action_history": action_history,
+        "current_step": step_index + 1,
+    }

@@ -19,7 +19,7 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 
-from envs.common.prompts import HistoryRecord, format_history
+from envs.common.prompts import HistoryRecord, history_fields
 from envs.webshop import pages
 
 WEBSHOP_TEMPLATE_NO_HIS = """
@@ -73,15 +73,11 @@ def render_prompt(
     current = format_observation(observation, task)
     if step_index > 0 and history_length > 0:
         records = [(format_observation(obs, task), command) for obs, command in history]
-        action_history, shown = format_history(records, history_length)
         return WEBSHOP_TEMPLATE.format(
             task_description=task,
-            step_count=step_index,
-            history_length=shown,
-            action_history=action_history,
-            current_step=step_index + 1,
             current_observation=current,
             available_actions=actions,
+            **history_fields(records, history_length, step_index),
         )
     return WEBSHOP_TEMPLATE_NO_HIS.format(
         task_description=task, current_observation=current, available_actions=actions
