@@ -35,6 +35,7 @@ import contextlib
 import dataclasses
 import functools
 import inspect
+import itertools
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -332,7 +333,7 @@ class HGPOConfig(AlgorithmConfig):
         need(_is_number(self.kl_coeff) and self.kl_coeff >= 0, "kl_coeff", "a number >= 0")
         need(_is_number(self.entropy_coeff) and self.entropy_coeff >= 0, "entropy_coeff", "a number >= 0")
         need(_is_number(self.weight_decay) and self.weight_decay >= 0, "weight_decay", "a number >= 0")
-        need(_is_number(self.lr) and self.lr > 0, "lr", "a number > 0")
+        need(_is_lr(self.lr), "lr", "a number > 0, or a schedule [[0, lr0], [timestep, lr], ...]")
         need(self.grad_clip is None or (_is_number(self.grad_clip) and self.grad_clip > 0),
              "grad_clip", "None or a number > 0")
         need(self.minibatch_size is None or (_is_int(self.minibatch_size) and self.minibatch_size >= 1),
@@ -384,6 +385,19 @@ class HGPOConfig(AlgorithmConfig):
                 "(seed: config.debugging(seed=...)) so module and algorithm agree"
             )
         return errors
+
+
+def _is_lr(lr: Any) -> bool:
+    """A learning rate, or RLlib's piecewise-linear schedule over sampled env steps (from step 0)."""
+    if _is_number(lr):
+        return lr > 0
+    if not isinstance(lr, (list, tuple)) or not lr:
+        return False
+    pairs_ok = all(
+        isinstance(p, (list, tuple)) and len(p) == 2 and _is_int(p[0]) and _is_number(p[1]) and p[1] > 0
+        for p in lr
+    )
+    return pairs_ok and lr[0][0] == 0 and all(a[0] < b[0] for a, b in itertools.pairwise(lr))
 
 
 def _sample_and_report(env_runner: GroupedEnvRunner, num_episodes: int) -> tuple[list, dict]:

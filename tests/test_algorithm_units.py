@@ -287,6 +287,7 @@ BAD_SETTINGS = [
     ({"entropy_coeff": -1.0}, "entropy_coeff"),
     ({"weight_decay": -1.0}, "weight_decay"),
     ({"lr": 0.0}, "lr"),
+    ({"lr": [[0, 1e-3], [0, 1e-4]]}, "lr"),  # a schedule's steps increase
     ({"minibatch_size": 0}, "minibatch_size"),
     ({"micro_batch_size": 0}, "micro_batch_size"),
     ({"num_epochs": 0}, "num_epochs"),
@@ -296,6 +297,10 @@ BAD_SETTINGS = [
     ({"eval_temperature": -0.1}, "eval_temperature"),
     ({"group_size": 3}, "num_envs_per_env_runner"),
 ]
+
+
+def test_validate_accepts_a_learning_rate_schedule() -> None:
+    _valid_config().training(lr=[[0, 1e-3], [40_000, 1e-4]]).validate()
 
 
 @pytest.mark.parametrize(("settings", "name"), BAD_SETTINGS, ids=[f"{n}-{s}" for s, n in BAD_SETTINGS])
