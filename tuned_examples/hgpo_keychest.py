@@ -26,7 +26,7 @@ config = (
         **settings.training(),
         group_size=GROUP_SIZE,
         groups_per_iteration=GROUPS,
-        lr=1e-3,
+        lr=[[0, 1e-3], [40_000, 1e-4]],  # linear decay over ~60 iterations' env steps: steadier late
         minibatch_size=32,
         micro_batch_size=32,
         num_epochs=2,
