@@ -95,7 +95,7 @@ def train(
     import ray
     from ray import tune
 
-    import envs  # noqa: F401 - registers the environments with Tune
+    import envs
     import hgpo_rllib.hgpo  # noqa: F401 - registers "HGPO" with Tune
 
     if checkpoint_freq < 0 or num_samples < 1:
@@ -107,6 +107,7 @@ def train(
     trainable = experiment.config.algo_class
     if not ray.is_initialized():
         ray.init(include_dashboard=False)
+    envs.register_all()  # Ray's registry forgets names across ray.shutdown()/ray.init()
     if resume:
         if not experiment_dir.exists():
             raise FileNotFoundError(f"nothing to resume at {experiment_dir}")
