@@ -95,6 +95,38 @@ class RunSettings:
         }
 
 
+def tiny_cpu_config(env_name: str, env_config: dict[str, Any], settings: RunSettings, **training: Any) -> Any:
+    """The CPU default of the ALFWorld and WebShop examples: a tiny random-init model, 2 groups of 4.
+
+    It shows the whole pipeline in minutes; a random model cannot solve these tasks. Bare commands
+    count as well-formed (``require_tags=False``) and sampling is restricted to the tokens of each
+    step's admissible actions, so the model acts from the first step.
+    """
+    from hgpo_rllib import HGPOConfig
+
+    group_size, groups = 4, 2
+    return (
+        HGPOConfig()
+        .environment(env_name, env_config={"require_tags": False, **env_config})
+        .env_runners(num_env_runners=1, num_envs_per_env_runner=group_size * groups)
+        .rl_module(model_config={"constrain_to_admissible": True})
+        .training(
+            **{
+                **settings.training(),
+                "group_size": group_size,
+                "groups_per_iteration": groups,
+                "lr": 1e-3,
+                "minibatch_size": 64,
+                "micro_batch_size": 16,
+                "max_prompt_tokens": 1024,
+                "kl_coeff": 0.0,
+                **training,
+            }
+        )
+        .debugging(seed=0)
+    )
+
+
 def apply_paper_preset(config: Any, env_name: str, settings: RunSettings) -> Any:
     """Set ``config`` (a fresh ``HGPOConfig``) to the paper's run for ``settings.preset`` (GPUs, vLLM)."""
     runners, runner_gpus, learners, learner_gpus = _GPU_LAYOUT[settings.preset]

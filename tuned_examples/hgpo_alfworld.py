@@ -11,31 +11,18 @@ settings (hgpo_algorithm.md §5) and need a local model directory; nothing is do
 """
 
 from hgpo_rllib import HGPOConfig
-from hgpo_rllib.presets import PAPER_ITERATIONS, RunSettings, apply_paper_preset, run_as_script
+from hgpo_rllib.presets import (
+    PAPER_ITERATIONS,
+    RunSettings,
+    apply_paper_preset,
+    run_as_script,
+    tiny_cpu_config,
+)
 
 settings = RunSettings.from_env()
 
 if settings.preset == "cpu":
-    GROUP_SIZE, GROUPS = 4, 2
-    config = (
-        HGPOConfig()
-        # Bare commands count as well-formed: a random-init model cannot learn the tags in minutes.
-        .environment("alfworld", env_config={"split": "train", "max_steps": 15, "require_tags": False})
-        .env_runners(num_env_runners=1, num_envs_per_env_runner=GROUP_SIZE * GROUPS)
-        .rl_module(model_config={"constrain_to_admissible": True})
-        .training(
-            **settings.training(),
-            group_size=GROUP_SIZE,
-            groups_per_iteration=GROUPS,
-            lr=1e-3,
-            minibatch_size=64,
-            micro_batch_size=16,
-            max_new_tokens=8,
-            max_prompt_tokens=1024,
-            kl_coeff=0.0,
-        )
-        .debugging(seed=0)
-    )
+    config = tiny_cpu_config("alfworld", {"split": "train", "max_steps": 15}, settings, max_new_tokens=8)
     stop = {"training_iteration": 5}
 else:
     config = apply_paper_preset(HGPOConfig(), "alfworld", settings)
