@@ -5,7 +5,8 @@ catalog, goals and search index are cached per process) and a step must stay far
 Steps are measured on scripted-buyer episodes through ``step()`` with tagged outputs, as a policy
 drives them (searches, clicks, and one scored purchase per episode).
 
-Run: ``WEBSHOP_DATA_DIR=<folder> python benchmarks/envs_webshop.py`` (or pass ``--data-dir``).
+Run: ``python benchmarks/envs_webshop.py`` (the shipped 1,000-product catalog; ``--data-dir`` or
+``$WEBSHOP_DATA_DIR`` for another).
 """
 
 from __future__ import annotations
@@ -70,7 +71,10 @@ def webshop_timings(
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data-dir", default=None, help="WebShop data folder (default $WEBSHOP_DATA_DIR)")
+    parser.add_argument(
+        "--data-dir", default=None,
+        help="WebShop data folder (default $WEBSHOP_DATA_DIR, else the shipped catalog)",
+    )
     parser.add_argument("--episodes", type=int, default=200)
     args = parser.parse_args()
     timings = webshop_timings(args.data_dir, episodes=args.episodes)

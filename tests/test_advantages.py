@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from shared_data import golden_cases
+from data_files import golden_cases
 
 from hgpo_rllib.advantages import (
     HGPOLevels,

@@ -9,11 +9,11 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
+from data_files import golden_cases
 from ray.rllib.core import DEFAULT_MODULE_ID
 from ray.rllib.env.single_agent_episode import SingleAgentEpisode
 from ray.rllib.utils.metrics import WEIGHTS_SEQ_NO
 from ray.rllib.utils.metrics.metrics_logger import MetricsLogger
-from shared_data import golden_cases
 
 import envs
 from hgpo_rllib import HGPOConfig

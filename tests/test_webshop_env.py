@@ -7,13 +7,13 @@ import re
 
 import gymnasium as gym
 import pytest
+from data_files import webshop_golden
 from gymnasium.utils.env_checker import check_env
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from shared_data import WEBSHOP_DATA, requires_webshop_data, webshop_golden
 
 import envs
-from envs.webshop.data import DATA_DIR_ENV, load_shop
+from envs.webshop.data import CATALOG_DIR, DATA_DIR_ENV, load_shop
 from envs.webshop.engine import WebShopSession
 from envs.webshop.env import WebShopEnv
 from envs.webshop.expert import play_episode, tagged
@@ -24,8 +24,7 @@ from envs.webshop.prompts import (
     tokenizer_corpus,
 )
 
-DATA_DIR = WEBSHOP_DATA
-pytestmark = requires_webshop_data
+DATA_DIR = CATALOG_DIR
 
 
 @pytest.fixture(scope="module")
@@ -140,9 +139,12 @@ def test_info_keys_and_admissible_actions(env) -> None:
         assert info["is_action_valid"] == ("[" in action)
 
 
-def test_gymnasium_make_and_check_env() -> None:
-    env = gym.make("hgpo/WebShop-v0", data_dir=str(DATA_DIR), max_steps=15)
+def test_gymnasium_make_and_check_env(monkeypatch) -> None:
+    """No data path: the shipped catalog is played."""
+    monkeypatch.delenv(DATA_DIR_ENV, raising=False)
+    env = gym.make("hgpo/WebShop-v0", max_steps=15)
     assert isinstance(env.unwrapped, WebShopEnv) and env.unwrapped.max_steps == 15
+    assert env.unwrapped.shop is load_shop(DATA_DIR) and len(env.unwrapped.goals) == 6910
     check_env(env.unwrapped)
 
 
@@ -309,12 +311,11 @@ def test_observation_formatting_drops_the_header(env) -> None:
     assert format_observation("Thank you [SEP] x", info["task"]) == "Thank you [SEP] x"
 
 
-def test_tokenizer_corpus_with_and_without_data(monkeypatch) -> None:
+def test_tokenizer_corpus_plays_the_shipped_catalog(monkeypatch) -> None:
     monkeypatch.delenv(DATA_DIR_ENV, raising=False)
-    bare = tokenizer_corpus()
-    assert WEBSHOP_TEMPLATE_NO_HIS in bare and all(isinstance(text, str) and text for text in bare)
-    monkeypatch.setenv(DATA_DIR_ENV, str(DATA_DIR))
-    full = envs.get_tokenizer_corpus("webshop")
-    assert len(full) > len(bare) + 100 and any("<action>click[buy now]</action>" in t for t in full)
-    assert any(t.startswith("\nYou are an expert") and "Prior to this step" in t for t in full)
+    corpus = envs.get_tokenizer_corpus("webshop")
+    assert corpus == tokenizer_corpus(DATA_DIR)
+    assert WEBSHOP_TEMPLATE_NO_HIS in corpus and all(isinstance(text, str) and text for text in corpus)
+    assert len(corpus) > 100 and any("<action>click[buy now]</action>" in t for t in corpus)
+    assert any(t.startswith("\nYou are an expert") and "Prior to this step" in t for t in corpus)
     assert envs.get_prompt_renderer("hgpo/WebShop-v0") is render_prompt

@@ -6,14 +6,13 @@ import json
 import random
 
 import pytest
-from shared_data import WEBSHOP_DATA, requires_webshop_data, webshop_golden
+from data_files import webshop_golden
 
 from envs.webshop import reward
-from envs.webshop.data import DATA_DIR_ENV, load_shop, normalize_product
+from envs.webshop.data import CATALOG_DIR, DATA_DIR_ENV, data_file, load_shop, normalize_product, read_json
 from envs.webshop.goals import NO_PRICE_LIMIT, complete_goal, sample_goal_index
 
-DATA_DIR = WEBSHOP_DATA
-pytestmark = requires_webshop_data
+DATA_DIR = CATALOG_DIR
 
 
 @pytest.fixture(scope="module")
@@ -28,7 +27,7 @@ def golden_rewards() -> dict:
 
 @pytest.fixture(scope="module")
 def catalog() -> dict[str, dict]:
-    return {p["asin"]: p for p in json.loads((DATA_DIR / "items_shuffle_1000.json").read_text())}
+    return {p["asin"]: p for p in read_json(data_file(DATA_DIR, "items_shuffle_1000.json"))}
 
 
 # ---------------------------------------------------------------------------------------------- goals
@@ -78,19 +77,31 @@ def test_complete_goal_fills_from_the_product_and_rejects_bad_goals(shop) -> Non
 
 
 def test_missing_data_names_the_variable_and_the_path(monkeypatch, tmp_path) -> None:
-    monkeypatch.delenv(DATA_DIR_ENV, raising=False)
-    with pytest.raises(FileNotFoundError, match=DATA_DIR_ENV):
-        load_shop()
     with pytest.raises(FileNotFoundError, match="items_shuffle_1000.json"):
         load_shop(tmp_path)
     monkeypatch.setenv(DATA_DIR_ENV, str(tmp_path / "nowhere"))
-    with pytest.raises(FileNotFoundError, match="nowhere"):
+    with pytest.raises(FileNotFoundError, match=f"nowhere.*{DATA_DIR_ENV}"):
         load_shop()
+
+
+def test_the_shipped_catalog_is_the_default_and_a_users_folder_wins(monkeypatch, tmp_path, shop) -> None:
+    """No data path: the packaged 1,000-product catalog. A folder of plain JSON files (the user's own
+    copy, here three of the shipped products) replaces it, by argument or by the variable."""
+    monkeypatch.delenv(DATA_DIR_ENV, raising=False)
+    assert load_shop() is shop
+    catalog = read_json(data_file(DATA_DIR, "items_shuffle_1000.json"))[:3]
+    attributes = read_json(data_file(DATA_DIR, "items_ins_v2_1000.json"))
+    (tmp_path / "items_shuffle_1000.json").write_text(json.dumps(catalog))
+    (tmp_path / "items_ins_v2_1000.json").write_text(json.dumps(attributes))
+    own = load_shop(tmp_path)
+    assert [p["asin"] for p in own.products] == [r["asin"] for r in catalog]
+    monkeypatch.setenv(DATA_DIR_ENV, str(tmp_path))
+    assert load_shop() is own
 
 
 def test_raw_records_load_like_the_processed_ones(shop, catalog) -> None:
     """A record as WebShop downloads it (price string, no derived fields) gives the same product."""
-    attributes = json.loads((DATA_DIR / "items_ins_v2_1000.json").read_text())
+    attributes = read_json(data_file(DATA_DIR, "items_ins_v2_1000.json"))
     derived = {"Title", "Description", "BulletPoints", "Price", "options", "option_to_image",
                "Attributes", "MainImage", "Reviews", "Rating"}
     for product in shop.products[::25]:

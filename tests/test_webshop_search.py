@@ -4,12 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from shared_data import WEBSHOP_DATA, requires_webshop_data, webshop_golden
+from data_files import webshop_golden
 
 from envs.webshop.search import LuceneBM25, analyze, length_to_norm, lucene_tokens, norm_to_length
-
-DATA_DIR = WEBSHOP_DATA
-pytestmark = requires_webshop_data
 
 
 @pytest.fixture(scope="module")

@@ -1,11 +1,12 @@
-"""HGPO on WebShop (pure-Python text env over the WebShop data files; set WEBSHOP_DATA_DIR).
+"""HGPO on WebShop (pure-Python text env over WebShop's 1,000-product catalog, shipped in the package).
 
-    WEBSHOP_DATA_DIR=/data/webshop rllib train file tuned_examples/hgpo_webshop.py
-    WEBSHOP_DATA_DIR=/data/webshop python tuned_examples/hgpo_webshop.py \
-        --preset paper-1.5b --model /models/Qwen2.5-1.5B-Instruct -k 4
+    rllib train file tuned_examples/hgpo_webshop.py
+    python tuned_examples/hgpo_webshop.py --preset paper-1.5b --model /models/Qwen2.5-1.5B-Instruct -k 4
+
+Set ``WEBSHOP_DATA_DIR`` to a folder with your own WebShop data files (e.g. the full catalog) to use them.
 
 The CPU default runs the pipeline with a tiny random-init model; the paper presets use the
-published settings (hgpo_algorithm.md §5: mean_norm advantages, 30 steps, minibatch 64).
+published settings (docs/hgpo_algorithm.md §5: mean_norm advantages, 30 steps, minibatch 64).
 """
 
 from hgpo_rllib import HGPOConfig

@@ -1,10 +1,13 @@
 """The WebShop data files, loaded as the original's ``load_products`` loads them, plus goals and index.
 
 ``data_dir`` holds ``items_shuffle_1000.json`` (the catalog: a JSON list of product records) and
-``items_ins_v2_1000.json`` (goal attributes by ASIN). Records may be raw (as WebShop downloads them) or
-already processed (as ``shared/data/webshop`` ships them); both give the same products, because every
-derived field (``Title``, ``pricing``, ``Price``, ``options``, ``Attributes``, ...) is rebuilt from the
-raw fields by the original's rules.
+``items_ins_v2_1000.json`` (goal attributes by ASIN), each plain or xz-compressed (``.json.xz``).
+Without ``data_dir`` or ``$WEBSHOP_DATA_DIR``, WebShop's own 1,000-product catalog shipped in
+:data:`CATALOG_DIR` is used (compressed; WebShop's licence in ``catalog/LICENSE``), so the env works out
+of the box; a user's folder (e.g. the full 1.18M-product catalog) still wins. Records may be raw (as
+WebShop downloads them) or already processed (as the shipped catalog holds them); both give the same
+products, because every derived field (``Title``, ``pricing``, ``Price``, ``options``, ``Attributes``,
+...) is rebuilt from the raw fields by the original's rules.
 
 Everything built from one pair of files (products, seeded prices, goals, search index) is an immutable
 :class:`Shop`, cached per process and per file version, so environments after the first are cheap.
@@ -13,6 +16,7 @@ Everything built from one pair of files (products, seeded prices, goals, search 
 from __future__ import annotations
 
 import json
+import lzma
 import os
 import random
 import re
@@ -27,6 +31,8 @@ from envs.webshop.goals import cumulative_weights, synthetic_goals
 from envs.webshop.search import SEARCH_RETURN_N, LuceneBM25, document_text
 
 DATA_DIR_ENV = "WEBSHOP_DATA_DIR"
+CATALOG_DIR = Path(__file__).with_name("catalog")  #: the shipped 1,000-product catalog (xz-compressed)
+COMPRESSED_SUFFIX = ".xz"
 CATALOG_FILE = "items_shuffle_1000.json"
 ATTRIBUTES_FILE = "items_ins_v2_1000.json"
 PRICE_SEED = 42  # seeds range prices, then goal price caps (the original leaves both unseeded)
@@ -35,18 +41,25 @@ NO_ATTRIBUTES = ["DUMMY_ATTR"]
 
 
 def resolve_data_dir(data_dir: str | os.PathLike[str] | None) -> Path:
-    """``data_dir`` or ``$WEBSHOP_DATA_DIR``; an error names both when neither is given."""
+    """``data_dir``, else ``$WEBSHOP_DATA_DIR``, else the shipped catalog (:data:`CATALOG_DIR`)."""
     if data_dir is None:
-        data_dir = os.environ.get(DATA_DIR_ENV)
-        if not data_dir:
-            raise FileNotFoundError(
-                f"no WebShop data: pass data_dir=<folder with {CATALOG_FILE} and {ATTRIBUTES_FILE}> "
-                f"or set the {DATA_DIR_ENV} environment variable"
-            )
+        data_dir = os.environ.get(DATA_DIR_ENV) or CATALOG_DIR
     path = Path(data_dir).expanduser()
     if not path.is_dir():
-        raise FileNotFoundError(f"WebShop data_dir {str(path)!r} is not a folder")
+        raise FileNotFoundError(
+            f"WebShop data_dir {str(path)!r} (from data_dir= or ${DATA_DIR_ENV}) is not a folder"
+        )
     return path
+
+
+def data_file(folder: Path, name: str) -> Path:
+    """``folder/name``, or its compressed ``name.xz``; the error names both."""
+    for path in (folder / name, folder / f"{name}{COMPRESSED_SUFFIX}"):
+        if path.is_file():
+            return path
+    raise FileNotFoundError(
+        f"WebShop data file {str(folder / name)!r} (or {name}{COMPRESSED_SUFFIX}) is missing"
+    )
 
 
 def _price_list(pricing: Any) -> list[float]:
@@ -134,15 +147,17 @@ class Shop:
         return [self.products[i] for i in self.index.search(query, SEARCH_RETURN_N)]
 
 
-def _read_json(path: Path) -> Any:
-    with path.open(encoding="utf-8") as f:
+def read_json(path: Path) -> Any:
+    """A JSON file, plain or xz-compressed (by its suffix)."""
+    opener = lzma.open if path.suffix == COMPRESSED_SUFFIX else open
+    with opener(path, "rt", encoding="utf-8") as f:
         return json.load(f)
 
 
 @lru_cache(maxsize=4)
 def _build_shop(catalog_path: Path, attributes_path: Path, _version: tuple[int, ...]) -> Shop:
-    catalog = _read_json(catalog_path)
-    attributes = _read_json(attributes_path)
+    catalog = read_json(catalog_path)
+    attributes = read_json(attributes_path)
     if not isinstance(catalog, list) or not isinstance(attributes, dict):
         raise ValueError(
             f"{catalog_path.name} must hold a JSON list and {attributes_path.name} a JSON object"
@@ -168,11 +183,9 @@ def load_shop(
     catalog_file: str = CATALOG_FILE,
     attributes_file: str = ATTRIBUTES_FILE,
 ) -> Shop:
-    """The :class:`Shop` of ``data_dir`` (default ``$WEBSHOP_DATA_DIR``), built once per file version."""
+    """The :class:`Shop` of ``data_dir`` (default ``$WEBSHOP_DATA_DIR``, else the shipped catalog),
+    built once per file version."""
     folder = resolve_data_dir(data_dir).resolve()
-    paths = (folder / catalog_file, folder / attributes_file)
-    for path in paths:
-        if not path.is_file():
-            raise FileNotFoundError(f"WebShop data file {str(path)!r} is missing")
+    paths = (data_file(folder, catalog_file), data_file(folder, attributes_file))
     version = tuple(v for path in paths for v in (path.stat().st_mtime_ns, path.stat().st_size))
     return _build_shop(*paths, version)

@@ -85,11 +85,11 @@ def render_prompt(
 
 
 def tokenizer_corpus(data_dir: str | os.PathLike[str] | None = None, num_episodes: int = 20) -> list[str]:
-    """Text to train a tiny test tokenizer on: templates, page words and, with data, real prompts.
+    """Text to train a tiny test tokenizer on: templates, page words and real prompts.
 
-    With the data (``data_dir`` or ``$WEBSHOP_DATA_DIR``), the scripted buyer plays the first
-    ``num_episodes`` goals and every prompt and answer is included, plus the title and option values of
-    every tenth product. Without data, the templates and the fixed words of the pages only.
+    On the data (``data_dir``, ``$WEBSHOP_DATA_DIR`` or the shipped catalog), the scripted buyer plays
+    the first ``num_episodes`` goals and every prompt and answer is included, plus the title and option
+    values of every tenth product.
     """
     fixed = [
         WEBSHOP_TEMPLATE_NO_HIS, WEBSHOP_TEMPLATE, "WebShop", "Instruction:", pages.SEARCH_BUTTON,
@@ -98,15 +98,11 @@ def tokenizer_corpus(data_dir: str | os.PathLike[str] | None = None, num_episode
         pages.done_page("B000000000", {"color": "black"}, 1.0).text,
     ]
     # Imported here so that rendering prompts does not load the search stack (NLTK, SciPy).
-    from envs.webshop.data import load_shop
     from envs.webshop.env import WebShopEnv
     from envs.webshop.expert import play_episode
 
-    try:
-        shop = load_shop(data_dir)
-    except FileNotFoundError:
-        return fixed
     env = WebShopEnv(data_dir=data_dir)
+    shop = env.shop
     corpus = list(fixed)
     for index in range(min(num_episodes, len(shop.goals))):
         episode = play_episode(env, options={"goal_index": index})
