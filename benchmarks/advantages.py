@@ -1,9 +1,10 @@
 """Benchmark of the vectorised estimators in ``hgpo_rllib.advantages`` against per-row Python.
 
 Run: ``python benchmarks/advantages.py`` (``--quick`` for a short run). Prints a markdown table
-of median wall times on one thread. The batches imitate ALFWorld rollouts (spec §5, §6):
-G task groups x 8 rollouts x 50 steps, ~200-character observation strings, random walks over a
-small room graph so states and short histories repeat across and within trajectories, invalid
+of median wall times on one thread. "spec" is ``docs/hgpo_algorithm.md``. The batches imitate
+ALFWorld rollouts (spec §5, §6): G task groups x 8 rollouts x 50 steps, ~200-character
+observation strings, random walks over a small room graph so states and short histories repeat
+across and within trajectories, invalid
 actions (obs unchanged, -0.1 penalty) and reward 10 on success. Every observation is a fresh
 ``str`` object, created env-step by env-step across all environments (as a vector env does),
 while the batch rows are ordered trajectory by trajectory, as an episode buffer concatenates

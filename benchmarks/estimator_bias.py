@@ -15,7 +15,7 @@ Environments. Random POMDPs with ``n_pos`` positions (the observation), a hidden
 without changing the observation; reaching the goal position ends the episode with reward 1
 if the key is held and 0 otherwise; a horizon of ``T`` steps ends the rest with 0. The same
 observation is therefore reached by histories with different values, and observation-only
-keys (what HGPO groups on, spec Q7) may or may not reveal the key. MDPs whose success
+keys (what HGPO groups on, docs/hgpo_algorithm.md Q7) may or may not reveal the key. MDPs whose success
 probability is below 10 % or above 90 % are redrawn. The policy is a fixed stochastic policy
 of the current observation.
 

@@ -1,7 +1,7 @@
 """Where an HGPO iteration spends its time: sampling, advantage connector, update (CPU).
 
 Why: the paper reports that HGPO's grouping adds well under a second to iterations of minutes
-(hgpo_algorithm.md §6); here the advantage connector (estimator + token batch) must stay below 1% of
+(docs/hgpo_algorithm.md §6); here the advantage connector (estimator + token batch) must stay below 1% of
 an iteration. The phases come from the algorithm's unsmoothed per-iteration timers
 (``iteration_seconds``) and the learner connector's own timers, averaged over the measured
 iterations after one warm-up iteration. It profiles any experiment file's config.

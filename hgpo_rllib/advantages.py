@@ -1,7 +1,7 @@
 """Group-based advantage estimators: GRPO, GiGPO and HGPO, vectorised in numpy.
 
-The maths follows ``shared/docs/hgpo_algorithm.md`` (§1.1 pipeline, §2 GRPO, §3 GiGPO,
-§4 HGPO), which documents the reference ``langfengQ/verl-agent`` code. Rows are environment
+The maths follows ``docs/hgpo_algorithm.md`` (§1.1 pipeline, §2 GRPO, §3 GiGPO,
+§4 HGPO; "spec" below), which documents the reference ``langfengQ/verl-agent`` code. Rows are environment
 steps in any order (trajectories may be interleaved); ``step_idx`` only orders the rows of one
 trajectory. Ids and observations are any hashable keys; integer numpy arrays take a fast path.
 

@@ -1,7 +1,7 @@
 """Episode metrics of text agents, logged on the env runners (results: ``env_runners/...``).
 
 RLlib already reports episode return and length (``episode_return_mean``, ``episode_len_mean``).
-This adds what the paper reports and what shows a policy's health (hgpo_algorithm.md §7):
+This adds what the paper reports and what shows a policy's health (docs/hgpo_algorithm.md §7):
 success rate overall and per task type, the share of format-invalid actions, and WebShop's score
 when the env reports one (``info["score"]``). Evaluation runners log the same keys under
 ``evaluation/env_runners``.

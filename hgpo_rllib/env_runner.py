@@ -1,8 +1,8 @@
-"""Grouped rollouts: n copies of one task stepped in lock-step (rllib_notes §5.2 option A).
+"""Grouped rollouts: n copies of one task stepped in lock-step (docs/rllib_notes.md §5.2 option A).
 
 Group-relative estimators need every rollout group complete and sampled with one set of weights
-(hgpo_algorithm.md §1, §9). RLlib's stock runner autoresets sub-envs independently, so a fast member
-starts the next task while slow ones still run (rllib_notes §9 obstacle 7). ``GroupedEnvRunner``
+(docs/hgpo_algorithm.md §1, §9). RLlib's stock runner autoresets sub-envs independently, so a fast member
+starts the next task while slow ones still run (docs/rllib_notes.md §9 obstacle 7). ``GroupedEnvRunner``
 instead resets ``group_size`` sub-envs with the same task seed, runs one batched generation per turn
 over the still-active members of all groups of a wave, and returns only whole groups. It reuses the
 base runner's env construction, connector pipelines, callbacks and metrics.

@@ -1,7 +1,7 @@
 """The paper's evaluation protocol as one function and one command (``rllib evaluate``).
 
 A policy plays ``episodes`` tasks for each evaluation seed (the paper reports mean ± std over seeds
-123, 456 and 789, hgpo_algorithm.md §7). A checkpoint's policy samples at its ``eval_temperature``
+123, 456 and 789, docs/hgpo_algorithm.md §7). A checkpoint's policy samples at its ``eval_temperature``
 with the same history-window prompts it was trained on; two baselines come from the same command:
 the privileged expert (ALFWorld's planner, WebShop's scripted buyer, KeyChest's shortest path) and a
 uniform-random choice among the admissible actions. Tables are written as CSV and Markdown.

@@ -1,7 +1,7 @@
 """HGPO (Hierarchy-of-Groups Policy Optimization, ICLR 2026) as an RLlib algorithm, with the GiGPO and
 GRPO baselines behind one switch.
 
-One iteration (rllib_notes §5.1): the :class:`~hgpo_rllib.env_runner.GroupedEnvRunner` s sample
+One iteration (docs/rllib_notes.md §5.1): the :class:`~hgpo_rllib.env_runner.GroupedEnvRunner` s sample
 ``groups_per_iteration`` complete rollout groups of ``group_size`` episodes (one task per group);
 the learner connector turns every step into a token row with the configured estimator's advantage
 (:mod:`hgpo_rllib.advantages`, on the whole batch before minibatching); the learner takes clipped
@@ -81,7 +81,7 @@ def _tokenizer_corpus(env_name: str) -> tuple[str, ...]:
 
 
 class HGPOConfig(AlgorithmConfig):
-    """Configuration of :class:`HGPO`; defaults are the paper's (hgpo_algorithm.md §5).
+    """Configuration of :class:`HGPO`; defaults are the paper's (docs/hgpo_algorithm.md §5).
 
     Besides :meth:`training`, the RLlib settings HGPO relies on: ``lr`` 1e-6, ``grad_clip`` 1.0
     (global norm), ``minibatch_size`` 256 rows per optimiser step (over all learners),
@@ -95,7 +95,7 @@ class HGPOConfig(AlgorithmConfig):
 
     def __init__(self, algo_class: type | None = None):
         super().__init__(algo_class=algo_class or HGPO)
-        # Advantage estimation (hgpo_algorithm.md §1.1-§4).
+        # Advantage estimation (docs/hgpo_algorithm.md §1.1-§4).
         self.estimator = "hgpo"
         self.history_length = 2
         self.adv_mode = "mean_std_norm"
@@ -126,7 +126,7 @@ class HGPOConfig(AlgorithmConfig):
         self.max_new_tokens = 512
         self.temperature = 1.0
         self.eval_temperature = 0.4
-        # RLlib plumbing for text envs (rllib_notes §1, §9).
+        # RLlib plumbing for text envs (docs/rllib_notes.md §1, §9).
         self.env_runner_cls = GroupedEnvRunner
         self.num_env_runners = 1
         self.num_envs_per_env_runner = 8
@@ -168,7 +168,8 @@ class HGPOConfig(AlgorithmConfig):
         """Sets HGPO's training settings (plus RLlib's: ``gamma``, ``lr``, ``minibatch_size``, ...).
 
         Args:
-            estimator: Advantage estimator: "hgpo" (default), "gigpo" or "grpo" (spec §2-§4).
+            estimator: Advantage estimator: "hgpo" (default), "gigpo" or "grpo"
+                (docs/hgpo_algorithm.md §2-§4).
             history_length: K (default 2): past (observation, action) records shown in the prompt;
                 HGPO groups steps on up to K+1 observations (the current one and K before it).
             adv_mode: "mean_std_norm" (default: (R - mean) / (std + eps)) or "mean_norm"
@@ -284,7 +285,7 @@ class HGPOConfig(AlgorithmConfig):
         rl_module_spec: Any = None,
         placement_group: Any = None,
     ) -> GroupShardingLearnerGroup:
-        """RLlib's LearnerGroup, except that rollout groups are never split (rllib_notes §5.5)."""
+        """RLlib's LearnerGroup, except that rollout groups are never split (docs/rllib_notes.md §5.5)."""
         if rl_module_spec is None:
             rl_module_spec = self.get_multi_rl_module_spec(env=env, spaces=spaces)
         return GroupShardingLearnerGroup(
@@ -431,7 +432,7 @@ class HGPO(Algorithm):
             "shuffle_batch_per_epoch": self.config.shuffle_batch_per_epoch,
         }
         # Minibatches only when the batch has more rows than one minibatch (RLlib's iterator would
-        # otherwise repeat rows to fill it); never pass None (rllib_notes §9 obstacle 9).
+        # otherwise repeat rows to fill it); never pass None (docs/rllib_notes.md §9 obstacle 9).
         if self.config.minibatch_size and self.config.minibatch_size < sum(map(len, episodes)):
             update_kwargs["minibatch_size"] = self.config.minibatch_size_per_learner
         with self._phase("learner_update", LEARNER_UPDATE_TIMER):

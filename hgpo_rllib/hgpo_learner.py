@@ -1,9 +1,9 @@
-"""Framework-agnostic HGPO learner logic: the learner connector pipeline (rllib_notes §3.2, §5.4).
+"""Framework-agnostic HGPO learner logic: the learner connector pipeline (docs/rllib_notes.md §3.2, §5.4).
 
 As PPO appends its GAE piece in ``PPOLearner.build()``, HGPO appends, after any user pieces:
 
 1. :class:`GroupAdvantages`: complete rollout groups -> token rows + advantages (numpy), computed on
-   the learner's whole batch before RLlib minibatches it (hgpo_algorithm.md §1.1 step 6);
+   the learner's whole batch before RLlib minibatches it (docs/hgpo_algorithm.md §1.1 step 6);
 2. RLlib's ``NumpyToTensor`` (onto the learner's device);
 3. :class:`ReferenceLogp` when ``kl_coeff > 0``: frozen reference log-probs, no gradient.
 """

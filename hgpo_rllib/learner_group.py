@@ -1,4 +1,4 @@
-"""A LearnerGroup that never splits a rollout group across learners (rllib_notes §5.5).
+"""A LearnerGroup that never splits a rollout group across learners (docs/rllib_notes.md §5.5).
 
 With ``num_learners > 1`` RLlib shards episodes by length and may split groups and even slice
 episodes, so each learner would normalise advantages over fragments of groups (observed: groups of

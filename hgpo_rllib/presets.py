@@ -4,7 +4,7 @@ A tuned example is a Python file that ``rllib train file`` imports, so its knobs
 environment variables (``HGPO_PRESET``, ``HGPO_MODEL``, ``HGPO_ESTIMATOR``, ``HGPO_K``,
 ``HGPO_ALPHA``, ``HGPO_BASE_GROUP``); ``python tuned_examples/<file>.py --flags`` sets the same
 variables from flags and then runs the file through the same CLI. The paper's presets follow
-hgpo_algorithm.md §5 and §7 (Qwen2.5-1.5B-Instruct on 2 GPUs, 7B on 4 GPUs, 16 groups x 8
+docs/hgpo_algorithm.md §5 and §7 (Qwen2.5-1.5B-Instruct on 2 GPUs, 7B on 4 GPUs, 16 groups x 8
 rollouts, 160 iterations, lr 1e-6, K = 2 or 4).
 """
 
@@ -28,7 +28,7 @@ _ENV_VARS = {
 }
 # GPU layout per preset: (env runners, GPUs per runner, learners, GPUs per learner).
 _GPU_LAYOUT = {"paper-1.5b": (1, 1, 1, 1), "paper-7b": (2, 1, 2, 1)}
-# Per-GPU micro-batches of the authors' scripts (hgpo_algorithm.md §5), by env and preset.
+# Per-GPU micro-batches of the authors' scripts (docs/hgpo_algorithm.md §5), by env and preset.
 _MICRO_BATCH = {
     ("alfworld", "paper-1.5b"): 16,
     ("alfworld", "paper-7b"): 8,

@@ -4,7 +4,7 @@ Env runners call ``forward_exploration`` / ``forward_inference`` to generate one
 prompt (HF ``generate`` on CPU, vLLM on GPU); learners call ``forward_train`` to get per-token
 log-probs and entropies of stored responses. Both sides use the same temperature-scaled
 distribution and the same position ids, so on one device the learner reproduces the sampler's
-log-probs exactly (the "log-prob gap" is ~1e-6); see ``rllib_notes.md`` §4 and §5.6.
+log-probs exactly (the "log-prob gap" is ~1e-6); see ``docs/rllib_notes.md`` §4 and §5.6.
 """
 
 from __future__ import annotations

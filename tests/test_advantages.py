@@ -1,6 +1,7 @@
 """Golden-vector, worked-example and bad-input tests for ``hgpo_rllib.advantages``.
 
-The golden files (spec §8) come from the reference verl-agent code; each case is checked both
+The golden files (``docs/hgpo_algorithm.md`` §8, "the spec") come from the reference verl-agent
+code; each case is checked both
 through the full pipeline (rewards -> returns/scores, penalty 0.1) and estimator-only (from the
 stored float32 returns and scores), at the spec's tolerance. Numerically fragile cases are
 checked against ``expected_advantage_exact_arith`` (quirk Q1).

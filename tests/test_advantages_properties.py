@@ -2,7 +2,8 @@
 
 Random small batches (few groups, trajectories and observation symbols, so states, histories
 and returns repeat) check: agreement with the per-row Python baseline of
-``benchmarks/advantages.py`` (a direct transcription of the spec §4.4 pseudo-code) for every
+``benchmarks/advantages.py`` (a direct transcription of the pseudo-code of the spec,
+``docs/hgpo_algorithm.md`` §4.4) for every
 option, invariance under row permutation, independence of groups, finiteness, the K = 0
 case, the per-level view (sizes as the pseudo-code's clusters, items that re-aggregate to
 ``hgpo_advantages``), and the vectorised returns against the reference's naive per-row formula.

@@ -152,7 +152,7 @@ def test_connector_reproduces_golden_advantages(estimator: str, case: dict[str, 
 
 
 def test_connector_level_metrics_on_the_worked_example() -> None:
-    """hgpo_algorithm.md §4.5, groups counted by hand (test_advantages): level 1 has 21 steps of
+    """docs/hgpo_algorithm.md §4.5, groups counted by hand (test_advantages): level 1 has 21 steps of
     sizes summing to 71, level 2 16 steps (46), level 3 11 steps (23); the five steps on E, X, Z,
     Y, W are alone at every level. Item statistics are those of the estimator's own items."""
     case = next(c for c in _golden_cases("hgpo") if c["name"] == "nested_depths_k2_msn")

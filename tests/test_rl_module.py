@@ -96,7 +96,7 @@ def test_tiny_checkpoint_round_trips_through_save_and_auto_classes(tmp_path: Pat
     module = build()
     module.lm.save_pretrained(tmp_path)
     module.tokenizer.save_pretrained(tmp_path)
-    # AutoTokenizer on a qwen2 checkpoint rebuilds a Qwen2Tokenizer (envs_notes C, pitfall 2).
+    # AutoTokenizer on a qwen2 checkpoint rebuilds a Qwen2Tokenizer (docs/envs_notes.md C, pitfall 2).
     reloaded = AutoTokenizer.from_pretrained(tmp_path, local_files_only=True)
     texts = ODD_TEXTS + [CORPUS[3]]
     assert reloaded(texts)["input_ids"] == module.tokenizer(texts)["input_ids"]

@@ -1,4 +1,4 @@
-"""The verl-agent ALFWorld prompt (hgpo_algorithm.md §5.1) and text to build a tiny tokenizer from.
+"""The verl-agent ALFWorld prompt (docs/hgpo_algorithm.md §5.1) and text to build a tiny tokenizer from.
 
 The templates are verl-agent's ``ALFWORLD_TEMPLATE_NO_HIS`` / ``ALFWORLD_TEMPLATE`` verbatim. The
 admissible actions are formatted as the reference's ``build_text_obs`` does: each quoted with single

@@ -1,6 +1,6 @@
 """Turning an LLM's raw output into an environment command (the reference's "projection").
 
-The whole generated string is the agent's action. As in verl-agent (hgpo_algorithm.md §1), a
+The whole generated string is the agent's action. As in verl-agent (docs/hgpo_algorithm.md §1), a
 well-formed output is ``<think>...</think><action>command</action>``: it is *valid* when it has both
 tag pairs and no CJK characters, and the command is the lower-cased text between the first
 ``<action>`` and the first ``</action>`` after it. Any other string is legal input and simply invalid.

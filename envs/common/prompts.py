@@ -1,4 +1,4 @@
-"""Pieces shared by every environment's prompt template (hgpo_algorithm.md §5.1).
+"""Pieces shared by every environment's prompt template (docs/hgpo_algorithm.md §5.1).
 
 The history window shows the last ``history_length`` (observation, action) records, numbered by their
 absolute step (1-based), exactly as verl-agent's ``SimpleMemory.fetch`` formats them.
@@ -28,7 +28,7 @@ def format_history(history: Sequence[HistoryRecord], history_length: int) -> tup
 def history_fields(
     history: Sequence[HistoryRecord], history_length: int, step_index: int
 ) -> dict[str, object]:
-    """The history placeholders of the reference's with-history templates (hgpo_algorithm.md §5.1):
+    """The history placeholders of the reference's with-history templates (docs/hgpo_algorithm.md §5.1):
     ``step_count``, ``history_length`` (records shown), ``action_history`` and ``current_step``."""
     action_history, shown = format_history(history, history_length)
     return {

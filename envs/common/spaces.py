@@ -1,7 +1,7 @@
 """A Gymnasium text space that RLlib and vector envs can batch.
 
 Gymnasium batches ``Text`` observations into a tuple of ``str``, which RLlib's ``unbatch`` then walks
-character by character (../docs: rllib_notes §4). ``TextSpace`` batches into a 1-D numpy object array
+character by character (docs/rllib_notes.md §4). ``TextSpace`` batches into a 1-D numpy object array
 instead, and accepts any string up to ``max_length`` (an LLM's output is arbitrary text).
 """
 

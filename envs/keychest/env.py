@@ -1,6 +1,6 @@
 """KeyChest: a CPU-scale memory probe where equal observations hide different situations.
 
-Why it exists: HGPO groups steps by their raw observation (hgpo_algorithm.md §4.2). Its paper calls
+Why it exists: HGPO groups steps by their raw observation (docs/hgpo_algorithm.md §4.2). Its paper calls
 the flaw of GiGPO's current-state groups "context inconsistency": two steps can share the current
 observation while their histories, and so their best actions, differ. KeyChest makes that
 unavoidable, yet stays small enough for a tiny random-init model to learn on CPU.

@@ -1,4 +1,4 @@
-"""KeyChest's prompt: the ALFWorld template (hgpo_algorithm.md §5.1) cut down for tiny word-level models.
+"""KeyChest's prompt: the ALFWorld template (docs/hgpo_algorithm.md §5.1) cut down for tiny word-level models.
 
 Like the reference, the prompt holds the task, the last K (observation, action) records when there is
 history, the current observation and the admissible actions. Unlike it, it states no step count

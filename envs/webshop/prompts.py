@@ -10,7 +10,7 @@ What verl-agent feeds the templates, reproduced by :func:`render_prompt`:
 * step 0, or ``history_length == 0``, uses the no-history template; later steps show the last
   ``history_length`` records (:func:`~envs.common.prompts.format_history`), the number of steps taken
   and the current step number. Upstream verl-agent drops the history from prompts over 13,000
-  characters; the HGPO recipe removed that fallback (hgpo_algorithm.md §5.1), and so do we: the
+  characters; the HGPO recipe removed that fallback (docs/hgpo_algorithm.md §5.1), and so do we: the
   model's ``max_prompt_tokens`` left-truncation bounds the length instead.
 """
 

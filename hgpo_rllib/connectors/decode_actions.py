@@ -2,7 +2,7 @@
 
 ``Columns.ACTIONS`` keeps the right-padded response token ids (the episode's action record and what
 the learner trains on); ``Columns.ACTIONS_FOR_ENV`` carries the decoded strings, which the env parses
-itself (rllib_notes §4). RLlib's ``TensorToNumpy`` runs first, so everything here is numpy or lists.
+itself (docs/rllib_notes.md §4). RLlib's ``TensorToNumpy`` runs first, so everything here is numpy or lists.
 """
 
 from __future__ import annotations

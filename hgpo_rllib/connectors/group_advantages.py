@@ -1,7 +1,7 @@
 """Learner connector: complete episodes -> one token row per step with its group-relative advantage.
 
-Same placement as PPO's GAE piece (rllib_notes §3.2, §5.4): it sees the learner's whole batch of
-complete rollout groups before RLlib minibatches it, which the estimators require (hgpo_algorithm.md
+Same placement as PPO's GAE piece (docs/rllib_notes.md §3.2, §5.4): it sees the learner's whole batch of
+complete rollout groups before RLlib minibatches it, which the estimators require (docs/hgpo_algorithm.md
 §1.1 step 6, §9). The estimator itself is :mod:`hgpo_rllib.advantages`; this piece only gathers its
 per-step inputs (group id, trajectory id, step index, raw anchor observation, reward, validity),
 calls it, and lays the frozen sampling-time tokens out as a dynamically padded batch.
@@ -44,7 +44,7 @@ FloatArray = npt.NDArray[np.float64]
 
 @dataclass(frozen=True)
 class EstimatorSettings:
-    """The advantage options of ``HGPOConfig.training()`` (hgpo_algorithm.md §2-§4)."""
+    """The advantage options of ``HGPOConfig.training()`` (docs/hgpo_algorithm.md §2-§4)."""
 
     estimator: str = "hgpo"
     gamma: float = 0.95
@@ -100,7 +100,7 @@ class StepTable:
 
 
 def estimator_inputs(table: StepTable, settings: EstimatorSettings) -> tuple[FloatArray, FloatArray]:
-    """Step returns and episode scores of every row (hgpo_algorithm.md §1.1)."""
+    """Step returns and episode scores of every row (docs/hgpo_algorithm.md §1.1)."""
     return adv.step_returns_and_scores(
         table.traj_ids,
         table.step_idx,
@@ -153,7 +153,7 @@ def level_metrics(
 ) -> dict[str, float]:
     """History-level monitoring from the estimator's own grouping, :func:`adv.hgpo_level_stats`.
 
-    Keys ``level{d}_*`` count from d = 1 (paper level k = d - 1, hgpo_algorithm.md §4.2), so
+    Keys ``level{d}_*`` count from d = 1 (paper level k = d - 1, docs/hgpo_algorithm.md §4.2), so
     ``level1`` is the current-state group. For each level of HGPO (d = 1..K+1): mean group size
     and singleton fraction over the steps that have the level, and mean / std / mean |a| of the
     level's items (§4.3; exact-zero items included, singletons have none). GiGPO gets the
@@ -205,7 +205,7 @@ def token_rows(episodes: Sequence[SingleAgentEpisode], pad_id: int) -> dict[str,
     """Prompt/response tokens, masks and sampling log-probs of every step, dynamically padded.
 
     Prompts are left-padded to the batch's longest prompt; response columns that are padding in
-    every row are trimmed (rllib_notes §4, "Trim all-PAD columns").
+    every row are trimmed (docs/rllib_notes.md §4, "Trim all-PAD columns").
     """
     prompts = [p for ep in episodes for p in ep.get_extra_model_outputs(PROMPT_IDS)]
     prompt_ids, prompt_mask = _left_padded(prompts, pad_id)

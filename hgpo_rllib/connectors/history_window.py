@@ -1,4 +1,4 @@
-"""Env-to-module: each step's prompt from the episode's own history window (hgpo_algorithm.md §5.1).
+"""Env-to-module: each step's prompt from the episode's own history window (docs/hgpo_algorithm.md §5.1).
 
 The prompt is the env's own template (``envs.get_prompt_renderer``) over the task, the earlier
 (observation, command) records (the renderer shows the last ``history_length`` = K of them), the

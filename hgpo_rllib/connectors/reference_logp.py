@@ -1,6 +1,6 @@
 """Learner connector: per-token log-probs of the frozen reference model, once per update.
 
-The k3 KL term of the loss (hgpo_algorithm.md §5) compares the policy with the frozen initial model.
+The k3 KL term of the loss (docs/hgpo_algorithm.md §5) compares the policy with the frozen initial model.
 Its log-probs do not change during an update, so they are computed here, without gradients, on the
 whole batch in chunks of ``chunk_rows`` (bounded memory), before RLlib minibatches the rows.
 """

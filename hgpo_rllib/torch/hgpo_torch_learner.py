@@ -1,4 +1,4 @@
-"""HGPO's loss and optimiser in torch, as verl-agent trains the actor (hgpo_algorithm.md §5).
+"""HGPO's loss and optimiser in torch, as verl-agent trains the actor (docs/hgpo_algorithm.md §5).
 
 Per valid response token, with ratio r = exp(logp - old_logp) and the step's advantage A:
 
