@@ -29,6 +29,8 @@ from ray.rllib.utils.metrics import (
     WEIGHTS_SEQ_NO,
 )
 
+from hgpo_rllib.env_pool import EnvCrash, EnvWorkerPool
+
 #: Keys the runner adds to the reset ``info`` of every episode.
 GROUP_ID = "group_id"
 TASK_SEED = "task_seed"
@@ -68,6 +70,7 @@ class GroupedEnvRunner(SingleAgentEnvRunner):
         # A fresh nonce per runner process keeps group ids unique across runner restarts.
         self._group_prefix = f"r{self.worker_index or 0}-{uuid.uuid4().hex[:8]}"
         self._num_groups_started = 0
+        self._pool: EnvWorkerPool | None = None  # sub-env worker processes (num_env_workers > 0)
 
     @property
     def group_size(self) -> int:
@@ -119,16 +122,15 @@ class GroupedEnvRunner(SingleAgentEnvRunner):
 
     def _run_wave(self, num_groups: int, explore: bool) -> tuple[list[SingleAgentEpisode], int]:
         """Reset ``num_groups * group_size`` sub-envs (same seed within a group) and run them out."""
-        sub_envs = self.env.unwrapped.envs
         episodes: list[SingleAgentEpisode | None] = [None] * (num_groups * self.group_size)
         self._shared_data = {}
         group_ids, seeds = self._new_group_seeds(num_groups)
         for index in range(len(episodes)):
             self._new_episode(index, episodes)
         with self.metrics.log_time(ENV_RESET_TIMER):
-            for index, episode in enumerate(episodes):
+            resets = self._reset_sub_envs([(i, seeds[i // self.group_size]) for i in range(len(episodes))])
+            for index, (episode, (obs, info)) in enumerate(zip(episodes, resets, strict=True)):
                 group = index // self.group_size
-                obs, info = sub_envs[index].reset(seed=seeds[group])
                 info = {**info, GROUP_ID: group_ids[group], TASK_SEED: seeds[group]}
                 episode.add_env_reset(observation=obs, infos=info)
         for index in range(len(episodes)):
@@ -141,7 +143,9 @@ class GroupedEnvRunner(SingleAgentEnvRunner):
             actions = to_env.pop(Columns.ACTIONS)
             actions_for_env = to_env.pop(Columns.ACTIONS_FOR_ENV)
             with self.metrics.log_time(ENV_STEP_TIMER):
-                results = [sub_envs[i].step(actions_for_env[k]) for k, i in enumerate(active)]
+                results = self._step_sub_envs(
+                    [(i, actions_for_env[k]) for k, i in enumerate(active)], episodes
+                )
             for k, (index, (obs, reward, terminated, truncated, info)) in enumerate(
                 zip(active, results, strict=True)
             ):
@@ -163,6 +167,51 @@ class GroupedEnvRunner(SingleAgentEnvRunner):
             num_steps += len(active)
             active = [i for i in active if not episodes[i].is_done]
         return episodes, num_steps
+
+    def _reset_sub_envs(self, calls: list[tuple[int, int]]) -> list[tuple[Any, dict]]:
+        """(index, seed) -> (obs, info), in the env worker processes if ``num_env_workers`` > 0."""
+        if self._env_pool() is None:
+            return [self.env.unwrapped.envs[i].reset(seed=seed) for i, seed in calls]
+        results = self._env_pool().reset(calls)
+        crashed = [r.message for r in results if isinstance(r, EnvCrash)]
+        if crashed:  # retried once in the restarted worker; a task that cannot start fails the wave
+            retry = [c for c, r in zip(calls, results, strict=True) if isinstance(r, EnvCrash)]
+            again = iter(self._env_pool().reset(retry))
+            results = [next(again) if isinstance(r, EnvCrash) else r for r in results]
+            failed = [r.message for r in results if isinstance(r, EnvCrash)]
+            if failed:
+                raise RuntimeError(f"env reset failed twice: {failed[0]}")
+        return results
+
+    def _step_sub_envs(
+        self, calls: list[tuple[int, Any]], episodes: Sequence[SingleAgentEpisode]
+    ) -> list[tuple[Any, float, bool, bool, dict]]:
+        """(index, action) -> step results; a crashed env's episode ends truncated with ``env_error``."""
+        if self._env_pool() is None:
+            return [self.env.unwrapped.envs[i].step(action) for i, action in calls]
+        results = []
+        for (index, _), result in zip(calls, self._env_pool().step(calls), strict=True):
+            if isinstance(result, EnvCrash):
+                last = episodes[index]
+                info = {**last.get_infos(-1), "admissible_actions": [], "won": False,
+                        "env_error": result.message}
+                result = (last.get_observations(-1), 0.0, False, True, info)
+            results.append(result)
+        return results
+
+    def _env_pool(self) -> EnvWorkerPool | None:
+        """The worker processes of this runner's sub-envs (started on first use), or None (in-process)."""
+        if self.config.num_env_workers and self._pool is None:
+            config = self.config
+            self._pool = EnvWorkerPool(config.env, dict(config.env_config), config.num_env_workers)
+        return self._pool
+
+    @override(SingleAgentEnvRunner)
+    def stop(self) -> None:
+        if self._pool is not None:
+            self._pool.close()
+            self._pool = None
+        super().stop()
 
     def _act(self, episodes: Sequence[SingleAgentEpisode], explore: bool) -> tuple[dict, list[np.ndarray]]:
         """One batched generation for the given episodes through the connector pipelines.

@@ -69,6 +69,7 @@ from hgpo_rllib.rl_module import TINY_PRESET, LLMRLModule, _is_int, _is_number
 _MODULE_KEYS_FROM_CONFIG = (
     "max_prompt_tokens", "max_new_tokens", "temperature", "eval_temperature", "kl_coeff", "seed"
 )
+LEARNER_SHARDING = ("none", "fsdp")
 #: Algorithm-level metrics (results top level).
 GENERATED_TOKENS_PER_S = "generated_tokens_per_s"
 NUM_GROUPS_SAMPLED = "num_groups_sampled"
@@ -121,6 +122,7 @@ class HGPOConfig(AlgorithmConfig):
         self.micro_batch_size = 16
         self.num_epochs = 1
         self.shuffle_batch_per_epoch = False
+        self.learner_sharding = "none"
         # Generation.
         self.max_prompt_tokens = 4096
         self.max_new_tokens = 512
@@ -128,6 +130,7 @@ class HGPOConfig(AlgorithmConfig):
         self.eval_temperature = 0.4
         # RLlib plumbing for text envs (docs/rllib_notes.md §1, §9).
         self.env_runner_cls = GroupedEnvRunner
+        self.num_env_workers = 0
         self.num_env_runners = 1
         self.num_envs_per_env_runner = 8
         self.create_local_env_runner = False
@@ -163,6 +166,7 @@ class HGPOConfig(AlgorithmConfig):
         max_new_tokens: int = NotProvided,
         temperature: float = NotProvided,
         eval_temperature: float = NotProvided,
+        learner_sharding: str = NotProvided,
         **kwargs: Any,
     ) -> HGPOConfig:
         """Sets HGPO's training settings (plus RLlib's: ``gamma``, ``lr``, ``minibatch_size``, ...).
@@ -199,6 +203,8 @@ class HGPOConfig(AlgorithmConfig):
             temperature: Sampling temperature while training (default 1.0); the learner scores
                 tokens at the same temperature.
             eval_temperature: Sampling temperature with ``explore=False`` (default 0.4; 0 = greedy).
+            learner_sharding: "none" (default: every learner holds the whole model, DDP) or "fsdp"
+                (weights, gradients and optimizer state sharded over the learners with FSDP2).
 
         ``minibatch_size`` (RLlib) is rows per optimiser step summed over all learners (default
         256, must divide evenly among ``num_learners``); ``num_epochs`` passes over the batch.
@@ -208,6 +214,16 @@ class HGPOConfig(AlgorithmConfig):
         for name, value in options.items():
             if value is not NotProvided:
                 setattr(self, name, value)
+        return self
+
+    @override(AlgorithmConfig)
+    def env_runners(self, *, num_env_workers: int = NotProvided, **kwargs: Any) -> HGPOConfig:
+        """RLlib's env-runner settings, plus ``num_env_workers``: worker processes per env runner that
+        reset and step its sub-envs concurrently (default 0: in the runner's own process).
+        """
+        super().env_runners(**kwargs)
+        if num_env_workers is not NotProvided:
+            self.num_env_workers = num_env_workers
         return self
 
     # ------------------------------------------------------------------------- RLlib wiring
@@ -303,8 +319,22 @@ class HGPOConfig(AlgorithmConfig):
     @override(AlgorithmConfig)
     def validate(self) -> None:
         super().validate()
-        for error in self._hgpo_errors():
+        for error in self._hgpo_errors() or self._memory_errors():
             self._value_error(f"HGPOConfig: {error}")
+
+    def _memory_errors(self) -> list[str]:
+        """GPU roles that cannot fit their model (hgpo_rllib/memory.py), sized by this machine's GPU if it
+        has one, else 80 GB; CPU-only configs have nothing to check."""
+        if not (self.num_gpus_per_learner > 0 or self.num_gpus_per_env_runner > 0):
+            return []
+        import torch
+
+        from hgpo_rllib import memory
+
+        gpu_gb = memory.DEFAULT_GPU_MEMORY_GB
+        if torch.cuda.is_available():
+            gpu_gb = torch.cuda.get_device_properties(0).total_memory / memory.GB
+        return [f"memory plan: {e}" for e in memory.fit_errors(memory.plan_for_config(self, gpu_gb))]
 
     def _hgpo_errors(self) -> list[str]:
         """Every invalid HGPO setting, each message naming the setting and the value."""
@@ -345,6 +375,8 @@ class HGPOConfig(AlgorithmConfig):
         need(self.micro_batch_size is None or (_is_int(self.micro_batch_size) and self.micro_batch_size >= 1),
              "micro_batch_size", "None or an int >= 1")
         need(_is_int(self.num_epochs) and self.num_epochs >= 1, "num_epochs", "an int >= 1")
+        need(_is_int(self.num_env_workers) and self.num_env_workers >= 0, "num_env_workers", "an int >= 0")
+        need(self.learner_sharding in LEARNER_SHARDING, "learner_sharding", f"one of {LEARNER_SHARDING}")
         for name in ("max_prompt_tokens", "max_new_tokens"):
             need(_is_int(getattr(self, name)) and getattr(self, name) >= 1, name, "an int >= 1")
         need(_is_number(self.temperature) and self.temperature > 0, "temperature", "a number > 0")

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from peft import PeftModel
 from ray.rllib.core.columns import Columns
 from ray.rllib.core.rl_module.apis import InferenceOnlyAPI
 from ray.rllib.core.rl_module.torch import TorchRLModule
@@ -30,6 +31,15 @@ from transformers import (
     PreTrainedTokenizerBase,
 )
 
+from hgpo_rllib.logprobs import MASKED_LOGIT, token_logp_entropy
+from hgpo_rllib.lora import (
+    ADAPTER_MARK,
+    adapter_state_dict,
+    add_adapters,
+    merge_adapter_state,
+    merged_state_dict,
+    normalize_lora,
+)
 from hgpo_rllib.tokenizer import build_tiny_model, build_tiny_tokenizer
 
 TINY_PRESET = "tiny-qwen2"
@@ -69,6 +79,13 @@ class LLMModuleConfig:
     vllm_gpu_memory_utilization: float = 0.5
     action_vocabulary: Sequence[str] | None = None
     constrain_to_admissible: bool = False
+    # Memory levers (hgpo_rllib/memory.py plans them): LoRA adapters, gradient checkpointing, log-probs
+    # and entropy over at most this many response tokens at a time (None: all at once), the frozen
+    # reference model kept on CPU.
+    lora: Mapping[str, Any] | None = None
+    gradient_checkpointing: bool = False
+    logprob_chunk_tokens: int | None = 1024
+    reference_on_cpu: bool = False
 
     @classmethod
     def from_model_config(cls, model_config: Mapping[str, Any] | None) -> LLMModuleConfig:
@@ -81,6 +98,7 @@ class LLMModuleConfig:
         return cls(**raw)
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "lora", normalize_lora(self.lora))  # defaults filled in, or a clear error
         corpus = self.tokenizer_corpus
         checks = [
             (
@@ -137,6 +155,19 @@ class LLMModuleConfig:
                 "vllm_gpu_memory_utilization",
                 _is_number(self.vllm_gpu_memory_utilization) and 0 < self.vllm_gpu_memory_utilization <= 1,
                 "a number in (0, 1]",
+            ),
+            ("gradient_checkpointing", isinstance(self.gradient_checkpointing, bool), "a bool"),
+            (
+                "logprob_chunk_tokens",
+                self.logprob_chunk_tokens is None
+                or _is_int(self.logprob_chunk_tokens) and self.logprob_chunk_tokens > 0,
+                "None or an int > 0",
+            ),
+            ("reference_on_cpu", isinstance(self.reference_on_cpu, bool), "a bool"),
+            (
+                "reference_on_cpu",
+                not (self.reference_on_cpu and self.lora),
+                "False with LoRA (the reference is the base with adapters disabled: no copy to place)",
             ),
         ]
         for key, ok, expected in checks:
@@ -209,10 +240,6 @@ def _gather_logp(logp_all: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
     return logp_all.gather(-1, tokens.long().unsqueeze(-1)).squeeze(-1)
 
 
-# Masked logits: exp() underflows to exactly 0 while p * log p stays finite (-inf would give NaN).
-_MASKED_LOGIT = -1e9
-
-
 #: Optional per-row column: token ids [B, A] a row may emit (-1 pads), from its admissible actions.
 ALLOWED_IDS = "allowed_ids"
 
@@ -224,7 +251,7 @@ class _AllowedTokens(LogitsProcessor):
         self.allowed = allowed
 
     def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
-        return scores.masked_fill(~self.allowed.to(scores.device), _MASKED_LOGIT)
+        return scores.masked_fill(~self.allowed.to(scores.device), MASKED_LOGIT)
 
 
 def _mask_to_id_lists(allowed: torch.Tensor, rows: int) -> list[list[int]]:
@@ -265,10 +292,30 @@ class LLMRLModule(TorchRLModule, InferenceOnlyAPI):
         self.lm.generation_config = GenerationConfig(
             eos_token_id=self.eos_token_ids, pad_token_id=self.tokenizer.pad_token_id
         )
-        if self.llm_config.kl_coeff > 0 and not self.inference_only:
-            self.ref_lm = copy.deepcopy(self.lm).requires_grad_(False).eval()
+        if not self.inference_only:
+            self._setup_learner_model()
         self._vllm = None  # started lazily: only env runners generate, learners never need an engine
         self.allowed_tokens = self._allowed_token_mask()
+
+    def _setup_learner_model(self) -> None:
+        """The learner's model: frozen reference (a copy, or with LoRA the base itself), gradient
+        checkpointing, adapters. Env runners (inference-only) keep a plain model and get merged weights."""
+        cfg = self.llm_config
+        if cfg.kl_coeff > 0 and not cfg.lora:
+            reference = copy.deepcopy(self.lm).requires_grad_(False).eval()
+            if cfg.reference_on_cpu:  # in a tuple: hidden from .to(device), state_dict and DDP
+                self._cpu_reference = (reference,)
+            else:
+                self.ref_lm = reference
+        if cfg.gradient_checkpointing:
+            self.lm.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        if cfg.lora:
+            self.lm = add_adapters(self.lm, cfg.lora)
+
+    @property
+    def uses_lora(self) -> bool:
+        """True on a learner whose model carries LoRA adapters."""
+        return isinstance(self.lm, PeftModel)
 
     def allowed_ids(self, admissible: Sequence[Sequence[str]]) -> torch.Tensor:
         """[B, A] ids each row may emit (the tokens of its admissible actions, and EOS), -1 padded."""
@@ -444,52 +491,60 @@ class LLMRLModule(TorchRLModule, InferenceOnlyAPI):
         return self._vllm
 
     # ---------------------------------------------------------------------------------- training
-    def _response_logits(self, lm: PreTrainedModel, batch: dict[str, Any]) -> torch.Tensor:
-        """Temperature-scaled logits [N, T, V] predicting each response token, as during sampling.
+    def _token_logp(
+        self, lm: torch.nn.Module, batch: dict[str, Any], with_entropy: bool
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Per-token log-probs and entropies [N, T] of ``resp_ids`` at the exploration temperature.
 
         position_ids = cumsum(mask) - 1 makes left-padded rows see the same positions as in
-        ``generate``; logits_to_keep computes the LM head only over the response positions.
+        ``generate``. The backbone gives hidden states; the LM head runs only on valid response
+        positions, ``logprob_chunk_tokens`` at a time (:mod:`hgpo_rllib.logprobs`).
         """
         prompt_ids, prompt_mask = _trim_left_padding(batch["prompt_ids"], batch["prompt_mask"])
         resp_ids, resp_mask = batch["resp_ids"], batch["resp_mask"]
         input_ids = torch.cat([prompt_ids.long(), resp_ids.long()], dim=1)
         attention_mask = torch.cat([prompt_mask.long(), resp_mask.long()], dim=1)
         position_ids = (attention_mask.cumsum(dim=1) - 1).clamp(min=0)
+        model = lm.get_base_model() if isinstance(lm, PeftModel) else lm
+        backbone = getattr(model, model.base_model_prefix)
+        hidden = backbone(
+            input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False
+        ).last_hidden_state
         width = resp_ids.shape[1]
-        logits = lm(
-            input_ids=input_ids,
-            attention_mask=attention_mask,
-            position_ids=position_ids,
-            use_cache=False,
-            logits_to_keep=width + 1,
-        ).logits[:, :-1]
-        logits = logits.float() / self.llm_config.temperature
-        allowed = self._logit_mask(batch, logits.device)
-        if allowed is not None:
-            logits = logits.masked_fill(
-                ~(allowed if allowed.dim() == 1 else allowed[:, None, :]), _MASKED_LOGIT
-            )
-        return logits
+        return token_logp_entropy(
+            hidden[:, -(width + 1) : -1],
+            model.get_output_embeddings(),
+            resp_ids,
+            resp_mask,
+            temperature=self.llm_config.temperature,
+            allowed=self._logit_mask(batch, hidden.device),
+            chunk_tokens=self.llm_config.logprob_chunk_tokens,
+            with_entropy=with_entropy,
+        )
 
     def _forward_train(self, batch: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
         """Per-token log-probs and entropies of ``resp_ids`` (0 where ``resp_mask`` is 0)."""
-        logp_all = self._response_logits(self.lm, batch).log_softmax(-1)
-        mask = batch["resp_mask"].to(logp_all.dtype)
-        logp = _gather_logp(logp_all, batch["resp_ids"])
-        entropy = -(logp_all.exp() * logp_all).sum(-1)
-        return {"logp": logp * mask, "entropy": entropy * mask}
+        logp, entropy = self._token_logp(self.lm, batch, with_entropy=True)
+        return {"logp": logp, "entropy": entropy}
 
     def compute_ref_logp(self, batch: dict[str, Any]) -> torch.Tensor:
-        """Per-token log-probs [N, T] of ``resp_ids`` under the frozen initial weights (for the KL term)."""
-        if not hasattr(self, "ref_lm"):
-            raise RuntimeError(
-                "compute_ref_logp needs the frozen reference model, which exists only on learners "
-                f"(inference_only=False) with model_config['kl_coeff'] > 0; here kl_coeff="
-                f"{self.llm_config.kl_coeff}, inference_only={self.inference_only}"
-            )
+        """Per-token log-probs [N, T] of ``resp_ids`` under the frozen initial weights (for the KL term):
+        the base with adapters disabled (LoRA), the CPU copy (``reference_on_cpu``) or ``ref_lm``."""
         with torch.no_grad():
-            logp = _gather_logp(self._response_logits(self.ref_lm, batch).log_softmax(-1), batch["resp_ids"])
-        return logp * batch["resp_mask"].to(logp.dtype)
+            if self.uses_lora:
+                with self.lm.disable_adapter():
+                    return self._token_logp(self.lm, batch, with_entropy=False)[0]
+            if hasattr(self, "_cpu_reference"):
+                device = batch["resp_ids"].device
+                on_cpu = {k: v.cpu() if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
+                return self._token_logp(self._cpu_reference[0], on_cpu, with_entropy=False)[0].to(device)
+            if hasattr(self, "ref_lm"):
+                return self._token_logp(self.ref_lm, batch, with_entropy=False)[0]
+        raise RuntimeError(
+            "compute_ref_logp needs the frozen reference model, which exists only on learners "
+            f"(inference_only=False) with model_config['kl_coeff'] > 0; here kl_coeff="
+            f"{self.llm_config.kl_coeff}, inference_only={self.inference_only}"
+        )
 
     # ------------------------------------------------------------------------------ state sync
     def get_state(
@@ -502,9 +557,14 @@ class LLMRLModule(TorchRLModule, InferenceOnlyAPI):
     ) -> dict[str, Any]:
         """TorchRLModule.get_state, but bfloat16 weights become float32 arrays (numpy has no bf16).
 
-        With ``inference_only=True`` (weight sync to env runners) the reference model is left out.
+        With ``inference_only=True`` (weight sync to env runners) the reference model is left out. With
+        LoRA, env runners get merged weights and everything else (checkpoints) the adapters only.
         """
-        state = self.state_dict()
+        if self.uses_lora:
+            lora_state = merged_state_dict(self.lm) if inference_only else adapter_state_dict(self.lm)
+            state = {f"lm.{k}": v for k, v in lora_state.items()}
+        else:
+            state = self.state_dict()
         if inference_only and not self.inference_only:
             skip = tuple(f"{attr}." for attr in self.get_non_inference_attributes())
             state = {k: v for k, v in state.items() if not k.startswith(skip)}
@@ -514,7 +574,12 @@ class LLMRLModule(TorchRLModule, InferenceOnlyAPI):
         }
 
     def set_state(self, state: dict[str, Any]) -> None:
-        """Load the weights; a running vLLM engine gets the new weights too."""
-        super().set_state(state)
+        """Load the weights; a running vLLM engine gets the new weights too. A plain (inference-only)
+        module given adapters only (a LoRA checkpoint) folds them into its base weights."""
+        if not self.uses_lora and any(ADAPTER_MARK in k for k in state):
+            adapters = {k.removeprefix("lm."): torch.as_tensor(v) for k, v in state.items()}
+            self.lm = merge_adapter_state(self.lm, self.llm_config.lora, adapters)
+        else:
+            super().set_state(state)
         if self._vllm is not None:
             self._vllm.load_weights(self.lm)
