@@ -1,0 +1,236 @@
+"""Memory plan, memory levers (chunked log-probs, gradient checkpointing, CPU reference), env worker pool."""
+
+from __future__ import annotations
+
+import os
+import signal
+from typing import Any
+
+import pytest
+import torch
+from transformers import AutoConfig, AutoModelForCausalLM
+
+from hgpo_rllib import HGPOConfig, memory
+from hgpo_rllib.env_pool import EnvCrash, EnvWorkerPool
+from hgpo_rllib.logprobs import token_logp_entropy
+from hgpo_rllib.memory import MODEL_CONFIGS_DIR, ModelShape
+from hgpo_rllib.presets import RunSettings, apply_paper_preset
+from tests.test_rl_module import CORPUS, build, train_batch
+
+# ----------------------------------------------------------------------------------- model sizes
+PUBLISHED_PARAMS = {"qwen2.5-0.5b": 0.494e9, "qwen2.5-1.5b": 1.54e9, "qwen2.5-7b": 7.62e9}
+
+
+@pytest.mark.parametrize("name", sorted(PUBLISHED_PARAMS))
+def test_parameter_count_from_config_json_matches_transformers_and_the_model_card(name: str) -> None:
+    model_dir = MODEL_CONFIGS_DIR / name
+    shape = ModelShape.from_model_dir(model_dir)
+    with torch.device("meta"):
+        lm = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(model_dir))
+    assert shape.num_params() == sum(p.numel() for p in lm.parameters())
+    assert abs(shape.num_params() / PUBLISHED_PARAMS[name] - 1) < 0.01
+
+
+def test_lora_parameter_count_matches_peft() -> None:
+    from hgpo_rllib.lora import add_adapters
+
+    config = AutoConfig.from_pretrained(MODEL_CONFIGS_DIR / "qwen2.5-0.5b")
+    with torch.device("meta"):
+        lm = AutoModelForCausalLM.from_config(config)
+    model = add_adapters(lm, {"r": 8, "alpha": 16, "target_modules": "all-linear", "dropout": 0.0})
+    trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    shape = ModelShape.from_dict(config.to_dict())
+    assert shape.lora_params(8, "all-linear") == trainable
+    assert shape.lora_params(8, ["q_proj", "v_proj"]) < trainable
+
+
+def test_config_without_sizes_is_a_clear_error(tmp_path: Any) -> None:
+    (tmp_path / "config.json").write_text('{"model_type": "qwen2", "hidden_size": 8}')
+    with pytest.raises(ValueError, match="vocab_size"):
+        ModelShape.from_model_dir(tmp_path)
+    with pytest.raises(FileNotFoundError, match="config.json"):
+        ModelShape.from_model_dir(tmp_path / "nowhere")
+
+
+# ------------------------------------------------------------------------------------ the plan
+def paper_config(preset: str, env: str = "alfworld") -> HGPOConfig:
+    model = str(MODEL_CONFIGS_DIR / memory.PRESET_MODELS[preset])
+    return apply_paper_preset(HGPOConfig(), env, RunSettings(preset=preset, model=model))
+
+
+@pytest.mark.parametrize("env", ["alfworld", "webshop"])
+@pytest.mark.parametrize("preset", ["paper-1.5b", "paper-7b"])
+def test_every_paper_preset_fits_80_gb(preset: str, env: str) -> None:
+    plans = memory.plan_for_config(paper_config(preset, env), 80)
+    assert {p.role for p in plans} == {"learner", "env runner"}
+    assert memory.fit_errors(plans) == []
+    assert all(p.fits for p in plans)
+
+
+def test_the_issue_numbers_and_the_levers_move_the_plan() -> None:
+    """7B with DDP, a GPU reference and full activations is far over 80 GB (the issue's sums)."""
+    config = paper_config("paper-7b").rl_module(
+        model_config={"model": str(MODEL_CONFIGS_DIR / "qwen2.5-7b"), "torch_dtype": "bfloat16",
+                      "logprob_chunk_tokens": None}
+    ).training(learner_sharding="none", micro_batch_size=16)
+    (learner, _) = memory.plan_for_config(config, 80)
+    items = {item.name: item.bytes / 1e9 for item in learner.items}
+    assert items["weights"] == pytest.approx(15.2, abs=0.1)  # bf16
+    assert items["reference model"] == pytest.approx(15.2, abs=0.1)
+    assert items["gradients (fp32)"] + items["optimizer (AdamW, fp32)"] + items["fp32 master weights"] == (
+        pytest.approx(122, abs=1)
+    )
+    # The issue's "about 5 GB per tensor": 16 x 512 tokens x 152k vocabulary in fp32.
+    per_fp32_tensor = items["log-prob/entropy head"] / (2 + 4 * memory._HEAD_FP32_TENSORS) * 4
+    assert per_fp32_tensor == pytest.approx(5.0, abs=0.1)
+    errors = memory.fit_errors([learner])
+    assert len(errors) == 1 and "learner_sharding='fsdp'" in errors[0] and "reference_on_cpu" in errors[0]
+    levers = paper_config("paper-7b")
+    (fitted, _) = memory.plan_for_config(levers, 80)
+    assert fitted.total_bytes < learner.total_bytes / 3
+
+
+def test_validate_refuses_a_layout_that_cannot_fit_and_names_the_setting() -> None:
+    config = paper_config("paper-7b").training(learner_sharding="none")
+    with pytest.raises(ValueError, match="memory plan: the learner needs .*learner_sharding='fsdp'"):
+        config.validate()
+    paper_config("paper-7b").validate()  # the preset itself passes
+
+
+def test_vllm_share_too_small_for_one_sequence_is_refused() -> None:
+    config = paper_config("paper-7b")
+    config.rl_module(model_config={**config._user_model_config(), "vllm_gpu_memory_utilization": 0.2})
+    errors = memory.fit_errors(memory.plan_for_config(config, 80))
+    assert any("vllm_gpu_memory_utilization" in e and "KV cache" in e for e in errors)
+
+
+def test_memory_cli_prints_each_role_and_says_it_fits(capsys: pytest.CaptureFixture[str]) -> None:
+    os.environ.pop("HGPO_MODEL", None)
+    try:
+        assert memory.main(["tuned_examples/hgpo_alfworld.py", "--preset", "paper-7b"]) == 0
+        out = capsys.readouterr().out
+        assert "learner (2 GPUs)" in out and "env runner (2 GPUs)" in out and "DOES NOT FIT" not in out
+        assert "vLLM KV cache" in out and "optimizer (AdamW, fp32)" in out
+        small = ["tuned_examples/hgpo_alfworld.py", "--preset", "paper-7b", "--gpu-memory-gb", "40"]
+        assert memory.main(small) == 1
+        assert "DOES NOT FIT" in capsys.readouterr().out
+    finally:
+        for var in ("HGPO_PRESET", "HGPO_MODEL"):
+            os.environ.pop(var, None)
+
+
+# ------------------------------------------------------------------------- chunked log-probs
+@pytest.mark.parametrize("allowed_kind", [None, "vocab", "rows"])
+def test_chunked_logp_and_entropy_equal_unchunked_values_and_grads(allowed_kind: str | None) -> None:
+    torch.manual_seed(0)
+    rows, width, hidden, vocab = 3, 7, 16, 50
+    head = torch.nn.Linear(hidden, vocab, bias=False)
+    states = torch.randn(rows, width, hidden)
+    tokens = torch.randint(0, vocab, (rows, width))
+    mask = (torch.rand(rows, width) > 0.3).long()
+    masks = {None: None, "vocab": torch.rand(vocab) > 0.5, "rows": torch.rand(rows, vocab) > 0.5}
+    allowed = masks[allowed_kind]
+    if allowed is not None:  # allowed tokens include the sampled ones, as in sampling
+        allowed = allowed.clone()
+        if allowed.dim() == 1:
+            allowed[tokens.flatten()] = True
+        else:
+            allowed[torch.arange(rows)[:, None].expand(-1, width), tokens] = True
+
+    def run(chunk: int | None) -> tuple[torch.Tensor, ...]:
+        head.zero_grad()
+        x = states.clone().requires_grad_(True)
+        logp, ent = token_logp_entropy(
+            x, head, tokens, mask, temperature=0.7, allowed=allowed, chunk_tokens=chunk
+        )
+        (logp.sum() * 0.3 + (ent * torch.arange(width)).sum()).backward()
+        return logp.detach(), ent.detach(), x.grad.clone(), head.weight.grad.clone()
+
+    # A direct [rows, width, vocab] computation as the reference.
+    logits = head(states).float() / 0.7
+    if allowed is not None:
+        logits = logits.masked_fill(~(allowed if allowed.dim() == 1 else allowed[:, None]), -1e9)
+    logp_all = logits.log_softmax(-1)
+    want_logp = logp_all.gather(-1, tokens[..., None])[..., 0] * mask
+    want_ent = -(logp_all.exp() * logp_all).sum(-1) * mask
+    full = run(None)
+    torch.testing.assert_close(full[0], want_logp)
+    torch.testing.assert_close(full[1], want_ent)
+    for chunk in (1, 4, 1000):
+        for got, want in zip(run(chunk), full, strict=True):
+            torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+
+
+def _grads_and_outputs(module: Any, batch: dict[str, torch.Tensor]) -> tuple[dict, dict]:
+    module.lm.zero_grad()
+    out = module.forward_train(batch)
+    (out["logp"].sum() + out["entropy"].sum()).backward()
+    grads = {n: p.grad.clone() for n, p in module.lm.named_parameters() if p.grad is not None}
+    return {k: v.detach() for k, v in out.items()}, grads
+
+
+def test_module_chunking_and_gradient_checkpointing_keep_values_and_grads() -> None:
+    plain = build(logprob_chunk_tokens=None)
+    prompts = plain.encode_prompts(["go", CORPUS[1], CORPUS[2][:40]])
+    torch.manual_seed(1)
+    batch = train_batch(prompts, plain.forward_exploration(prompts))
+    want_out, want_grads = _grads_and_outputs(plain.train(), batch)
+    for levers in ({"logprob_chunk_tokens": 5}, {"gradient_checkpointing": True, "logprob_chunk_tokens": 3}):
+        module = build(**levers).train()
+        module.lm.load_state_dict(plain.lm.state_dict())
+        if levers.get("gradient_checkpointing"):
+            assert module.lm.is_gradient_checkpointing
+        out, grads = _grads_and_outputs(module, batch)
+        for key in want_out:
+            torch.testing.assert_close(out[key], want_out[key], rtol=1e-5, atol=1e-6)
+        assert grads.keys() == want_grads.keys() and len(grads) > 10
+        for name in grads:
+            torch.testing.assert_close(grads[name], want_grads[name], rtol=1e-4, atol=1e-6)
+
+
+def test_reference_on_cpu_gives_the_same_log_probs_and_stays_out_of_state() -> None:
+    on_gpu_side = build(kl_coeff=0.01)
+    on_cpu = build(kl_coeff=0.01, reference_on_cpu=True)
+    assert not any(k.startswith("ref_lm.") for k in on_cpu.state_dict())
+    assert any(k.startswith("ref_lm.") for k in on_gpu_side.state_dict())
+    prompts = on_cpu.encode_prompts(["go", CORPUS[3]])
+    batch = train_batch(prompts, on_cpu.forward_exploration(prompts))
+    torch.testing.assert_close(on_cpu.compute_ref_logp(batch), on_gpu_side.compute_ref_logp(batch))
+    with pytest.raises(ValueError, match="reference_on_cpu"):
+        build(kl_coeff=0.01, reference_on_cpu=True, lora={"r": 4})
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [("gradient_checkpointing", "yes"), ("logprob_chunk_tokens", 0), ("reference_on_cpu", 1)],
+)
+def test_bad_memory_settings_name_the_key(key: str, value: Any) -> None:
+    with pytest.raises(ValueError, match=key):
+        build(**{key: value})
+
+
+# ---------------------------------------------------------------------------------- env workers
+def test_env_pool_matches_in_process_envs_and_isolates_a_crashed_worker() -> None:
+    import envs
+
+    config = {"max_steps": 10, "num_rooms": 5}
+    calls = [(i, 100 + i // 2) for i in range(4)]
+    local = [envs.make_env("keychest", config) for _ in range(4)]
+    want = [env.reset(seed=seed) for env, (_, seed) in zip(local, calls, strict=True)]
+    pool = EnvWorkerPool("keychest", config, num_workers=2)
+    try:
+        got = pool.reset(calls)
+        assert [obs for obs, _ in got] == [obs for obs, _ in want]
+        actions = [(i, info["admissible_actions"][0]) for i, (_, info) in enumerate(want)]
+        want_steps = [local[i].step(a) for i, a in actions]
+        got_steps = pool.step(actions)
+        assert [s[:4] for s in got_steps] == [s[:4] for s in want_steps]
+        # Kill worker 1 (envs 1 and 3): only their calls fail, and the pool restarts the worker.
+        os.kill(pool._workers[1][0].pid, signal.SIGKILL)
+        pool._workers[1][0].join()
+        results = pool.step([(0, "look"), (1, "look")])
+        assert not isinstance(results[0], EnvCrash)
+        assert isinstance(results[1], EnvCrash) and "died" in results[1].message
+        assert pool.reset([calls[1]])[0][0] == want[1][0]  # a fresh env in the restarted worker
+    finally:
+        pool.close()
