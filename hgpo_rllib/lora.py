@@ -123,7 +123,8 @@ def export_merged(checkpoint: str | Path, output_dir: str | Path) -> Path:
     out = Path(output_dir).expanduser()
     if out.exists() and any(out.iterdir()):
         raise FileExistsError(f"export_merged: {out} exists and is not empty")
-    module = CheckpointPolicy(checkpoint).module  # inference-only: adapters already folded in
-    module.lm.save_pretrained(out)
+    module = CheckpointPolicy(checkpoint).module
+    lm = module.lm.merge_and_unload() if isinstance(module.lm, PeftModel) else module.lm
+    lm.save_pretrained(out)
     module.tokenizer.save_pretrained(out)
     return out
