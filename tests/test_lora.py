@@ -18,8 +18,11 @@ from tests.test_rl_module import CORPUS, build, train_batch
 def test_lora_settings_fill_defaults_and_reject_bad_values() -> None:
     defaults = {"r": 8, "alpha": 16, "target_modules": "all-linear", "dropout": 0.0}
     assert normalize_lora({"r": 8}) == defaults
-    for bad, key in [({"alpha": 2}, "'r'"), ({"r": 0}, "'r'"), ({"r": 4, "rank": 2}, "rank"),
-                     ({"r": 4, "target_modules": []}, "target_modules"), ({"r": 4, "dropout": 1.5}, "dropout")]:
+    bad_values = [
+        ({"alpha": 2}, "'r'"), ({"r": 0}, "'r'"), ({"r": 4, "rank": 2}, "rank"),
+        ({"r": 4, "target_modules": []}, "target_modules"), ({"r": 4, "dropout": 1.5}, "dropout"),
+    ]
+    for bad, key in bad_values:
         with pytest.raises(ValueError, match=key):
             normalize_lora(bad)
 
