@@ -53,7 +53,7 @@ def main() -> None:
           f"{curve.success.head(3).round(3).tolist()}, last 3: {curve.success.tail(3).round(3).tolist()}")
     for level in (0.5, 0.8):
         hit = curve[smooth >= level]
-        where = f"iteration {hit.iteration.iloc[0]} ({hit.seconds.iloc[0]:.0f} s)" if len(hit) else "not reached"
+        where = f"iteration {hit.iteration.iloc[0]} ({hit.seconds.iloc[0]:.0f} s)" if len(hit) else "no"
         print(f"3-iteration mean >= {level:.0%}: {where}")
 
 

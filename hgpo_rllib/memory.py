@@ -11,7 +11,8 @@ Per role and GPU, in bytes:
 
 * **learner**: weights in ``torch_dtype``; with a dtype below float32, an fp32 master copy of the
   trained weights (AdamW steps of lr 1e-6 vanish in bf16); fp32 gradients and AdamW's two fp32
-  moments of the trained weights (all of the model, or the LoRA adapters only); the frozen
+  moments of the trained weights (all of the model, or the LoRA adapters only; fused AdamW, so the
+  step itself allocates nothing on GPU); the frozen
   reference (none with LoRA, where it is the base with the adapters off, or with
   ``reference_on_cpu``); activations of one micro-batch of ``max_prompt_tokens + max_new_tokens``
   tokens per row (every decoder layer's saved tensors, or with gradient checkpointing each layer's
@@ -157,7 +158,9 @@ class LearnerSettings:
     prompt_tokens: int = 4096
     response_tokens: int = 512
     num_shards: int = 1
-    math_attention: bool = False  # CPU sdpa with a mask: the [heads, S, S] scores are materialised
+    #: CPU: sdpa with a mask materialises the [heads, S, S] scores, and AdamW runs tensor by tensor
+    #: (two temporaries of the largest weight); on GPU the learner uses fused AdamW (none).
+    on_cpu: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -220,8 +223,13 @@ def learner_items(shape: ModelShape, s: LearnerSettings) -> list[Item]:
                           "frozen copy" if on_gpu else "on CPU (reference_on_cpu)"))
     elif s.reference:
         items.append(Item("reference model", 0, "the base with adapters disabled"))
-    items += activation_items(shape, s)
-    return items
+    transient = activation_items(shape, s)
+    if s.on_cpu:  # the step runs after backward has freed the activations: the larger of the two counts
+        largest = shape.vocab_size * shape.hidden_size if not lora else shape.intermediate_size * s.lora_r
+        step = Item("AdamW step temporaries", 2 * 4 * largest, "sqrt and division of the largest weight")
+        if step.bytes > sum(item.bytes for item in transient):
+            transient = [step]
+    return items + transient
 
 
 def activation_items(shape: ModelShape, s: LearnerSettings) -> list[Item]:
@@ -230,7 +238,7 @@ def activation_items(shape: ModelShape, s: LearnerSettings) -> list[Item]:
     seq = s.prompt_tokens + s.response_tokens
     tokens = s.micro_batch_rows * seq
     per_layer = shape.layer_activation_bytes_per_token(a) * tokens
-    if s.math_attention:
+    if s.on_cpu:
         per_layer += 2 * s.micro_batch_rows * shape.num_heads * seq * seq * a
     if s.gradient_checkpointing:
         acts = Item("activations (checkpointed)",

@@ -94,7 +94,9 @@ class HGPOTorchLearner(HGPOLearner, TorchLearner):
     def configure_optimizers_for_module(self, module_id: ModuleID, config: Any = None) -> None:
         """AdamW over the trainable weights (the frozen reference model has none)."""
         params = [p for p in self.get_parameters(self._module[module_id]) if p.requires_grad]
-        optimizer = torch.optim.AdamW(params, weight_decay=config.weight_decay)
+        # Fused on GPU: the foreach default allocates a temporary the size of all trained weights per step.
+        fused = bool(params) and all(p.is_cuda for p in params)
+        optimizer = torch.optim.AdamW(params, weight_decay=config.weight_decay, fused=fused or None)
         self.register_optimizer(
             module_id=module_id, optimizer=optimizer, params=params, lr_or_lr_schedule=config.lr
         )
