@@ -323,8 +323,6 @@ def plan_for_config(config: Any, gpu_memory_gb: float = DEFAULT_GPU_MEMORY_GB) -
             num_shards=max(1, config.num_learners) if sharded else 1,
         )
         levers = [
-            "learner_sharding='fsdp'" + ("" if config.num_learners > 1 else " with num_learners > 1")
-            if not sharded else "",
             "" if mc.lora else "model_config['lora']",
             "" if mc.gradient_checkpointing else "model_config['gradient_checkpointing']=True",
             "model_config['reference_on_cpu']=True" if settings.reference and not mc.lora

@@ -84,17 +84,25 @@ def test_the_issue_numbers_and_the_levers_move_the_plan() -> None:
     per_fp32_tensor = items["log-prob/entropy head"] / (2 + 4 * memory._HEAD_FP32_TENSORS) * 4
     assert per_fp32_tensor == pytest.approx(5.0, abs=0.1)
     errors = memory.fit_errors([learner])
-    assert len(errors) == 1 and "learner_sharding='fsdp'" in errors[0] and "reference_on_cpu" in errors[0]
+    assert len(errors) == 1 and "model_config['lora']" in errors[0] and "reference_on_cpu" in errors[0]
     levers = paper_config("paper-7b")
     (fitted, _) = memory.plan_for_config(levers, 80)
     assert fitted.total_bytes < learner.total_bytes / 3
 
 
 def test_validate_refuses_a_layout_that_cannot_fit_and_names_the_setting() -> None:
-    config = paper_config("paper-7b").training(learner_sharding="none")
-    with pytest.raises(ValueError, match="memory plan: the learner needs .*learner_sharding='fsdp'"):
+    config = paper_config("paper-7b")
+    config.rl_module(model_config={k: v for k, v in config._user_model_config().items() if k != "lora"})
+    with pytest.raises(ValueError, match=r"memory plan: the learner needs .*model_config\['lora'\]"):
         config.validate()
     paper_config("paper-7b").validate()  # the preset itself passes
+    # Sharding is planned but not built: refused with a pointer to what works.
+    with pytest.raises(ValueError, match="learner_sharding.*not implemented"):
+        paper_config("paper-7b").training(learner_sharding="fsdp").validate()
+    sharded = paper_config("paper-7b").training(learner_sharding="fsdp")
+    sharded.rl_module(model_config={k: v for k, v in sharded._user_model_config().items() if k != "lora"})
+    (learner, _) = memory.plan_for_config(sharded, 80)
+    assert any(item.name == "weights (fp32 shards)" for item in learner.items)
 
 
 def test_vllm_share_too_small_for_one_sequence_is_refused() -> None:
@@ -111,7 +119,7 @@ def test_memory_cli_prints_each_role_and_says_it_fits(capsys: pytest.CaptureFixt
         out = capsys.readouterr().out
         assert "learner (2 GPUs)" in out and "env runner (2 GPUs)" in out and "DOES NOT FIT" not in out
         assert "vLLM KV cache" in out and "optimizer (AdamW, fp32)" in out
-        small = ["tuned_examples/hgpo_alfworld.py", "--preset", "paper-7b", "--gpu-memory-gb", "40"]
+        small = ["tuned_examples/hgpo_alfworld.py", "--preset", "paper-7b", "--gpu-memory-gb", "30"]
         assert memory.main(small) == 1
         assert "DOES NOT FIT" in capsys.readouterr().out
     finally:
