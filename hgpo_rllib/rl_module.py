@@ -37,6 +37,19 @@ from hgpo_rllib.tokenizer import build_tiny_model, build_tiny_tokenizer
 TINY_PRESET = "tiny-qwen2"
 TORCH_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 INFERENCE_BACKENDS = ("auto", "hf", "vllm")
+#: vllm.LLM arguments the module sets itself (sampling and weight sync depend on them).
+VLLM_MANAGED_ARGS = (
+    "model",
+    "dtype",
+    "seed",
+    "max_model_len",
+    "gpu_memory_utilization",
+    "enable_prefix_caching",
+    "skip_tokenizer_init",
+    "generation_config",
+    "logprobs_mode",
+    "worker_extension_cls",
+)
 
 
 def _is_int(value: Any) -> bool:
@@ -69,6 +82,7 @@ class LLMModuleConfig:
     torch_dtype: str = "float32"
     seed: int = 0
     vllm_gpu_memory_utilization: float = 0.5
+    vllm_engine_args: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     action_vocabulary: Sequence[str] | None = None
     constrain_to_admissible: bool = False
 
@@ -135,6 +149,13 @@ class LLMModuleConfig:
             ("torch_dtype", self.torch_dtype in tuple(TORCH_DTYPES), f"one of {tuple(TORCH_DTYPES)}"),
             ("seed", _is_int(self.seed), "an int"),
             ("constrain_to_admissible", isinstance(self.constrain_to_admissible, bool), "a bool"),
+            (
+                "vllm_engine_args",
+                isinstance(self.vllm_engine_args, Mapping)
+                and all(isinstance(k, str) for k in self.vllm_engine_args)
+                and not set(self.vllm_engine_args) & set(VLLM_MANAGED_ARGS),
+                f"a dict of further vllm.LLM arguments, none of {VLLM_MANAGED_ARGS}",
+            ),
             (
                 "vllm_gpu_memory_utilization",
                 _is_number(self.vllm_gpu_memory_utilization) and 0 < self.vllm_gpu_memory_utilization <= 1,
@@ -484,6 +505,7 @@ class LLMRLModule(TorchRLModule, InferenceOnlyAPI):
                 # Not cfg.seed (that fixes the tiny init, identical everywhere): sampling randomness
                 # follows this process's torch seed, as on the HF path, so env runners differ.
                 sampling_seed=torch.initial_seed() % 2**31,
+                engine_args=cfg.vllm_engine_args,
             )
         return self._vllm
 

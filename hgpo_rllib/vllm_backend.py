@@ -12,7 +12,9 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import torch
 from safetensors.torch import save_file
@@ -48,6 +50,23 @@ def _scratch_dir(nbytes: int) -> str:
     return tempfile.gettempdir()
 
 
+class WeightSyncExtension:
+    """Mixed into vLLM's worker class (``worker_extension_cls``); runs in the worker process."""
+
+    def hgpo_reload_weights(self, weights_dir: str) -> None:
+        """vLLM's in-place reload from ``weights_dir``, then the tied head's post-load processing.
+
+        The reload re-processes each layer whose weights arrive. A head tied to the embedding gets
+        none (its weight is the embedding's), so a backend that keeps a processed copy of the head
+        (the CPU one packs it for its GEMM kernels) would go on computing logits with the old one.
+        """
+        self.reload_weights(weights_path=weights_dir)
+        model = self.model_runner.get_model()
+        head = getattr(model, "lm_head", None)
+        if self.vllm_config.model_config.hf_text_config.tie_word_embeddings and head is not None:
+            head.quant_method.process_weights_after_loading(head)
+
+
 class VLLMGenerator:
     """A vLLM engine that samples exactly from softmax(logits / temperature) and returns its log-probs.
 
@@ -68,6 +87,7 @@ class VLLMGenerator:
         gpu_memory_utilization: float,
         max_model_len: int,
         sampling_seed: int,
+        engine_args: Mapping[str, Any] | None = None,
     ) -> None:
         nbytes = sum(t.nbytes for t in lm.state_dict().values())
         # Holds the weights of every sync, and the in-memory tiny preset's checkpoint (vLLM loads
@@ -86,6 +106,8 @@ class VLLMGenerator:
             skip_tokenizer_init=True,  # prompts arrive as token ids; responses are decoded by the module
             generation_config="vllm",
             logprobs_mode="processed_logprobs",
+            worker_extension_cls=f"{__name__}.WeightSyncExtension",
+            **(engine_args or {}),
         )
         self.dtype: torch.dtype = self._llm.llm_engine.model_config.dtype
         if model_dir is not None:  # the module's weights may already differ from the checkpoint's
@@ -103,7 +125,7 @@ class VLLMGenerator:
         save_file(state, str(partial))
         os.replace(partial, target)  # a new inode: a reader of the old file keeps a whole file
         try:
-            self._llm.collective_rpc("reload_weights", kwargs={"weights_path": self._weights_dir.name})
+            self._llm.collective_rpc("hgpo_reload_weights", args=(self._weights_dir.name,))
         except Exception as err:
             raise RuntimeError(f"vLLM weight sync failed: the engine could not load {target}") from err
         if not self._llm.reset_prefix_cache():
