@@ -11,6 +11,7 @@ writes Tensorboard event files, ``progress.csv`` and checkpoints under the stora
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib.util
 import json
 import os
@@ -53,6 +54,30 @@ def load_experiment_file(path: str | os.PathLike) -> Experiment:
     if not isinstance(stop, dict) or not isinstance(param_space, dict):
         raise ValueError(f"{file}: `stop` and `param_space` must be dicts")
     return Experiment(config, dict(stop), dict(param_space), getattr(module, "name", None))
+
+
+def apply_config_overrides(config: Any, overrides: dict[str, Any]) -> None:
+    """``--config``: settings (attributes of the config) merged into the file's ``config`` in place.
+
+    ``model_config`` is merged key by key into the file's model_config (not replaced); other
+    settings go through ``AlgorithmConfig.update_from_dict`` (so ``evaluation_*`` keys and
+    ``env_config`` take RLlib's own paths).
+    """
+    known = {k for k in vars(config) if not k.startswith("_")} | {"model_config"}
+    unknown = sorted(set(overrides) - known)
+    if unknown:
+        raise ValueError(
+            f"--config: unknown setting(s) {unknown}; expected attributes of {type(config).__name__}, "
+            "e.g. lr, num_env_runners, model_config"
+        )
+    model_config = overrides.get("model_config", {})
+    if not isinstance(model_config, dict):
+        raise ValueError(f"--config: model_config must be a JSON object, got {model_config!r}")
+    config.update_from_dict({k: v for k, v in overrides.items() if k != "model_config"})
+    if model_config:
+        current = config._model_config  # the user's, without the algorithm's auto-included keys
+        current = dict(current) if isinstance(current, dict) else dataclasses.asdict(current)
+        config.rl_module(model_config={**current, **model_config})
 
 
 def trial_name(trial: Any) -> str:
@@ -161,6 +186,9 @@ def build_parser() -> argparse.ArgumentParser:
     file_cmd.add_argument("path", help="Python file defining `config` (and optionally `stop`)")
     file_cmd.add_argument("--stop", type=_json_dict, help="Tune stop criteria as JSON")
     file_cmd.add_argument(
+        "--config", type=_json_dict, help="settings merged into the file's config, as JSON"
+    )
+    file_cmd.add_argument(
         "--storage-path", help="results directory (default: $CHECKPOINTS_DIR or ~/ray_results)"
     )
     file_cmd.add_argument("--name", help="experiment name (a sub-directory of the storage path)")
@@ -214,6 +242,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "train" and args.source == "file":
         try:
             experiment = load_experiment_file(args.path)
+            if args.config:
+                if args.resume:
+                    raise ValueError("--config cannot change a resumed run (it keeps its own config)")
+                apply_config_overrides(experiment.config, args.config)
             results = train(
                 experiment,
                 stop=args.stop,
