@@ -139,6 +139,33 @@ def test_cli_rejects_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture[str
         cli.main(["train", "file", str(bad), "--stop", "[1]"])
 
 
+def test_config_flag_merges_settings_and_model_config_into_the_file(tmp_path: Path) -> None:
+    experiment = cli.load_experiment_file(write_experiment(tmp_path))
+    cli.apply_config_overrides(
+        experiment.config,
+        {"lr": 2e-3, "num_envs_per_env_runner": 8, "evaluation_interval": 3,
+         "model_config": {"torch_dtype": "bfloat16", "tokenizer_vocab_size": 300}},
+    )
+    config = experiment.config
+    assert (config.lr, config.num_envs_per_env_runner, config.evaluation_interval) == (2e-3, 8, 3)
+    model_config = config._user_model_config()
+    assert model_config["torch_dtype"] == "bfloat16" and model_config["tokenizer_vocab_size"] == 300
+    assert model_config["constrain_to_admissible"] is True  # the file's other keys are kept
+    assert model_config["tiny_model"]["hidden_size"] == 32
+    config.validate()
+
+
+def test_config_flag_rejects_unknown_settings(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = str(write_experiment(tmp_path))
+    assert cli.main(["train", "file", path, "--config", '{"lr": 1e-3, "learning_rate": 1}']) == 2
+    err = capsys.readouterr().err
+    assert "unknown setting(s) ['learning_rate']" in err and len(err.strip().splitlines()) == 1
+    assert cli.main(["train", "file", path, "--config", '{"model_config": 3}']) == 2
+    assert "model_config must be a JSON object" in capsys.readouterr().err
+    assert cli.main(["train", "file", path, "--resume", "--config", '{"lr": 1e-3}']) == 2
+    assert "resumed run" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize(
     "example", ["hgpo_keychest.py", "hgpo_alfworld.py", "hgpo_webshop.py", "sweep_hgpo.py"]
 )
