@@ -386,6 +386,15 @@ class HGPOConfig(AlgorithmConfig):
                 f"env={self.env!r} is invalid: expected a name of the envs package "
                 "('alfworld', 'webshop', 'keychest'), whose prompt template HGPO renders"
             )
+        model = self._user_model_config().get("model", TINY_PRESET)
+        if self.evaluation_interval and self.evaluation_num_env_runners == 0 and model != TINY_PRESET:
+            errors.append(
+                "evaluation_num_env_runners=0 is invalid with evaluation_interval="
+                f"{self.evaluation_interval} and model_config['model']={model!r}: it would evaluate that "
+                "model in the driver process (one CPU, HF generate); set "
+                ".evaluation(evaluation_num_env_runners=1): evaluation env runners of their own, "
+                "GPU-backed with num_gpus_per_env_runner"
+            )
         clashes = sorted(set(self._user_model_config()) & set(_MODULE_KEYS_FROM_CONFIG))
         if clashes:
             errors.append(

@@ -5,7 +5,7 @@ environment variables (``HGPO_PRESET``, ``HGPO_MODEL``, ``HGPO_ESTIMATOR``, ``HG
 ``HGPO_ALPHA``, ``HGPO_BASE_GROUP``); ``python tuned_examples/<file>.py --flags`` sets the same
 variables from flags and then runs the file through the same CLI. The paper's presets follow
 docs/hgpo_algorithm.md §5 and §7 (Qwen2.5-1.5B-Instruct on 2 GPUs, 7B on 4 GPUs, 16 groups x 8
-rollouts, 160 iterations, lr 1e-6, K = 2 or 4).
+rollouts, 160 iterations, lr 1e-6, K = 2 or 4), plus one GPU for an evaluation env runner.
 """
 
 from __future__ import annotations
@@ -26,8 +26,10 @@ _ENV_VARS = {
     "alpha": "HGPO_ALPHA",
     "base_group": "HGPO_BASE_GROUP",
 }
-# GPU layout per preset: (env runners, GPUs per runner, learners, GPUs per learner).
+# GPU layout per preset: (env runners, GPUs per runner, learners, GPUs per learner), plus one GPU for
+# the evaluation env runner: paper-1.5b takes 3 GPUs, paper-7b 5.
 _GPU_LAYOUT = {"paper-1.5b": (1, 1, 1, 1), "paper-7b": (2, 1, 2, 1)}
+_EVAL_GPUS = 1
 # Per-GPU micro-batches of the authors' scripts (docs/hgpo_algorithm.md §5), by env and preset.
 _MICRO_BATCH = {
     ("alfworld", "paper-1.5b"): 16,
@@ -163,7 +165,14 @@ def apply_paper_preset(config: Any, env_name: str, settings: RunSettings) -> Any
             evaluation_interval=5,
             evaluation_duration=128,
             evaluation_duration_unit="episodes",
-            evaluation_config={"explore": False, "env_config": eval_env_config},
+            # An env runner of its own with a GPU: in the driver a 1.5B/7B model would be evaluated
+            # on one CPU with HF generate.
+            evaluation_num_env_runners=1,
+            evaluation_config={
+                "explore": False,
+                "env_config": eval_env_config,
+                "num_gpus_per_env_runner": _EVAL_GPUS,
+            },
         )
     )
 

@@ -190,6 +190,9 @@ def test_paper_preset_matches_the_published_settings() -> None:
     assert config.env_config["max_steps"] == 30 and config.history_length == 4
     assert (config.num_learners, config.num_gpus_per_learner, config.num_env_runners) == (2, 1, 2)
     assert config.num_envs_per_env_runner * config.num_env_runners == 128
+    assert config.evaluation_num_env_runners == 1  # never in the driver: a GPU runner of its own
+    assert config.evaluation_config["num_gpus_per_env_runner"] == 1
+    assert config.model_config["torch_dtype"] == "bfloat16" and config.recompute_old_logp
     assert settings.run_name == "paper-7b_k4_hgpo_alpha1.0_base0"
     with pytest.raises(ValueError, match="HGPO_MODEL"):
         RunSettings(preset="paper-1.5b")

@@ -6,8 +6,9 @@
 
 The CPU default shows the whole pipeline (generated games, grouped rollouts, history-window
 prompts, hierarchical advantages, updates, Tensorboard); a random-init model cannot solve ALFWorld,
-so its success rate stays near 0. The paper presets (2 GPUs for 1.5B, 4 for 7B) use the published
-settings (docs/hgpo_algorithm.md §5) and need a local model directory; nothing is downloaded.
+so its success rate stays near 0. The paper presets (2 GPUs for 1.5B, 4 for 7B, each + 1 for
+evaluation) use the published settings (docs/hgpo_algorithm.md §5) and need a local model directory;
+nothing is downloaded.
 """
 
 from hgpo_rllib import HGPOConfig
