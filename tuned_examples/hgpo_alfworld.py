@@ -13,7 +13,6 @@ nothing is downloaded.
 
 from hgpo_rllib import HGPOConfig
 from hgpo_rllib.presets import (
-    PAPER_ITERATIONS,
     RunSettings,
     apply_paper_preset,
     run_as_script,
@@ -24,10 +23,10 @@ settings = RunSettings.from_env()
 
 if settings.preset == "cpu":
     config = tiny_cpu_config("alfworld", {"split": "train", "max_steps": 15}, settings, max_new_tokens=8)
-    stop = {"training_iteration": 5}
 else:
     config = apply_paper_preset(HGPOConfig(), "alfworld", settings)
-    stop = {"training_iteration": PAPER_ITERATIONS}
+stop = {"training_iteration": settings.iterations}
+checkpoint_freq = settings.checkpoint_freq
 name = f"alfworld_{settings.run_name}"
 
 if __name__ == "__main__":
