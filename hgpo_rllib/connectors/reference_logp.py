@@ -39,8 +39,8 @@ def logp_in_chunks(
     return torch.cat(parts).float()
 
 
-class ReferenceLogp(ConnectorV2):
-    """Adds ``ref_logp`` ``[N, T]`` (float32 tensor) next to the token columns."""
+class _ChunkedLogp(ConnectorV2):
+    """Base of the two: the chunk size of their no-grad passes."""
 
     def __init__(
         self,
@@ -52,6 +52,10 @@ class ReferenceLogp(ConnectorV2):
     ):
         super().__init__(input_observation_space, input_action_space, **kwargs)
         self.chunk_rows = chunk_rows
+
+
+class ReferenceLogp(_ChunkedLogp):
+    """Adds ``ref_logp`` ``[N, T]`` (float32 tensor) next to the token columns."""
 
     @override(ConnectorV2)
     def __call__(
@@ -66,7 +70,7 @@ class ReferenceLogp(ConnectorV2):
         return batch
 
 
-class RecomputeOldLogp(ReferenceLogp):
+class RecomputeOldLogp(_ChunkedLogp):
     """Moves the sampler's ``old_logp`` to ``sampler_logp`` and puts the learner's own in its place.
 
     They come from the same forward as training's (same chunks of ``chunk_rows`` = the micro-batch
