@@ -3,14 +3,16 @@
 RLlib 2.60 ships no CLI any more; this one is hgpo-rllib's own.
 
 An experiment file is a Python file that defines ``config`` (an ``AlgorithmConfig``) and optionally
-``stop`` (a Tune stop dict) and ``param_space`` (a dict of Tune search spaces merged into the config),
-the convention of RLlib's former ``rllib train file``. Training runs through Ray Tune, so every trial
-writes Tensorboard event files, ``progress.csv`` and checkpoints under the storage path.
+``stop`` (a Tune stop dict), ``param_space`` (a dict of Tune search spaces merged into the config)
+and ``checkpoint_freq`` (iterations between checkpoints), the convention of RLlib's former
+``rllib train file``. Training runs through Ray Tune, so every trial writes Tensorboard event files,
+``progress.csv`` and checkpoints under the storage path.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib.util
 import json
 import os
@@ -31,10 +33,12 @@ class Experiment:
     stop: dict[str, Any] = field(default_factory=lambda: dict(DEFAULT_STOP))
     param_space: dict[str, Any] = field(default_factory=dict)
     name: str | None = None
+    checkpoint_freq: int = 0
 
 
 def load_experiment_file(path: str | os.PathLike) -> Experiment:
-    """Import an experiment file and read its ``config``, ``stop``, ``param_space`` and ``name``."""
+    """Import an experiment file and read its ``config``, ``stop``, ``param_space``, ``name`` and
+    ``checkpoint_freq``."""
     from ray.rllib.algorithms.algorithm_config import AlgorithmConfig
 
     file = Path(path)
@@ -52,7 +56,34 @@ def load_experiment_file(path: str | os.PathLike) -> Experiment:
     param_space = getattr(module, "param_space", None) or {}
     if not isinstance(stop, dict) or not isinstance(param_space, dict):
         raise ValueError(f"{file}: `stop` and `param_space` must be dicts")
-    return Experiment(config, dict(stop), dict(param_space), getattr(module, "name", None))
+    checkpoint_freq = getattr(module, "checkpoint_freq", 0)
+    if not isinstance(checkpoint_freq, int) or checkpoint_freq < 0:
+        raise ValueError(f"{file}: `checkpoint_freq` must be an int >= 0, got {checkpoint_freq!r}")
+    return Experiment(config, dict(stop), dict(param_space), getattr(module, "name", None), checkpoint_freq)
+
+
+def apply_config_overrides(config: Any, overrides: dict[str, Any]) -> None:
+    """``--config``: settings (attributes of the config) merged into the file's ``config`` in place.
+
+    ``model_config`` is merged key by key into the file's model_config (not replaced); other
+    settings go through ``AlgorithmConfig.update_from_dict`` (so ``evaluation_*`` keys and
+    ``env_config`` take RLlib's own paths).
+    """
+    known = {k for k in vars(config) if not k.startswith("_")} | {"model_config"}
+    unknown = sorted(set(overrides) - known)
+    if unknown:
+        raise ValueError(
+            f"--config: unknown setting(s) {unknown}; expected attributes of {type(config).__name__}, "
+            "e.g. lr, num_env_runners, model_config"
+        )
+    model_config = overrides.get("model_config", {})
+    if not isinstance(model_config, dict):
+        raise ValueError(f"--config: model_config must be a JSON object, got {model_config!r}")
+    config.update_from_dict({k: v for k, v in overrides.items() if k != "model_config"})
+    if model_config:
+        current = config._model_config  # the user's, without the algorithm's auto-included keys
+        current = dict(current) if isinstance(current, dict) else dataclasses.asdict(current)
+        config.rl_module(model_config={**current, **model_config})
 
 
 def trial_name(trial: Any) -> str:
@@ -161,10 +192,15 @@ def build_parser() -> argparse.ArgumentParser:
     file_cmd.add_argument("path", help="Python file defining `config` (and optionally `stop`)")
     file_cmd.add_argument("--stop", type=_json_dict, help="Tune stop criteria as JSON")
     file_cmd.add_argument(
+        "--config", type=_json_dict, help="settings merged into the file's config, as JSON"
+    )
+    file_cmd.add_argument(
         "--storage-path", help="results directory (default: $CHECKPOINTS_DIR or ~/ray_results)"
     )
     file_cmd.add_argument("--name", help="experiment name (a sub-directory of the storage path)")
-    file_cmd.add_argument("--checkpoint-freq", type=int, default=0, help="checkpoint every N iterations")
+    file_cmd.add_argument(
+        "--checkpoint-freq", type=int, help="checkpoint every N iterations (default: the file's, else 0)"
+    )
     file_cmd.add_argument("--num-samples", type=int, default=1, help="Tune samples of the param space")
     file_cmd.add_argument("--max-concurrent-trials", type=int, help="trials running at once")
     file_cmd.add_argument("--resume", action="store_true", help="continue an existing experiment")
@@ -214,11 +250,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "train" and args.source == "file":
         try:
             experiment = load_experiment_file(args.path)
+            if args.config:
+                if args.resume:
+                    raise ValueError("--config cannot change a resumed run (it keeps its own config)")
+                apply_config_overrides(experiment.config, args.config)
             results = train(
                 experiment,
                 stop=args.stop,
                 storage_path=args.storage_path,
-                checkpoint_freq=args.checkpoint_freq,
+                checkpoint_freq=(
+                    experiment.checkpoint_freq if args.checkpoint_freq is None else args.checkpoint_freq
+                ),
                 num_samples=args.num_samples,
                 name=args.name,
                 resume=args.resume,

@@ -114,6 +114,7 @@ class HGPOConfig(AlgorithmConfig):
         self.kl_coeff = 0.01
         self.entropy_coeff = 0.001
         self.weight_decay = 0.01
+        self.recompute_old_logp = True
         self.lr = 1e-6
         self.grad_clip = 1.0
         self.grad_clip_by = "global_norm"
@@ -159,6 +160,7 @@ class HGPOConfig(AlgorithmConfig):
         entropy_coeff: float = NotProvided,
         weight_decay: float = NotProvided,
         micro_batch_size: int | None = NotProvided,
+        recompute_old_logp: bool = NotProvided,
         max_prompt_tokens: int = NotProvided,
         max_new_tokens: int = NotProvided,
         temperature: float = NotProvided,
@@ -192,7 +194,11 @@ class HGPOConfig(AlgorithmConfig):
             weight_decay: AdamW weight decay (default 0.01).
             micro_batch_size: Rows per forward/backward pass (default 16); a minibatch is
                 processed in such passes with gradient accumulation (exact token mean); also the
-                chunk size of the reference log-prob pass. None = the whole minibatch at once.
+                chunk size of the reference and old log-prob passes. None = the whole minibatch at once.
+            recompute_old_logp: The PPO ratio's old log-probs are the learner's own, computed on the
+                whole batch before the update (default True, as verl); False uses the sampler's,
+                which differ slightly with vLLM or bf16 and so clip spuriously. The sampler's are
+                compared with the learner's in ``logp_gap_vs_sampler`` either way.
             max_prompt_tokens: Prompt budget in tokens (default 4096); longer prompts lose their
                 beginning (left truncation).
             max_new_tokens: Longest response in tokens (default 512).
@@ -334,6 +340,7 @@ class HGPOConfig(AlgorithmConfig):
         need(_is_number(self.kl_coeff) and self.kl_coeff >= 0, "kl_coeff", "a number >= 0")
         need(_is_number(self.entropy_coeff) and self.entropy_coeff >= 0, "entropy_coeff", "a number >= 0")
         need(_is_number(self.weight_decay) and self.weight_decay >= 0, "weight_decay", "a number >= 0")
+        need(isinstance(self.recompute_old_logp, bool), "recompute_old_logp", "True or False")
         need(_is_lr(self.lr), "lr", "a number > 0, or a schedule [[0, lr0], [timestep, lr], ...]")
         need(self.grad_clip is None or (_is_number(self.grad_clip) and self.grad_clip > 0),
              "grad_clip", "None or a number > 0")
@@ -378,6 +385,15 @@ class HGPOConfig(AlgorithmConfig):
             errors.append(
                 f"env={self.env!r} is invalid: expected a name of the envs package "
                 "('alfworld', 'webshop', 'keychest'), whose prompt template HGPO renders"
+            )
+        model = self._user_model_config().get("model", TINY_PRESET)
+        if self.evaluation_interval and self.evaluation_num_env_runners == 0 and model != TINY_PRESET:
+            errors.append(
+                "evaluation_num_env_runners=0 is invalid with evaluation_interval="
+                f"{self.evaluation_interval} and model_config['model']={model!r}: it would evaluate that "
+                "model in the driver process (one CPU, HF generate); set "
+                ".evaluation(evaluation_num_env_runners=1): evaluation env runners of their own, "
+                "GPU-backed with num_gpus_per_env_runner"
             )
         clashes = sorted(set(self._user_model_config()) & set(_MODULE_KEYS_FROM_CONFIG))
         if clashes:

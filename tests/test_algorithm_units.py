@@ -295,6 +295,7 @@ BAD_SETTINGS = [
     ({"max_new_tokens": 2.5}, "max_new_tokens"),
     ({"temperature": 0.0}, "temperature"),
     ({"eval_temperature": -0.1}, "eval_temperature"),
+    ({"recompute_old_logp": 1}, "recompute_old_logp"),
     ({"group_size": 3}, "num_envs_per_env_runner"),
 ]
 
@@ -322,6 +323,8 @@ def test_validate_names_the_bad_setting(settings: dict[str, Any], name: str) -> 
         (lambda c: c.learners(num_learners=2).training(groups_per_iteration=1), "groups_per_iteration"),
         (lambda c: c.multi_agent(policies={"a", "b"}, policy_mapping_fn=lambda *a, **k: "a"), "multi-agent"),
         (lambda c: c.rl_module(model_config={"temperature": 0.7}), "model_config"),
+        (lambda c: c.rl_module(model_config={"model": "/models/Qwen2.5-1.5B-Instruct"})
+         .evaluation(evaluation_interval=5), "evaluation_num_env_runners=0"),
         (lambda c: c.env_runners(add_default_connectors_to_module_to_env_pipeline=True),
          "add_default_connectors_to_module_to_env_pipeline"),
     ],
@@ -329,6 +332,12 @@ def test_validate_names_the_bad_setting(settings: dict[str, Any], name: str) -> 
 def test_validate_names_bad_rllib_settings(change: Any, name: str) -> None:
     with pytest.raises(ValueError, match=rf"HGPOConfig: {name}"):
         change(_valid_config()).validate()
+
+
+def test_evaluation_of_the_tiny_model_or_on_env_runners_is_valid() -> None:
+    _valid_config().evaluation(evaluation_interval=5).validate()  # tiny model in the driver: fine
+    big = _valid_config().rl_module(model_config={"model": "/models/Qwen2.5-1.5B-Instruct"})
+    big.evaluation(evaluation_interval=5, evaluation_num_env_runners=1).validate()
 
 
 def test_all_validation_errors_are_reported_together() -> None:

@@ -139,6 +139,33 @@ def test_cli_rejects_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture[str
         cli.main(["train", "file", str(bad), "--stop", "[1]"])
 
 
+def test_config_flag_merges_settings_and_model_config_into_the_file(tmp_path: Path) -> None:
+    experiment = cli.load_experiment_file(write_experiment(tmp_path))
+    cli.apply_config_overrides(
+        experiment.config,
+        {"lr": 2e-3, "num_envs_per_env_runner": 8, "evaluation_interval": 3,
+         "model_config": {"torch_dtype": "bfloat16", "tokenizer_vocab_size": 300}},
+    )
+    config = experiment.config
+    assert (config.lr, config.num_envs_per_env_runner, config.evaluation_interval) == (2e-3, 8, 3)
+    model_config = config._user_model_config()
+    assert model_config["torch_dtype"] == "bfloat16" and model_config["tokenizer_vocab_size"] == 300
+    assert model_config["constrain_to_admissible"] is True  # the file's other keys are kept
+    assert model_config["tiny_model"]["hidden_size"] == 32
+    config.validate()
+
+
+def test_config_flag_rejects_unknown_settings(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = str(write_experiment(tmp_path))
+    assert cli.main(["train", "file", path, "--config", '{"lr": 1e-3, "learning_rate": 1}']) == 2
+    err = capsys.readouterr().err
+    assert "unknown setting(s) ['learning_rate']" in err and len(err.strip().splitlines()) == 1
+    assert cli.main(["train", "file", path, "--config", '{"model_config": 3}']) == 2
+    assert "model_config must be a JSON object" in capsys.readouterr().err
+    assert cli.main(["train", "file", path, "--resume", "--config", '{"lr": 1e-3}']) == 2
+    assert "resumed run" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize(
     "example", ["hgpo_keychest.py", "hgpo_alfworld.py", "hgpo_webshop.py", "sweep_hgpo.py"]
 )
@@ -163,6 +190,9 @@ def test_paper_preset_matches_the_published_settings() -> None:
     assert config.env_config["max_steps"] == 30 and config.history_length == 4
     assert (config.num_learners, config.num_gpus_per_learner, config.num_env_runners) == (2, 1, 2)
     assert config.num_envs_per_env_runner * config.num_env_runners == 128
+    assert config.evaluation_num_env_runners == 1  # never in the driver: a GPU runner of its own
+    assert config.evaluation_config["num_gpus_per_env_runner"] == 1
+    assert config.model_config["torch_dtype"] == "bfloat16" and config.recompute_old_logp
     assert settings.run_name == "paper-7b_k4_hgpo_alpha1.0_base0"
     with pytest.raises(ValueError, match="HGPO_MODEL"):
         RunSettings(preset="paper-1.5b")
@@ -206,3 +236,43 @@ def test_main_job_alfworld_trains_two_iterations_via_rllib_train_file(tmp_path: 
     runners = results["env_runners"].iloc[-1]
     assert runners["num_episodes"] == 8 and 1 <= runners["episode_len_mean"] <= 15
     assert set(TAGS) <= scalar_tags(trial)
+
+
+def test_rehearsal_preset_trains_evaluates_checkpoints_and_resumes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``HGPO_PRESET=rehearsal`` on the main job: two DDP learners, bf16, an evaluation env runner,
+    a checkpoint every iteration; a crash in iteration 3 is resumed from the checkpoint of iteration 2.
+    The env runners use HF generate here (``--config``); the vLLM backend has tests of its own."""
+    monkeypatch.setenv("HGPO_PRESET", "rehearsal")
+    marker = tmp_path / "crashed"
+    path = tmp_path / "rehearsal.py"
+    path.write_text(textwrap.dedent(f"""
+        import os, runpy
+        example = runpy.run_path({str(TUNED / "hgpo_alfworld.py")!r})
+        config, checkpoint_freq = example["config"], example["checkpoint_freq"]
+        stop = {{"training_iteration": 3}}
+
+        def crash_once(*, algorithm, result, **kwargs):
+            if result["training_iteration"] == 3 and not os.path.exists({str(marker)!r}):
+                open({str(marker)!r}, "w").close()
+                raise RuntimeError("simulated crash")
+
+        config.callbacks(on_train_result=crash_once)
+    """))
+    args = ["train", "file", str(path), "--storage-path", str(tmp_path / "out"), "--name", "run",
+            "--config", '{"model_config": {"inference_backend": "hf"}}']
+    assert cli.main(args) == 1 and marker.exists()
+    (trial,) = [d for d in (tmp_path / "out" / "run").iterdir() if d.is_dir()]
+    assert len(list(trial.glob("checkpoint_*"))) == 2  # checkpoint_freq = 1 from the preset
+    assert cli.main([*args[:-2], "--resume"]) == 0
+    progress = pd.read_csv(trial / "progress.csv")
+    assert progress["training_iteration"].tolist() == [1, 2, 3]
+    evaluated = progress["evaluation/env_runners/num_episodes"]
+    assert (evaluated == 4).all()  # every iteration, on the evaluation env runner
+    results = pd.read_json(trial / "result.json", lines=True)
+    learners = results["learners"].iloc[-1]["default_policy"]
+    assert learners["num_groups"] == 2 and learners["episodes_per_group_min"] == 2  # two learners' sum
+    config = results["config"].iloc[-1]
+    assert (config["num_learners"], config["evaluation_num_env_runners"]) == (2, 1)
+    assert config["_model_config"]["torch_dtype"] == "bfloat16"
