@@ -26,6 +26,7 @@ if settings.preset == "cpu":
 else:
     config = apply_paper_preset(HGPOConfig(), "webshop", settings)
     stop = {"training_iteration": PAPER_ITERATIONS}
+checkpoint_freq = 5 if settings.preset == "cpu" else 10  # and at the end; --resume continues from the last
 name = f"webshop_{settings.run_name}"
 
 if __name__ == "__main__":
