@@ -109,7 +109,8 @@ class HGPOConfig(AlgorithmConfig):
     Fault tolerance (``.env_runners(sample_timeout_s=...)``, ``.fault_tolerance(...)``): one call
     to an env runner (sampling its share of groups, or a weight sync) may take ``sample_timeout_s``
     seconds (default 1800; None = no limit); a runner that raises, dies or runs out of time loses
-    its share, which is sampled again on the other runners in the same iteration.
+    its share, which is sampled again on the other runners in the same iteration (or, with none
+    left, on restarted ones, waiting at most ``env_runner_restore_timeout_s``).
     ``num_consecutive_env_runner_failures_tolerance`` (default 2) consecutive iterations that
     cannot complete their batch are tolerated; the next one raises with the runners' errors.
     """
@@ -542,8 +543,10 @@ class HGPO(Algorithm):
         """Deal ``groups_per_iteration`` groups to the healthy runners and sample them in parallel.
 
         A runner that raises, dies or exceeds ``sample_timeout_s`` loses its share, which is dealt
-        again to the other runners until the batch is complete or no runner is left for this
-        iteration. Returns the successful replies and one line per failure (the root cause).
+        again to the other runners until the batch is complete. A runner that raised sits out the
+        rest of the iteration; dead and hung (killed) ones are restarted by Ray. With no runner
+        left, this waits for restarted ones (at most ``env_runner_restore_timeout_s``). Returns the
+        successful replies and one line per failure (the root cause).
         """
         group_size = self.config.group_size
         runners = self.env_runner_group
@@ -554,7 +557,13 @@ class HGPO(Algorithm):
         failures: list[str] = []
         needed = self.config.groups_per_iteration
         usable = runners.healthy_env_runner_ids()
-        while needed and usable:
+        raised: set[int] = set()
+        deadline = time.monotonic() + self.config.env_runner_restore_timeout_s
+        while needed:
+            if not usable:
+                usable = [i for i in self._wait_for_restarted_runners(deadline) if i not in raised]
+                if not usable:
+                    break
             shares = _deal(needed, usable)
             ids = list(shares)
             answers = runners.foreach_env_runner(
@@ -571,9 +580,22 @@ class HGPO(Algorithm):
                     needed -= shares[i]
                     self._task_generators[i] = answer.task_generator
             failed = [i for i in ids if i not in by_index or by_index[i].error is not None]
-            failures += self._runner_failures(failed, by_index, "sampling")
+            failures += self._runner_failures(failed, by_index, "sampling", take_out_raised=False)
+            raised.update(i for i in failed if i in by_index)
             usable = [i for i in usable if i not in failed]
         return replies, failures
+
+    def _wait_for_restarted_runners(self, deadline: float) -> list[int]:
+        """Poll RLlib's ``restore_env_runners`` until a restarted runner is back (then return the
+        healthy runners) or the deadline passes (then []); [] at once if none is restarting."""
+        runners = self.env_runner_group
+        while self.config.restart_failed_env_runners and time.monotonic() < deadline:
+            if runners.num_healthy_remote_env_runners() == runners.num_remote_env_runners():
+                return []  # nobody is restarting: the healthy ones all failed in this iteration
+            if self.restore_env_runners(runners):
+                return runners.healthy_env_runner_ids()
+            time.sleep(1.0)
+        return []
 
     def _sync_weights(self) -> None:
         """Send the learner's weights to every env runner and wait for all of them (RLlib's
@@ -598,7 +620,7 @@ class HGPO(Algorithm):
         )
         by_index = {answer.worker_index: answer for answer in answers}
         failed = [i for i in ids if i not in by_index or by_index[i].error is not None]
-        failures = self._runner_failures(failed, by_index, "weight sync")
+        failures = self._runner_failures(failed, by_index, "weight sync", take_out_raised=True)
         self.metrics.log_value(NUM_ENV_RUNNER_FAILURES, len(failures), reduce="sum")
         errors = [f"env runner {i}: {by_index[i].error}" for i in failed if i in by_index]
         if errors:
@@ -610,21 +632,24 @@ class HGPO(Algorithm):
             logger.warning("HGPO: %s", failure)
 
     def _runner_failures(
-        self, failed: list[int], answers: dict[int, _RunnerReply], call: str
+        self, failed: list[int], answers: dict[int, _RunnerReply], call: str, *, take_out_raised: bool
     ) -> list[str]:
-        """Describe each failed runner call and take the runners out of service.
+        """Describe each failed runner call; take hung runners (and, if asked, those that raised)
+        out of service.
 
-        A runner that timed out or raised is killed and marked unhealthy: no call queues behind a
-        hung one, and RLlib's ``restore_env_runners`` re-syncs the restarted actor (weights,
-        connectors and, see below, task generator) before it samples again. A dead runner is
-        already unhealthy. EnvRunnerGroup has no public call for this; its
-        FaultTolerantActorManager (an RLlib DeveloperAPI) has.
+        Such a runner is killed and marked unhealthy: no call queues behind a hung one, and RLlib's
+        ``restore_env_runners`` re-syncs the restarted actor (weights, connectors and, see below,
+        task generator) before it samples again. A dead runner is already unhealthy.
+        EnvRunnerGroup has no public call for this; its FaultTolerantActorManager (an RLlib
+        DeveloperAPI) has.
         """
         manager = self.env_runner_group._worker_manager
         lines = []
         for i in failed:
             if i in answers:
                 lines.append(f"env runner {i}: {call} raised:\n{answers[i].error}")
+                if not take_out_raised:
+                    continue
             elif manager.is_actor_healthy(i):
                 limit = self.config.sample_timeout_s
                 lines.append(f"env runner {i}: no {call} reply within sample_timeout_s={limit} s")
