@@ -7,15 +7,23 @@ sampling, so a runner "hangs" (sleeps past ``sample_timeout_s``) or raises there
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
 import sys
+import textwrap
 import time
+from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pandas as pd
 import pytest
 import ray
 from test_algorithm import GROUP_SIZE, GROUPS, keychest_config
+from test_cli import ROOT, write_experiment
 
+from hgpo_rllib import cli
 from hgpo_rllib.env_runner import TASK_GENERATOR
 
 SAMPLE_TIMEOUT_S = 15.0
@@ -128,3 +136,78 @@ def test_checkpoints_keep_the_remote_runners_task_generators(tmp_path: Any) -> N
         assert runner_generators(algo) == saved
     finally:
         algo.stop()
+
+
+# ------------------------------------------------------------------------------ the CLI
+def trial_iterations(experiment_dir: Path) -> list[int]:
+    (trial,) = [d for d in experiment_dir.iterdir() if d.is_dir()]
+    return pd.read_json(trial / "result.json", lines=True)["training_iteration"].tolist()
+
+
+def test_cli_exits_non_zero_when_every_runner_raises(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    raising = """
+    def raise_everywhere(**kwargs):
+        raise ValueError("simulated env failure everywhere")
+    config.callbacks(on_episode_start=raise_everywhere)
+    stop = {"training_iteration": 5}
+    """
+    path = write_experiment(tmp_path, textwrap.dedent(raising))
+    args = ["train", "file", str(path), "--storage-path", str(tmp_path / "out"), "--name", "run",
+            "--max-failures", "0"]
+    assert cli.main(args) == 1
+    err = capsys.readouterr().err
+    assert "rllib: trial failed" in err and "simulated env failure everywhere" in err
+
+
+def test_crashed_trial_is_retried_from_the_default_checkpoint(tmp_path: Path) -> None:
+    """No checkpoint flag: the default frequency (5) gives the retry a checkpoint to start from."""
+    marker = tmp_path / "crashed"
+    crash_once = f"""
+    def crash_once(*, algorithm, result, **kwargs):
+        if result["training_iteration"] == 6 and not __import__("os").path.exists({str(marker)!r}):
+            open({str(marker)!r}, "w").close()
+            raise RuntimeError("simulated crash")
+    config.callbacks(on_train_result=crash_once)
+    stop = {{"training_iteration": 7}}
+    """
+    path = write_experiment(tmp_path, textwrap.dedent(crash_once))
+    args = ["train", "file", str(path), "--storage-path", str(tmp_path / "out"), "--name", "run"]
+    assert cli.main(args) == 0 and marker.exists()
+    assert trial_iterations(tmp_path / "out" / "run") == [1, 2, 3, 4, 5, 6, 7]  # 6, 7 after checkpoint 5
+
+
+@pytest.mark.slow  # a second Ray cluster in a subprocess: minutes on a loaded 2-core machine
+def test_killed_run_resumes_from_its_last_checkpoint(tmp_path: Path) -> None:
+    """``rllib train file`` in a subprocess, killed (SIGKILL, its whole process group) while its
+    3rd iteration hangs; ``--resume`` goes on from checkpoint 2, not from iteration 0."""
+    release = tmp_path / "release"
+    hang = f"""
+    def hang_in_third(*, algorithm, result, **kwargs):
+        while result["training_iteration"] == 3 and not __import__("os").path.exists({str(release)!r}):
+            __import__("time").sleep(1)
+    config.callbacks(on_train_result=hang_in_third)
+    stop = {{"training_iteration": 5}}
+    """
+    path = write_experiment(tmp_path, textwrap.dedent(hang))
+    args = ["train", "file", str(path), "--storage-path", str(tmp_path / "out"), "--name", "run",
+            "--checkpoint-freq", "2"]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "hgpo_rllib.cli", *args], env=env, start_new_session=True,
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 240
+        while not list((tmp_path / "out" / "run").glob("*/checkpoint_000000")):
+            assert process.poll() is None and time.monotonic() < deadline, "no checkpoint was written"
+            time.sleep(1)
+        time.sleep(15)  # Tune saves its experiment state periodically
+    finally:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+    release.touch()
+    assert cli.main([*args, "--resume"]) == 0
+    iterations = trial_iterations(tmp_path / "out" / "run")
+    assert iterations[-3:] == [3, 4, 5] and iterations.count(1) == 1  # from checkpoint 2, not 0

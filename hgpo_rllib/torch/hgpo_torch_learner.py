@@ -201,7 +201,8 @@ class HGPOTorchLearner(HGPOLearner, TorchLearner):
                 },
             )
             raise FloatingPointError(
-                f"HGPO learner: non-finite loss ({float(loss)}) in minibatch {self._num_minibatches + 1} "
+                f"HGPO learner: non-finite loss ({float(loss.detach())}) in minibatch "
+                f"{self._num_minibatches + 1} "
                 f"of this update; non-finite terms: {', '.join(bad) or 'none alone (their sum overflows)'}. "
                 "The update stops before this minibatch's optimiser step; a huge lr, kl_coeff or "
                 "entropy_coeff, or weights that are already non-finite, cause this."
