@@ -6,12 +6,10 @@ import json
 from pathlib import Path
 
 import pytest
-from alfworld.info import ALFRED_PDDL_PATH, ALFRED_TWL2_PATH
 
 from envs.alfworld.engine import AlfredEngine
 from envs.alfworld.env import ALFWorldEnv
 from envs.alfworld.games import Game, generate_game
-from envs.alfworld.logic import TASK_PLACEHOLDER
 from envs.alfworld.prompts import render_prompt
 
 HEAT = "pick_heat_then_place_in_recep"
@@ -99,22 +97,15 @@ def test_missing_data_gives_a_clear_message(tmp_path: Path, monkeypatch: pytest.
         ALFWorldEnv(split="train", source="data")
 
 
-def test_current_alfworld_release_format_is_played_as_is(tmp_path: Path) -> None:
-    """Game files from alfworld >= 0.4 (``move X to Y``, a ``help`` action) keep their own grammar."""
-    game = generate_game("train", 4, ["pick_and_place_simple"])
-    task = first_observation(game).split("Your task is to: ")[1].rstrip(".")
-    data = {
-        **game.data,
-        "pddl_domain": Path(ALFRED_PDDL_PATH).read_text(),
-        "grammar": Path(ALFRED_TWL2_PATH).read_text().replace(TASK_PLACEHOLDER, task),
-    }
-    write_game(tmp_path, "train", Game(data=data, goal=game.goal, task_id="", floor_plan=game.floor_plan))
+def test_older_json_2_1_1_game_files_are_played_as_is(tmp_path: Path) -> None:
+    """Game files in the json_2.1.1 grammar (``put X in/on Y``, no ``help``) keep their own grammar."""
+    game = generate_game("train", 4, ["pick_and_place_simple"], grammar="2.1.1")
+    write_game(tmp_path, "train", game)
     env = ALFWorldEnv(split="train", data_dir=tmp_path)
     _, info = env.reset(seed=0)
-    assert "help" in info["admissible_actions"]
     assert "'help'" not in render_prompt(info["task"], [], "obs", info["admissible_actions"], 0, 2)
     plan = env.expert_plan()
-    assert plan[-1].startswith("move ")
+    assert plan[-1].startswith("put ") and "in/on" in plan[-1]
     for command in plan:
         _, reward, terminated, _, info = env.step(f"<think>go</think><action>{command}</action>")
     assert terminated and reward == 10.0
