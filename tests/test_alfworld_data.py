@@ -1,4 +1,4 @@
-"""Playing the standard ALFWorld game files (a small fake data dir made from generated games)."""
+"""Playing the standard ALFWorld game files (a small game tree the tests build from generated games)."""
 
 from __future__ import annotations
 
@@ -6,10 +6,13 @@ import json
 from pathlib import Path
 
 import pytest
+from alfworld.agents.environment.alfred_tw_env import AlfredTWEnv
 
+from envs.alfworld.dataset import _alfworld_config, list_games
 from envs.alfworld.engine import AlfredEngine
 from envs.alfworld.env import ALFWorldEnv
 from envs.alfworld.games import Game, generate_game
+from envs.alfworld.logic import TASK_TYPES
 from envs.alfworld.prompts import render_prompt
 
 HEAT = "pick_heat_then_place_in_recep"
@@ -54,7 +57,7 @@ def first_observation(game: Game) -> str:
 
 def test_data_dir_games_are_played_with_standard_split_names(data_dir: Path) -> None:
     env = ALFWorldEnv(split="train", data_dir=data_dir)
-    assert env.source == "data" and len(env._data_games) == 2
+    assert env.source == "data" and env.num_games == 2
     obs0, info0 = env.reset(seed=0)
     obs1, info1 = env.reset(seed=1)
     assert env.reset(seed=2)[0] == obs0  # seed s plays game s mod n
@@ -69,6 +72,26 @@ def test_data_dir_games_are_played_with_standard_split_names(data_dir: Path) -> 
     ]:
         obs, info = ALFWorldEnv(split=split, data_dir=data_dir).reset(seed=5)
         assert info["task_id"].startswith(f"{folder}/") and obs == first_observation(generated)
+
+
+def test_a_split_is_alfworlds_own_listing_in_a_fixed_order_that_mixes_task_types(tmp_path: Path) -> None:
+    kinds = TASK_TYPES[:3]
+    for kind in kinds:
+        for seed in range(4):
+            game = generate_game("eval_out_of_distribution", seed, [kind])
+            write_game(tmp_path, "valid_unseen", game, tag=f"{seed}")
+    write_game(tmp_path, "valid_unseen", generate_game("eval_out_of_distribution", 0, [HEAT]), solvable=False)
+    games = list_games(tmp_path, "eval_out_of_distribution", TASK_TYPES)
+    loader = AlfredTWEnv(_alfworld_config(tmp_path, TASK_TYPES), train_eval="eval_out_of_distribution")
+    assert sorted(games) == sorted(Path(p).parent for p in loader.game_files) and len(games) == 12
+    assert games == list_games(tmp_path, "eval_out_of_distribution", list(reversed(TASK_TYPES)))
+    assert list(games) != sorted(games)  # alfworld's order groups a task type together; ours mixes
+    assert all(len({g.parent.name.split("-")[0] for g in games[i : i + 4]}) >= 2 for i in range(9))
+    env = ALFWorldEnv(split="eval_out_of_distribution", data_dir=tmp_path)
+    assert env.num_games == 12
+    for seed in (0, 13):
+        folder = games[seed % 12]
+        assert env.reset(seed=seed)[1]["task_id"].endswith(f"{folder.parent.name}/{folder.name}")
 
 
 def test_data_game_is_won_by_the_expert(data_dir: Path) -> None:
