@@ -36,8 +36,8 @@ _MICRO_BATCH = {
     ("webshop", "paper-7b"): 2,
 }
 PAPER_ITERATIONS = 160
-# Validation during training: ALFWorld's in-distribution evaluation games (WebShop has one goal set).
-_EVAL_SPLIT = {"alfworld": {"split": "eval_in_distribution"}}
+# Validation during training: ALFWorld's in-distribution evaluation games, WebShop's test goals (0-499).
+_EVAL_SPLIT = {"alfworld": {"split": "eval_in_distribution"}, "webshop": {"split": "test"}}
 
 
 @dataclass(frozen=True)
