@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import random
 from collections import Counter
 
@@ -11,17 +12,36 @@ import pytest
 from envs.alfworld import games, logic, scenes
 from envs.alfworld.games import OOD_FLOOR_PLANS, SPLITS, generate_game, goal_pool
 from envs.alfworld.logic import TASK_TYPES
+from envs.alfworld.real_rooms import REAL_RECEPTACLE_COUNTS
 
 
-def test_all_120_floor_plans_load_with_unique_locations() -> None:
+def test_all_120_floor_plans_load() -> None:
     numbers = scenes.floor_plan_numbers()
     assert len(numbers) == 120
     for number in numbers:
         plan = scenes.load_floor_plan(number)
-        assert 1 <= len(plan.receptacles) <= scenes.MAX_RECEPTACLES
-        assert len({r.location for r in plan.receptacles}) == len(plan.receptacles)
-        assert len({r.id for r in plan.receptacles}) == len(plan.receptacles)
+        assert len({r.id for r in plan.receptacles}) == len(plan.receptacles) >= 1
         assert plan.receptacle_types <= scenes.STATIC_RECEPTACLE_TYPES
+        layout = json.loads((scenes._LAYOUTS / f"FloorPlan{number}-openable.json").read_text())
+        assert set(layout) <= {r.id for r in plan.receptacles}  # the layout's receptacles all stay
+        counts = Counter(r.type for r in plan.receptacles)
+        if number in REAL_RECEPTACLE_COUNTS:
+            assert counts == REAL_RECEPTACLE_COUNTS[number]
+        else:  # each count is one that real rooms of the same type have (or the layout's own, if more)
+            samples = scenes.real_count_samples(plan.room)
+            for rtype, count in counts.items():
+                layout_count = sum(scenes._receptacle_type(rid) == rtype for rid in layout)
+                assert count in samples.get(rtype, (1,)) or count == layout_count
+
+
+def test_real_room_sizes_of_the_held_out_floor_plans() -> None:
+    """Floor plan 10 has 25 receptacles in the real game (6 cabinets, 4 stove burners), 308 has 18."""
+    plan = scenes.load_floor_plan(10)
+    types = Counter(r.type for r in plan.receptacles)
+    assert len(plan.receptacles) == 25 and types["Cabinet"] == 6 and types["StoveBurner"] == 4
+    assert len(scenes.load_floor_plan(308).receptacles) == 18
+    # receptacles sharing an interaction pose share a location, as in the real games
+    assert len({r.location for r in plan.receptacles}) < len(plan.receptacles)
 
 
 @pytest.mark.parametrize("split", SPLITS)
@@ -118,7 +138,7 @@ def test_placements_follow_alfred_rules(task_type: str) -> None:
         plan = scenes.load_floor_plan(number)
         placed = games._place_objects(rng, plan, goal)
         targets = [p for p in placed if p.object_type == goal.object_type]
-        assert len(targets) >= (2 if task_type == "pick_two_obj_and_place" else 1)
+        assert (2 if task_type == "pick_two_obj_and_place" else 1) <= len(targets) <= games.MAX_TARGETS
         forbidden = {goal.parent_type, games.TOOLS.get(task_type, "")} - {""}
         assert all(p.receptacle.type not in forbidden for p in targets)
         for p in placed:
@@ -126,7 +146,8 @@ def test_placements_follow_alfred_rules(task_type: str) -> None:
                 assert p.receptacle.type in scenes.LAMP_RECEPTACLE_TYPES
             else:
                 assert p.object_type in alfred.VAL_RECEPTACLE_OBJECTS[p.receptacle.type]
-        assert len(placed) - len(plan.lamp_types) <= games.MAX_OBJECTS
+        others = Counter(p.object_type for p in placed if p.object_type != goal.object_type)
+        assert max(others.values(), default=0) <= games.MAX_INSTANCES
         if task_type == "look_at_obj_in_light":
             assert goal.toggle_type in {p.object_type for p in placed}
 

@@ -59,8 +59,9 @@ FIXED_SPLITS = ("eval_in_distribution", "eval_out_of_distribution")
 PICK_TWO_EXCLUDED = frozenset({"CoffeeMachine", "ToiletPaperHanger", "HandTowelHolder"})
 #: Bump when generation changes: the same seed then gives a different game.
 GENERATOR_VERSION = 2
-MAX_INSTANCES = 3  # ALFRED's MAX_NUM_OF_OBJ_INSTANCES
-MAX_OBJECTS = 24  # keeps a step in a kitchen within the speed budget
+#: ALFRED's scene randomisation: up to 3 instances of each object type, up to 4 of the target.
+MAX_INSTANCES = alfred.MAX_NUM_OF_OBJ_INSTANCES
+MAX_TARGETS = alfred.PICKUP_REPEAT_MAX
 
 #: Receptacle type a task uses as a tool (its target must not start there, nor be placed there).
 TOOLS = {
@@ -212,7 +213,7 @@ def _object_id(rng: random.Random, object_type: str, receptacle: Receptacle, tak
 def _place_objects(rng: random.Random, plan: FloorPlan, goal: Goal) -> list[_Placement]:
     """Targets first (never where the goal or the task's tool would put them), then distractors."""
     avoid = {goal.parent_type, TOOLS.get(goal.task_type, "")} - {""}
-    n_target = rng.randint(2 if goal.task_type == "pick_two_obj_and_place" else 1, MAX_INSTANCES)
+    n_target = rng.randint(2 if goal.task_type == "pick_two_obj_and_place" else 1, MAX_TARGETS)
     others = sorted(plan.object_types - {goal.object_type})
     rng.shuffle(others)
     wanted = [(goal.object_type, n_target)] + [(t, rng.randint(1, MAX_INSTANCES)) for t in others]
@@ -222,11 +223,10 @@ def _place_objects(rng: random.Random, plan: FloorPlan, goal: Goal) -> list[_Pla
     for lamp in sorted(plan.lamp_types) if lamp_holders else ():
         r = rng.choice(lamp_holders)
         placements.append(_Placement(_object_id(rng, lamp, r, taken), lamp, r))
-    budget = MAX_OBJECTS + len(placements)
     for otype, count in wanted:
         banned = avoid if otype == goal.object_type else set()
         holders = [r for r in plan.receptacles if _holds(r.type, otype) and r.type not in banned]
-        for _ in range(min(count, budget - len(placements)) if holders else 0):
+        for _ in range(count if holders else 0):
             r = rng.choice(holders)
             placements.append(_Placement(_object_id(rng, otype, r, taken), otype, r))
     return placements
