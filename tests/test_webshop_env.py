@@ -359,3 +359,14 @@ def test_tokenizer_corpus_plays_the_shipped_catalog(monkeypatch) -> None:
     assert len(corpus) > 100 and any("<action>click[buy now]</action>" in t for t in corpus)
     assert any(t.startswith("\nYou are an expert") and "Prior to this step" in t for t in corpus)
     assert envs.get_prompt_renderer("hgpo/WebShop-v0") is render_prompt
+
+
+def test_an_over_long_search_is_cut_but_stays_a_search(env) -> None:
+    from envs.common.actions import MAX_COMMAND_CHARS, parse_action
+
+    env.reset(options={"goal_index": 0})
+    words = " ".join(["shampoo"] * 200)  # 1,599 characters of keywords
+    parsed = parse_action(tagged(f"search[{words}]"))
+    assert len(parsed.command) <= MAX_COMMAND_CHARS and parsed.command.endswith("]")
+    _, _, _, _, info = env.step(tagged(f"search[{words}]"))
+    assert info["is_action_admissible"] and info["available_actions"]["clickables"][0] == "back to search"
