@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import random
 import time
 import warnings
 
 import gymnasium as gym
 import pytest
 from gymnasium.utils.env_checker import check_env
+from textworld.envs.pddl import textgen
 
 import envs  # noqa: F401 - registers hgpo/ALFWorld-v0
+from envs.alfworld import engine
 from envs.alfworld.env import NOTHING_HAPPENS, WIN_REWARD, ALFWorldEnv
 from envs.alfworld.logic import TASK_CATEGORY, TASK_TYPES
 
@@ -97,6 +100,23 @@ def test_json_2_1_1_grammar_is_an_option() -> None:
 def test_expert_plan_wins_ten_games_per_task_type(task_type: str) -> None:
     elapsed = run_expert_games(task_type, range(10))
     print(f"{task_type}: 10 expert games in {elapsed:.1f} s")
+
+
+def test_memoized_text_parsing_plays_exactly_as_textworld(monkeypatch: pytest.MonkeyPatch) -> None:
+    def transcript() -> list:
+        env = make(task_types=["pick_heat_then_place_in_recep"])
+        _, info = env.reset(seed=3)
+        rng, steps = random.Random(0), []
+        for _ in range(6):
+            command = rng.choice(info["admissible_actions"])
+            observation, *_, info = env.step(tagged(command))
+            steps.append((command, observation, info["admissible_actions"]))
+        return steps
+
+    memoized = transcript()
+    for name, original in engine.TEXTGEN_PARSERS.items():
+        monkeypatch.setattr(textgen, name, original)
+    assert transcript() == memoized
 
 
 def test_gymnasium_make_and_same_seed_gives_same_task() -> None:
