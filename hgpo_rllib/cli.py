@@ -226,9 +226,15 @@ def build_parser() -> argparse.ArgumentParser:
     eval_cmd = commands.add_parser("evaluate", help="evaluate a checkpoint and the baselines")
     eval_cmd.add_argument("checkpoint", nargs="?", help="algorithm checkpoint dir (omit: baselines only)")
     eval_cmd.add_argument("--env", required=True, choices=["alfworld", "webshop", "keychest"])
-    eval_cmd.add_argument("--split", choices=["in", "out"], help="ALFWorld evaluation split")
+    eval_cmd.add_argument(
+        "--split", choices=["in", "out", "all"],
+        help="ALFWorld evaluation split: eval_in_distribution, eval_out_of_distribution (default) or both",
+    )
     eval_cmd.add_argument("--seeds", type=int, nargs="+", default=[123, 456, 789])
-    eval_cmd.add_argument("--episodes", type=int, default=32, help="episodes per seed and policy")
+    eval_cmd.add_argument(
+        "--episodes", type=int,
+        help="episodes per seed, policy and split (default: the whole ALFWorld split, else 32)",
+    )
     eval_cmd.add_argument("--output", required=True, help="new directory for the CSV/Markdown tables")
     eval_cmd.add_argument(
         "--baselines", nargs="*", default=["expert", "random"], help="expert and/or random (none: '')"

@@ -1,10 +1,13 @@
 """The paper's evaluation protocol as one function and one command (``rllib evaluate``).
 
 A policy plays ``episodes`` tasks for each evaluation seed (the paper reports mean ± std over seeds
-123, 456 and 789, docs/hgpo_algorithm.md §7). A checkpoint's policy samples at its ``eval_temperature``
-with the same history-window prompts it was trained on; two baselines come from the same command:
-the privileged expert (ALFWorld's planner, WebShop's scripted buyer, KeyChest's shortest path) and a
-uniform-random choice among the admissible actions. Tables are written as CSV and Markdown.
+123, 456 and 789, docs/hgpo_algorithm.md §7). ALFWorld is evaluated on ``eval_out_of_distribution``
+unless told otherwise (``split`` "in", "out" or "all"), by default on every game of the split; WebShop
+on its test goals (0-499). The tables name the split. A checkpoint's policy samples at its
+``eval_temperature`` with the same history-window prompts it was trained on; two baselines come from
+the same command: the privileged expert (ALFWorld's planner, WebShop's scripted buyer, KeyChest's
+shortest path) and a uniform-random choice among the admissible actions. Tables are written as CSV
+and Markdown.
 """
 
 from __future__ import annotations
@@ -23,7 +26,12 @@ from tqdm.auto import tqdm
 import envs
 
 DEFAULT_SEEDS = (123, 456, 789)
-ALFWORLD_SPLITS = {"in": "eval_in_distribution", "out": "eval_out_of_distribution"}
+#: ``split`` values of :func:`evaluate` (ALFWorld) and the splits each one plays.
+SPLIT_CHOICES = {"in": ("eval_in_distribution",), "out": ("eval_out_of_distribution",),
+                 "all": ("eval_in_distribution", "eval_out_of_distribution")}
+DEFAULT_ALFWORLD_SPLIT = "out"
+#: Episodes per seed where an environment has no fixed list of evaluation games.
+DEFAULT_EPISODES = 32
 ALFWORLD_CATEGORIES = ("Pick", "Look", "Clean", "Heat", "Cool", "Pick2")
 # Task seeds of evaluation seed s are s * TASK_SEED_STRIDE + i, disjoint across seeds.
 TASK_SEED_STRIDE = 1_000_003
@@ -165,22 +173,21 @@ def play(
 
 
 def summarize(episodes: pd.DataFrame, env_name: str) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Per (policy, seed) metrics, and their mean ± std over seeds."""
-    per_seed = episodes.groupby(["policy", "seed"]).agg(
+    """Per (split, policy, seed) metrics, and their mean ± std over seeds."""
+    keys = ["split", "policy", "seed"] if "split" in episodes else ["policy", "seed"]
+    per_seed = episodes.groupby(keys).agg(
         success=("won", "mean"), steps=("steps", "mean"), invalid_rate=("invalid_rate", "mean")
     )
     if env_name == "webshop":
-        per_seed["score"] = episodes.groupby(["policy", "seed"])["score"].mean()
+        per_seed["score"] = episodes.groupby(keys)["score"].mean()
     if env_name == "alfworld":
-        by_type = episodes.pivot_table(
-            index=["policy", "seed"], columns="task_type", values="won", aggfunc="mean"
-        )
+        by_type = episodes.pivot_table(index=keys, columns="task_type", values="won", aggfunc="mean")
         for category in ALFWORLD_CATEGORIES:
             per_seed[category] = by_type[category] if category in by_type else np.nan
     rate_columns = ["success", *ALFWORLD_CATEGORIES, "score"]
     per_seed = per_seed.apply(lambda col: col * 100 if col.name in rate_columns else col)
     per_seed = per_seed.reset_index()
-    grouped = per_seed.drop(columns="seed").groupby("policy")
+    grouped = per_seed.drop(columns="seed").groupby(keys[:-1], sort=False)
     summary = grouped.mean().round(2).astype(str) + " ± " + grouped.std(ddof=0).round(2).astype(str)
     return per_seed.round(3), summary.reset_index()
 
@@ -191,7 +198,7 @@ def evaluate(
     env: str,
     split: str | None = None,
     seeds: Sequence[int] = DEFAULT_SEEDS,
-    episodes: int = 32,
+    episodes: int | None = None,
     output: str | Path,
     baselines: Sequence[str] = ("expert", "random"),
     env_config: dict[str, Any] | None = None,
@@ -199,19 +206,23 @@ def evaluate(
 ) -> pd.DataFrame:
     """Evaluate a checkpoint (and/or the baselines) and write tables to ``output`` (a new directory).
 
-    Returns the mean ± std summary. ``split`` ("in" | "out") selects ALFWorld's evaluation split.
+    Returns the mean ± std summary. ``split`` ("in" | "out" | "all", default "out" unless
+    ``env_config`` names a split) selects ALFWorld's evaluation split(s); ``episodes`` (default: the
+    whole split for ALFWorld, else 32) is per seed and split. WebShop plays its ``test`` goals unless
+    ``env_config`` says otherwise.
     """
     env_name = envs.get_env_spec(env).name
     out_dir = Path(output).expanduser()
     if out_dir.exists() and any(out_dir.iterdir()):
         raise FileExistsError(f"{out_dir} already holds results; choose a new --output directory")
-    if episodes < 1 or not seeds:
+    if (episodes is not None and episodes < 1) or not seeds:
         raise ValueError("episodes must be >= 1 and at least one seed is needed")
     unknown = sorted(set(baselines) - {"expert", "random"})
     if unknown:
         raise ValueError(f"unknown baselines {unknown}; choose from ['expert', 'random']")
     policies: dict[str, Callable[[int], Policy]] = {}
-    config = dict(env_config or {})
+    user_config = dict(env_config or {})
+    config = dict(user_config)
     if checkpoint is not None:
         trained = CheckpointPolicy(checkpoint)
         config = {**dict(trained.config.env_config), **config}
@@ -222,29 +233,61 @@ def evaluate(
         policies["random"] = random_policy
     if not policies:
         raise ValueError("nothing to evaluate: give a checkpoint or at least one baseline")
-    if split is not None:
-        if env_name != "alfworld":
-            raise ValueError(f"--split applies to ALFWorld only, not {env_name}")
-        if split not in ALFWORLD_SPLITS:
-            raise ValueError(f"split must be one of {sorted(ALFWORLD_SPLITS)}, got {split!r}")
-        config["split"] = ALFWORLD_SPLITS[split]
+    splits = _eval_splits(env_name, split, user_config)
     rows = []
-    for name, make_policy in policies.items():
-        for seed in seeds:
-            task_seeds = [seed * TASK_SEED_STRIDE + i for i in range(episodes)]
-            policy = make_policy(seed)
-            desc = f"{name} seed {seed}"
-            records = play(env_name, config, policy, task_seeds, batch_size=batch_size, desc=desc)
-            rows.extend({"policy": name, "seed": seed, **record} for record in records)
+    lines = []
+    for split_name in splits:
+        split_config = config if split_name is None else {**config, "split": split_name}
+        size = _split_size(env_name, split_config)
+        n = episodes or size or DEFAULT_EPISODES
+        if split_name is not None:
+            games = f" ({size} games{', all played' if size == n else ''})" if size else ""
+            lines.append(f"- split `{split_name}`{games}: {n} episodes per seed and policy")
+        for name, make_policy in policies.items():
+            for seed in seeds:
+                task_seeds = [seed * TASK_SEED_STRIDE + i for i in range(n)]
+                policy = make_policy(seed)
+                desc = f"{name} seed {seed}" + (f" {split_name}" if split_name else "")
+                records = play(env_name, split_config, policy, task_seeds, batch_size=batch_size, desc=desc)
+                label = {"split": split_name} if split_name is not None else {}
+                rows.extend({**label, "policy": name, "seed": seed, **record} for record in records)
     table = pd.DataFrame(rows)
     per_seed, summary = summarize(table, env_name)
     out_dir.mkdir(parents=True, exist_ok=True)
     table.to_csv(out_dir / "episodes.csv", index=False)
     per_seed.to_csv(out_dir / "per_seed.csv", index=False)
     summary.to_csv(out_dir / "summary.csv", index=False)
+    header = "".join(f"{line}\n" for line in lines)
     (out_dir / "summary.md").write_text(
-        f"# {env_name} evaluation\n\n## Mean ± std over seeds {list(seeds)}\n\n"
+        f"# {env_name} evaluation\n\n{header}\n## Mean ± std over seeds {list(seeds)}\n\n"
         f"{summary.to_markdown(index=False)}\n\n## Per seed\n\n{per_seed.to_markdown(index=False)}\n"
     )
     return summary
+
+
+def _eval_splits(env_name: str, split: str | None, user_config: dict[str, Any]) -> tuple[str | None, ...]:
+    """The env splits to evaluate on (None: the env has no split)."""
+    if env_name == "alfworld":
+        if split is None and "split" in user_config:
+            return (user_config["split"],)
+        split = split or DEFAULT_ALFWORLD_SPLIT
+        if split not in SPLIT_CHOICES:
+            raise ValueError(f"split must be one of {sorted(SPLIT_CHOICES)}, got {split!r}")
+        return SPLIT_CHOICES[split]
+    if split is not None:
+        raise ValueError(f"--split applies to ALFWorld only, not {env_name}")
+    if env_name == "webshop":
+        return (user_config.get("split", "test"),)
+    return (None,)
+
+
+def _split_size(env_name: str, env_config: dict[str, Any]) -> int | None:
+    """Games in the env's fixed evaluation list, if it has one (ALFWorld's evaluation splits)."""
+    if env_name != "alfworld":
+        return None
+    env = envs.make_env(env_name, env_config)
+    try:
+        return env.unwrapped.num_games
+    finally:
+        env.close()
 

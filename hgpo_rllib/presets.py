@@ -52,8 +52,8 @@ REHEARSAL_MODEL = {
     "num_key_value_heads": 2,
     "tie_word_embeddings": True,
 }
-# Validation during training: ALFWorld's in-distribution evaluation games (WebShop has one goal set).
-_EVAL_SPLIT = {"alfworld": {"split": "eval_in_distribution"}}
+# Validation during training: ALFWorld's in-distribution evaluation games, WebShop's test goals (0-499).
+_EVAL_SPLIT = {"alfworld": {"split": "eval_in_distribution"}, "webshop": {"split": "test"}}
 
 
 @dataclass(frozen=True)
