@@ -86,9 +86,18 @@ def test_parse_action_keeps_the_tail_of_a_malformed_output() -> None:
     assert parsed.command == normalize_command(output.lower()[-MALFORMED_TAIL_CHARS:])
 
 
-@pytest.mark.parametrize("output", [None, 42, b"take key"])
-def test_parse_action_accepts_non_strings(output: Any) -> None:
-    assert isinstance(parse_action(output).command, str)
+@pytest.mark.parametrize(
+    ("output", "require_tags", "expected"),
+    [
+        (None, True, ParsedAction("", False)),
+        (None, False, ParsedAction("", True)),
+        (42, False, ParsedAction("42", True)),
+        (42, True, ParsedAction("42", False)),  # no tags: the malformed tail, not executed
+        (b"take key", False, ParsedAction("b'take key'", True)),  # str() of the bytes, as any object
+    ],
+)
+def test_parse_action_accepts_non_strings(output: Any, require_tags: bool, expected: ParsedAction) -> None:
+    assert parse_action(output, require_tags=require_tags) == expected
 
 
 # -------------------------------------------------------------------------------------- format_history
