@@ -9,6 +9,8 @@ uniform-random choice among the admissible actions. Tables are written as CSV an
 
 from __future__ import annotations
 
+import json
+import os
 import pickle
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -71,7 +73,9 @@ def random_policy(seed: int) -> Policy:
 class CheckpointPolicy:
     """A trained HGPO policy: the checkpoint's RLModule behind its own prompt connector."""
 
-    def __init__(self, checkpoint: str | Path):
+    def __init__(self, checkpoint: str | Path, env_config: dict[str, Any] | None = None):
+        """``env_config`` entries override the checkpoint's; prompts and the caller's env both use
+        the merged ``self.env_config``, so the two cannot disagree (e.g. on ``require_tags``)."""
         from ray.rllib.core.rl_module.rl_module import RLModule
 
         path = Path(checkpoint).expanduser().resolve()
@@ -80,7 +84,9 @@ class CheckpointPolicy:
         if not ctor_file.is_file() or not module_dir.is_dir():
             raise FileNotFoundError(f"{path} is not an HGPO algorithm checkpoint (no {ctor_file.name})")
         with ctor_file.open("rb") as f:
-            self.config = _config_from_ctor_args(pickle.load(f)["ctor_args_and_kwargs"])
+            config = _config_from_ctor_args(pickle.load(f)["ctor_args_and_kwargs"])
+        self.env_config = {**dict(config.env_config), **(env_config or {})}
+        self.config = config.copy(copy_frozen=False).environment(env_config=self.env_config)
         self.module = RLModule.from_checkpoint(module_dir, inference_only=True)
         self.module.eval()
         self.prompt_pipeline = self.config.build_env_to_module_connector()
@@ -197,54 +203,101 @@ def evaluate(
     env_config: dict[str, Any] | None = None,
     batch_size: int = 16,
 ) -> pd.DataFrame:
-    """Evaluate a checkpoint (and/or the baselines) and write tables to ``output`` (a new directory).
+    """Evaluate a checkpoint (and/or the baselines) and write tables to ``output``.
 
     Returns the mean ± std summary. ``split`` ("in" | "out") selects ALFWorld's evaluation split.
+    Each finished (policy, seed) is written at once (atomically) to ``episodes.csv``; a rerun of the
+    same evaluation into the same ``output`` skips what is already there and plays the rest.
     """
     env_name = envs.get_env_spec(env).name
-    out_dir = Path(output).expanduser()
-    if out_dir.exists() and any(out_dir.iterdir()):
-        raise FileExistsError(f"{out_dir} already holds results; choose a new --output directory")
-    if episodes < 1 or not seeds:
-        raise ValueError("episodes must be >= 1 and at least one seed is needed")
+    if episodes < 1 or not seeds or batch_size < 1:
+        raise ValueError("episodes and batch_size must be >= 1 and at least one seed is needed")
+    if any(seed < 0 for seed in seeds) or len(set(seeds)) < len(seeds):
+        raise ValueError(f"seeds must be distinct and >= 0, got {list(seeds)}")
     unknown = sorted(set(baselines) - {"expert", "random"})
     if unknown:
         raise ValueError(f"unknown baselines {unknown}; choose from ['expert', 'random']")
-    policies: dict[str, Callable[[int], Policy]] = {}
-    config = dict(env_config or {})
-    if checkpoint is not None:
-        trained = CheckpointPolicy(checkpoint)
-        config = {**dict(trained.config.env_config), **config}
-        policies["checkpoint"] = trained.reseed
-    if "expert" in baselines:
-        policies["expert"] = lambda seed: expert_policy
-    if "random" in baselines:
-        policies["random"] = random_policy
-    if not policies:
+    if checkpoint is None and not baselines:
         raise ValueError("nothing to evaluate: give a checkpoint or at least one baseline")
+    config = dict(env_config or {})
     if split is not None:
         if env_name != "alfworld":
             raise ValueError(f"--split applies to ALFWorld only, not {env_name}")
         if split not in ALFWORLD_SPLITS:
             raise ValueError(f"split must be one of {sorted(ALFWORLD_SPLITS)}, got {split!r}")
         config["split"] = ALFWORLD_SPLITS[split]
-    rows = []
+    policies: dict[str, Callable[[int], Policy]] = {}
+    if checkpoint is not None:
+        trained = CheckpointPolicy(checkpoint, env_config=config)
+        config = trained.env_config
+        policies["checkpoint"] = trained.reseed
+    if "expert" in baselines:
+        policies["expert"] = lambda seed: expert_policy
+    if "random" in baselines:
+        policies["random"] = random_policy
+    settings = {
+        "env": env_name,
+        "episodes": episodes,
+        "env_config": config,
+        "checkpoint": None if checkpoint is None else str(Path(checkpoint).expanduser().resolve()),
+    }
+    out_dir = Path(output).expanduser()
+    table = _open_output(out_dir, settings)
     for name, make_policy in policies.items():
         for seed in seeds:
+            if ((table["policy"] == name) & (table["seed"] == seed)).any():
+                continue  # finished by an earlier run into the same directory
             task_seeds = [seed * TASK_SEED_STRIDE + i for i in range(episodes)]
             policy = make_policy(seed)
             desc = f"{name} seed {seed}"
             records = play(env_name, config, policy, task_seeds, batch_size=batch_size, desc=desc)
-            rows.extend({"policy": name, "seed": seed, **record} for record in records)
-    table = pd.DataFrame(rows)
-    per_seed, summary = summarize(table, env_name)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    table.to_csv(out_dir / "episodes.csv", index=False)
-    per_seed.to_csv(out_dir / "per_seed.csv", index=False)
-    summary.to_csv(out_dir / "summary.csv", index=False)
-    (out_dir / "summary.md").write_text(
+            rows = pd.DataFrame([{"policy": name, "seed": seed, **record} for record in records])
+            table = rows if table.empty else pd.concat([table, rows], ignore_index=True)
+            _write_atomically(out_dir / "episodes.csv", table.to_csv(index=False))
+    wanted = table["policy"].isin(list(policies)) & table["seed"].isin(list(seeds))
+    per_seed, summary = summarize(table[wanted], env_name)
+    _write_atomically(out_dir / "per_seed.csv", per_seed.to_csv(index=False))
+    _write_atomically(out_dir / "summary.csv", summary.to_csv(index=False))
+    _write_atomically(
+        out_dir / "summary.md",
         f"# {env_name} evaluation\n\n## Mean ± std over seeds {list(seeds)}\n\n"
-        f"{summary.to_markdown(index=False)}\n\n## Per seed\n\n{per_seed.to_markdown(index=False)}\n"
+        f"{summary.to_markdown(index=False)}\n\n## Per seed\n\n{per_seed.to_markdown(index=False)}\n",
     )
     return summary
 
+
+def _write_atomically(path: Path, text: str) -> None:
+    """Write a temporary file beside ``path``, then rename it: a crash or a full disk never leaves a
+    half-written table, only a stale ``*.tmp`` that the next run removes."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def _open_output(out_dir: Path, settings: dict[str, Any]) -> pd.DataFrame:
+    """Create ``out_dir`` or reopen one that an earlier run of the same evaluation left (possibly
+    unfinished); returns the episodes already played there."""
+    if out_dir.exists() and not out_dir.is_dir():
+        raise ValueError(f"--output {out_dir} is a file; give a directory for the tables")
+    record = out_dir / "evaluation.json"
+    wanted = json.loads(json.dumps(settings, default=repr))
+    if out_dir.is_dir():
+        for stale in out_dir.glob("*.tmp"):
+            stale.unlink()
+        if record.is_file():
+            previous = json.loads(record.read_text())
+            changed = sorted(k for k in wanted.keys() | previous.keys() if wanted.get(k) != previous.get(k))
+            if changed:
+                raise FileExistsError(
+                    f"{out_dir} holds results of another evaluation (it differs in {changed}); "
+                    "choose a new --output directory"
+                )
+            episodes = out_dir / "episodes.csv"
+            if episodes.is_file():
+                return pd.read_csv(episodes, keep_default_na=False)
+            return pd.DataFrame(columns=["policy", "seed"])
+        if any(out_dir.iterdir()):
+            raise FileExistsError(f"{out_dir} already holds other files; choose a new --output directory")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    _write_atomically(record, json.dumps(wanted, indent=2))
+    return pd.DataFrame(columns=["policy", "seed"])

@@ -3,17 +3,21 @@ no overwriting, resume), a 2-trial sweep, the tuned examples, and ``rllib evalua
 
 from __future__ import annotations
 
+import json
+import re
 import textwrap
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 import pytest
 import ray
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from hgpo_rllib import cli
-from hgpo_rllib.evaluation import evaluate
+from hgpo_rllib import cli, evaluation
+from hgpo_rllib.connectors.history_window import HistoryWindowPrompt
+from hgpo_rllib.evaluation import ALFWORLD_CATEGORIES, CheckpointPolicy, evaluate
 from hgpo_rllib.presets import RunSettings, apply_paper_preset
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -128,15 +132,91 @@ def test_sweep_of_two_trials_each_writes_tensorboard_events(tmp_path: Path) -> N
         assert set(TAGS) <= scalar_tags(trial)
 
 
-def test_cli_rejects_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert cli.main(["train", "file", str(tmp_path / "missing.py")]) == 2
-    assert "not found" in capsys.readouterr().err
-    bad = tmp_path / "bad.py"
-    bad.write_text("config = 3\n")
-    assert cli.main(["train", "file", str(bad)]) == 2
-    assert "must define `config`" in capsys.readouterr().err
-    with pytest.raises(SystemExit):
-        cli.main(["train", "file", str(bad), "--stop", "[1]"])
+def run_cli(args: list[str]) -> int:
+    """``cli.main`` as the shell sees it: argparse's usage errors exit through SystemExit."""
+    try:
+        return cli.main(args)
+    except SystemExit as exc:
+        return int(exc.code)
+
+
+def _experiment_with(tmp_path: Path, extra: str) -> str:
+    return str(write_experiment(tmp_path, extra))
+
+
+def _file(tmp_path: Path, text: str) -> str:
+    path = tmp_path / "experiment.py"
+    path.write_text(text)
+    return str(path)
+
+
+EVAL = ["evaluate", "--env", "keychest", "--baselines", "expert", "--episodes", "1"]
+USER_ERRORS = {
+    "missing-file": (lambda t: ["train", "file", str(t / "missing.py")], r"experiment file not found"),
+    "no-config": (lambda t: ["train", "file", _file(t, "config = 3\n")], r"must define `config`"),
+    "syntax-error": (
+        lambda t: ["train", "file", _file(t, "x = 1\nconfig = (\n")],
+        r"experiment\.py:2: SyntaxError: '\(' was never closed",
+    ),
+    "training-keyword-typo": (
+        lambda t: ["train", "file", _experiment_with(t, "config.training(histroy_length=2)")],
+        r"experiment\.py:\d+: TypeError: .*unexpected keyword argument 'histroy_length'",
+    ),
+    "param-space-typo": (
+        lambda t: ["train", "file", _experiment_with(t, 'param_space = {"histroy_length": [2, 4]}')],
+        r"param_space key 'histroy_length' is not a setting of HGPOConfig; did you mean 'history_length'\?",
+    ),
+    "infinite-kl": (
+        lambda t: ["train", "file", _experiment_with(t, 'config.training(kl_coeff=float("inf"))')],
+        r"HGPOConfig: kl_coeff=inf is invalid",
+    ),
+    "stop-not-an-object": (
+        lambda t: ["train", "file", _file(t, ""), "--stop", "[1]"], r"--stop: expected a JSON object"
+    ),
+    "zero-samples": (lambda t: ["train", "file", _file(t, ""), "--num-samples", "0"], r">= 1, got 0"),
+    "output-is-a-file": (
+        lambda t: [*EVAL, "--output", _file(t, "not a directory")], r"experiment\.py is a file"
+    ),
+    "negative-seed": (
+        lambda t: [*EVAL, "--seeds", "-1", "--output", str(t / "o")], r"--seeds: expected an integer >= 0"
+    ),
+    "duplicate-seeds": (
+        lambda t: [*EVAL, "--seeds", "1", "1", "--output", str(t / "o")], r"seeds must be distinct"
+    ),
+    "batch-size-0": (
+        lambda t: [*EVAL, "--batch-size", "0", "--output", str(t / "o")], r"--batch-size: .*>= 1, got 0"
+    ),
+    "split-off-alfworld": (lambda t: [*EVAL, "--split", "in", "--output", str(t / "o")], r"ALFWorld only"),
+}
+
+
+@pytest.mark.parametrize("case", list(USER_ERRORS))
+def test_user_errors_are_one_line_and_exit_status_2(
+    case: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    make_args, message = USER_ERRORS[case]
+    assert run_cli(make_args(tmp_path)) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("rllib"), err
+    assert re.search(message, err), err
+    assert not (tmp_path / "o").exists()  # nothing was written
+
+
+def test_resume_refuses_changed_flags_or_file(trained_run: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    experiment = trained_run.parent.parent / "experiment.py"
+    args = ["train", "file", str(experiment), "--storage-path", str(trained_run.parent), "--name", "run",
+            "--resume"]
+    before = sorted(p.name for p in trained_run.rglob("*"))
+    assert cli.main([*args, "--stop", '{"training_iteration": 5}']) == 2
+    assert "stop was {'training_iteration': 2}, now {'training_iteration': 5}" in capsys.readouterr().err
+    assert cli.main([*args, "--checkpoint-freq", "3"]) == 2
+    assert "checkpoint_freq was 0, now 3" in capsys.readouterr().err
+    edited = experiment.with_name("edited.py")
+    edited.write_text(experiment.read_text() + "\n# edited\n")
+    args[2] = str(edited)
+    assert cli.main(args) == 2
+    assert "experiment_file_sha256 was" in capsys.readouterr().err
+    assert sorted(p.name for p in trained_run.rglob("*")) == before
 
 
 @pytest.mark.parametrize(
@@ -184,6 +264,72 @@ def test_evaluate_a_checkpoint_and_the_baselines(trained_run: Path, tmp_path: Pa
     assert (out / "summary.md").read_text().count("| checkpoint") == 3  # summary + 2 seed rows
     with pytest.raises(FileExistsError):
         evaluate(checkpoint, env="keychest", seeds=[1], episodes=1, output=out)
+
+
+def test_evaluate_keeps_finished_seeds_after_a_crash_and_resumes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    out = tmp_path / "eval"
+    settings = {"env": "keychest", "seeds": [1, 2], "episodes": 3, "output": out}
+    play = evaluation.play
+
+    def crash_on_seed_2(*args: Any, desc: str, **kwargs: Any) -> Any:
+        if desc == "random seed 2":
+            (out / "episodes.csv.tmp").write_text("half-written")  # as a full disk would leave it
+            raise OSError("No space left on device")
+        return play(*args, desc=desc, **kwargs)
+
+    monkeypatch.setattr(evaluation, "play", crash_on_seed_2)
+    with pytest.raises(OSError, match="No space left"):
+        evaluate(None, **settings)
+    done = pd.read_csv(out / "episodes.csv")
+    assert sorted({(p, s) for p, s in zip(done.policy, done.seed, strict=True)}) == [
+        ("expert", 1), ("expert", 2), ("random", 1)
+    ]
+    played = []
+
+    def record(*args: Any, desc: str, **kwargs: Any) -> Any:
+        played.append(desc)
+        return play(*args, desc=desc, **kwargs)
+
+    monkeypatch.setattr(evaluation, "play", record)
+    summary = evaluate(None, **settings)
+    assert played == ["random seed 2"]  # the rerun only plays what is missing
+    assert list(summary.policy) == ["expert", "random"] and not list(out.glob("*.tmp"))
+    episodes = pd.read_csv(out / "episodes.csv")
+    assert len(episodes) == 2 * 2 * 3
+    pd.testing.assert_frame_equal(episodes.iloc[: len(done)], done)  # kept as they were
+    with pytest.raises(FileExistsError, match=r"differs in \['episodes'\]"):
+        evaluate(None, **{**settings, "episodes": 4})
+
+
+def test_rllib_evaluate_alfworld_split_has_per_task_columns(tmp_path: Path) -> None:
+    out = tmp_path / "eval"
+    env_config = {"source": "generated", "max_steps": 50}
+    args = ["evaluate", "--env", "alfworld", "--split", "out", "--baselines", "expert", "--seeds", "1", "2",
+            "--episodes", "2", "--env-config", json.dumps(env_config), "--output", str(out)]
+    assert cli.main(args) == 0
+    recorded = json.loads((out / "evaluation.json").read_text())
+    assert recorded["env_config"] == {**env_config, "split": "eval_out_of_distribution"}
+    per_seed = pd.read_csv(out / "per_seed.csv")
+    assert list(per_seed.columns) == [
+        "policy", "seed", "success", "steps", "invalid_rate", "Pick", "Look", "Clean", "Heat", "Cool", "Pick2"
+    ]
+    assert (per_seed.success == 100).all()
+    episodes = pd.read_csv(out / "episodes.csv")
+    for _, row in per_seed.iterrows():  # each played category's column is its success rate (the expert: 100)
+        played = set(episodes[episodes.seed == row.seed].task_type)
+        assert played and all(row[c] == 100 if c in played else np.isnan(row[c]) for c in ALFWORLD_CATEGORIES)
+    assert re.search(r"\| expert +\| 100.0 ± 0.0 +\|", (out / "summary.md").read_text())
+
+
+def test_checkpoint_prompts_and_env_share_one_env_config(trained_run: Path) -> None:
+    (checkpoint,) = trained_run.glob("*/checkpoint_*")
+    policy = CheckpointPolicy(checkpoint, env_config={"require_tags": True})
+    assert policy.env_config == {"max_steps": 4, "require_tags": True}
+    (prompt,) = [c for c in policy.prompt_pipeline.connectors if isinstance(c, HistoryWindowPrompt)]
+    assert prompt.render_kwargs == {"require_tags": True}
+    assert CheckpointPolicy(checkpoint).env_config == {"max_steps": 4}
 
 
 def test_evaluate_rejects_bad_input(tmp_path: Path) -> None:
