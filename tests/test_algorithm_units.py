@@ -17,7 +17,7 @@ from ray.rllib.utils.metrics.metrics_logger import MetricsLogger
 
 import envs
 from hgpo_rllib import HGPOConfig
-from hgpo_rllib.advantages import hgpo_level_stats
+from hgpo_rllib.advantages import gigpo_advantages, hgpo_advantages, hgpo_level_stats
 from hgpo_rllib.connectors.group_advantages import (
     ADVANTAGES,
     OLD_LOGP,
@@ -30,6 +30,7 @@ from hgpo_rllib.connectors.group_advantages import (
 )
 from hgpo_rllib.connectors.history_window import episode_prompt_text
 from hgpo_rllib.env_runner import GROUP_ID, PROMPT_IDS, RESP_LOGP, RESP_MASK
+from hgpo_rllib.hgpo_learner import estimator_settings
 from hgpo_rllib.learner_group import shard_whole_groups
 from hgpo_rllib.torch.hgpo_torch_learner import token_loss_terms
 
@@ -189,6 +190,38 @@ def test_estimator_switch_changes_levels_and_values() -> None:
     assert levels["hgpo"] == {f"level{d}_{suffix}" for d in (1, 2, 3) for suffix in suffixes}
     values = [results[e][0][ADVANTAGES] for e in names]
     assert not np.allclose(values[0], values[1]) and not np.allclose(values[1], values[2])
+
+
+@pytest.mark.parametrize(
+    ("training", "estimator_kwargs"),
+    [
+        ({"weighting": "paper"}, {"weighting": "paper"}),
+        ({"base_group": True}, {"base_group": True}),
+        ({"length_weight_alpha": 2.0, "history_length": 1}, {"alpha": 2.0, "history_length": 1}),
+        ({"estimator": "gigpo", "step_advantage_w": 0.25}, {"step_advantage_w": 0.25}),
+    ],
+    ids=["weighting", "base_group", "alpha-K", "step_advantage_w"],
+)
+def test_config_settings_reach_the_advantage_computation(
+    training: dict[str, Any], estimator_kwargs: dict[str, Any]
+) -> None:
+    """HGPOConfig.training(...) -> the learner's estimator settings -> the connector's advantages,
+    equal to the estimator called directly with the same option, and different from the default."""
+    case = next(c for c in _golden_cases("hgpo") if c["name"] == "nested_depths_k2_msn")
+    episodes, _ = golden_episodes(case)
+    config = _valid_config().training(gamma=0.5, **training)
+    got = run_connector(episodes, estimator_settings(config))[0][ADVANTAGES]
+    table = StepTable.from_episodes(episodes)
+    returns, scores = estimator_inputs(table, estimator_settings(config))
+    keys = (table.group_ids, table.traj_ids, table.step_idx, table.obs, returns, scores)
+    if config.estimator == "gigpo":
+        direct = gigpo_advantages(*keys[:1], *keys[3:], mode="mean_std_norm", **estimator_kwargs)
+    else:
+        direct = hgpo_advantages(*keys, **{"history_length": 2, "mode": "mean_std_norm", **estimator_kwargs})
+    np.testing.assert_allclose(got, direct.astype(np.float32), rtol=1e-6)
+    default = run_connector(episodes, estimator_settings(_valid_config().training(
+        gamma=0.5, estimator=config.estimator)))[0][ADVANTAGES]
+    assert not np.allclose(got, default)
 
 
 def test_connector_rejects_incomplete_episodes() -> None:
