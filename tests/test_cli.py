@@ -4,6 +4,7 @@ no overwriting, resume), a 2-trial sweep, the tuned examples, and ``rllib evalua
 from __future__ import annotations
 
 import json
+import os
 import re
 import textwrap
 from pathlib import Path
@@ -18,7 +19,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from hgpo_rllib import cli, evaluation
 from hgpo_rllib.connectors.history_window import HistoryWindowPrompt
 from hgpo_rllib.evaluation import ALFWORLD_CATEGORIES, CheckpointPolicy, evaluate
-from hgpo_rllib.presets import RunSettings, apply_paper_preset
+from hgpo_rllib.presets import RunSettings, apply_paper_preset, run_as_script
 
 ROOT = Path(__file__).resolve().parents[1]
 TUNED = ROOT / "tuned_examples"
@@ -231,6 +232,54 @@ def test_tuned_examples_define_a_valid_config(example: str, monkeypatch: pytest.
     assert experiment.stop["training_iteration"] >= 1
     if example != "sweep_hgpo.py":
         assert experiment.name.endswith("k4_gigpo_alpha1.0_base0")
+
+
+def test_tuned_example_flags_become_hgpo_switches(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``python tuned_examples/x.py --flags`` sets the HGPO_* variables, then runs ``rllib train file``
+    with the remaining flags; the file reads the variables."""
+    for var in ("HGPO_PRESET", "HGPO_MODEL", "HGPO_ESTIMATOR", "HGPO_K", "HGPO_ALPHA", "HGPO_BASE_GROUP"):
+        monkeypatch.delenv(var, raising=False)
+    calls = []
+    monkeypatch.setattr(cli, "main", lambda argv: calls.append(argv) or 0)
+    example = str(TUNED / "hgpo_keychest.py")
+    flags = ["--estimator", "grpo", "-k", "3", "--alpha", "0.5", "--base-group", "--stop", '{"a": 1}']
+    try:
+        assert run_as_script(example, flags) == 0
+        assert calls == [["train", "file", example, "--stop", '{"a": 1}']]
+        config = cli.load_experiment_file(example).config
+    finally:
+        for var in ("HGPO_ESTIMATOR", "HGPO_K", "HGPO_ALPHA", "HGPO_BASE_GROUP"):
+            os.environ.pop(var, None)
+    assert (config.estimator, config.history_length, config.length_weight_alpha, config.base_group) == (
+        "grpo", 3, 0.5, True
+    )
+
+
+def test_paper_preset_switch_builds_a_valid_gpu_config(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "config.json").write_text('{"max_position_embeddings": 32768}')
+    monkeypatch.setenv("HGPO_PRESET", "paper-1.5b")
+    monkeypatch.setenv("HGPO_MODEL", str(tmp_path))
+    experiment = cli.load_experiment_file(TUNED / "hgpo_webshop.py")
+    config = experiment.config
+    config.validate()
+    assert experiment.name == "webshop_paper-1.5b_k2_hgpo_alpha1.0_base0"
+    assert config.model_config["model"] == str(tmp_path) and config.num_gpus_per_learner == 1
+    assert (config.minibatch_size, config.micro_batch_size, config.lr) == (64, 4, 1e-6)
+    assert experiment.stop == {"training_iteration": 160}
+    monkeypatch.setenv("HGPO_MODEL", str(tmp_path / "missing"))
+    with pytest.raises(ValueError, match=r"model_config\['model'\]=.*missing.*does not exist"):
+        cli.load_experiment_file(TUNED / "hgpo_webshop.py").config.validate()
+
+
+def test_bad_hgpo_switch_is_a_one_line_error(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("HGPO_K", "two")
+    assert cli.main(["train", "file", str(TUNED / "hgpo_keychest.py")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "bad HGPO_* environment variable" in err
 
 
 def test_paper_preset_matches_the_published_settings() -> None:
