@@ -2,7 +2,8 @@
 
 Run: ``python benchmarks/env_speed.py [--webshop-data DIR] [--alfworld-games N]``. Targets
 (issue #3): ALFWorld step <= 60 ms and reset <= 0.6 s in realistic kitchens; KeyChest >= 20k env
-steps/s. The sections are the ``benchmarks/envs_*.py`` scripts, which also run alone. (Not named
+steps/s. The table is kept in ``docs/results/env_speed.md``. The sections are the
+``benchmarks/envs_*.py`` scripts, which also run alone. (Not named
 ``envs.py``: a script of that name would shadow the ``envs`` package for every benchmark here.)
 """
 
@@ -46,9 +47,12 @@ def main() -> None:
     ]
     steps_per_s = _section("envs_keychest").keychest_steps_per_second()
     rows.append(("KeyChest", "env steps/s (random admissible)", f"{steps_per_s:,.0f}", ">= 20,000"))
-    print("\n| env | measure | value | target |\n|---|---|---|---|")
-    for row in rows:
-        print("| " + " | ".join(row) + " |")
+    table = "| env | measure | value | target |\n|---|---|---|---|\n"
+    table += "\n".join("| " + " | ".join(row) + " |" for row in rows)
+    print("\n" + table)
+    from results_file import write_result  # benchmarks/ is on sys.path when run as a script
+
+    write_result("env_speed", "Environment speed", table)
 
 
 if __name__ == "__main__":
