@@ -250,7 +250,9 @@ def build_parser() -> argparse.ArgumentParser:
     eval_cmd.add_argument("--split", choices=["in", "out"], help="ALFWorld evaluation split")
     eval_cmd.add_argument("--seeds", type=_count(0), nargs="+", default=[123, 456, 789])
     eval_cmd.add_argument("--episodes", type=_count(1), default=32, help="episodes per seed and policy")
-    eval_cmd.add_argument("--output", required=True, help="new directory for the CSV/Markdown tables")
+    eval_cmd.add_argument(
+        "--output", required=True, help="directory for the CSV/Markdown tables (rerun: resumes it)"
+    )
     eval_cmd.add_argument(
         "--baselines", nargs="*", default=["expert", "random"], help="expert and/or random (none: '')"
     )
