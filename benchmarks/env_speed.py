@@ -34,10 +34,12 @@ def main() -> None:
     args = parser.parse_args()
     rows = []
     alfworld = _section("envs_alfworld").alfworld_section(n_games=args.alfworld_games)
-    step_ms, reset_ms = alfworld["step"]["mean"], alfworld["reset_new_game"]["mean"]
-    rows += [
-        ("ALFWorld", "step (kitchen, random admissible)", f"{step_ms:.1f} ms", "<= 60 ms"),
-        ("ALFWorld", "reset (new task: generate + plan)", f"{reset_ms:.0f} ms", "<= 600 ms"),
+    step, reset = alfworld["step"], alfworld["reset_new_game"]
+    rows += [  # CPU time too: on a shared machine it is the steadier figure
+        ("ALFWorld", "step (kitchen, random admissible)",
+         f"{step['mean']:.1f} ms wall, {step['cpu']:.1f} ms CPU", "<= 60 ms"),
+        ("ALFWorld", "reset (new task: generate + plan)",
+         f"{reset['mean']:.0f} ms wall, {reset['cpu']:.0f} ms CPU", "<= 600 ms"),
     ]
     web = _section("envs_webshop").webshop_timings(args.webshop_data, episodes=100)
     rows += [
