@@ -12,6 +12,8 @@ and Markdown.
 
 from __future__ import annotations
 
+import json
+import os
 import pickle
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -79,7 +81,9 @@ def random_policy(seed: int) -> Policy:
 class CheckpointPolicy:
     """A trained HGPO policy: the checkpoint's RLModule behind its own prompt connector."""
 
-    def __init__(self, checkpoint: str | Path):
+    def __init__(self, checkpoint: str | Path, env_config: dict[str, Any] | None = None):
+        """``env_config`` entries override the checkpoint's; prompts and the caller's env both use
+        the merged ``self.env_config``, so the two cannot disagree (e.g. on ``require_tags``)."""
         from ray.rllib.core.rl_module.rl_module import RLModule
 
         path = Path(checkpoint).expanduser().resolve()
@@ -88,7 +92,9 @@ class CheckpointPolicy:
         if not ctor_file.is_file() or not module_dir.is_dir():
             raise FileNotFoundError(f"{path} is not an HGPO algorithm checkpoint (no {ctor_file.name})")
         with ctor_file.open("rb") as f:
-            self.config = _config_from_ctor_args(pickle.load(f)["ctor_args_and_kwargs"])
+            config = _config_from_ctor_args(pickle.load(f)["ctor_args_and_kwargs"])
+        self.env_config = {**dict(config.env_config), **(env_config or {})}
+        self.config = config.copy(copy_frozen=False).environment(env_config=self.env_config)
         self.module = RLModule.from_checkpoint(module_dir, inference_only=True)
         self.module.eval()
         self.prompt_pipeline = self.config.build_env_to_module_connector()
@@ -204,37 +210,47 @@ def evaluate(
     env_config: dict[str, Any] | None = None,
     batch_size: int = 16,
 ) -> pd.DataFrame:
-    """Evaluate a checkpoint (and/or the baselines) and write tables to ``output`` (a new directory).
+    """Evaluate a checkpoint (and/or the baselines) and write tables to ``output``.
 
     Returns the mean ± std summary. ``split`` ("in" | "out" | "all", default "out" unless
     ``env_config`` names a split) selects ALFWorld's evaluation split(s); ``episodes`` (default: the
     whole split for ALFWorld, else 32) is per seed and split. WebShop plays its ``test`` goals unless
-    ``env_config`` says otherwise.
+    ``env_config`` says otherwise. Each finished (split, policy, seed) is written at once
+    (atomically) to ``episodes.csv``; a rerun of the same evaluation into the same ``output`` skips
+    what is already there and plays the rest.
     """
     env_name = envs.get_env_spec(env).name
-    out_dir = Path(output).expanduser()
-    if out_dir.exists() and any(out_dir.iterdir()):
-        raise FileExistsError(f"{out_dir} already holds results; choose a new --output directory")
-    if (episodes is not None and episodes < 1) or not seeds:
-        raise ValueError("episodes must be >= 1 and at least one seed is needed")
+    if (episodes is not None and episodes < 1) or not seeds or batch_size < 1:
+        raise ValueError("episodes and batch_size must be >= 1 and at least one seed is needed")
+    if any(seed < 0 for seed in seeds) or len(set(seeds)) < len(seeds):
+        raise ValueError(f"seeds must be distinct and >= 0, got {list(seeds)}")
     unknown = sorted(set(baselines) - {"expert", "random"})
     if unknown:
         raise ValueError(f"unknown baselines {unknown}; choose from ['expert', 'random']")
+    if checkpoint is None and not baselines:
+        raise ValueError("nothing to evaluate: give a checkpoint or at least one baseline")
+    config = dict(env_config or {})
+    splits = _eval_splits(env_name, split, config)
     policies: dict[str, Callable[[int], Policy]] = {}
-    user_config = dict(env_config or {})
-    config = dict(user_config)
     if checkpoint is not None:
-        trained = CheckpointPolicy(checkpoint)
-        config = {**dict(trained.config.env_config), **config}
+        trained = CheckpointPolicy(checkpoint, env_config=config)
+        config = trained.env_config
         policies["checkpoint"] = trained.reseed
     if "expert" in baselines:
         policies["expert"] = lambda seed: expert_policy
     if "random" in baselines:
         policies["random"] = random_policy
-    if not policies:
-        raise ValueError("nothing to evaluate: give a checkpoint or at least one baseline")
-    splits = _eval_splits(env_name, split, user_config)
-    rows = []
+    settings = {
+        "env": env_name,
+        "splits": list(splits),
+        "episodes": episodes,
+        "env_config": config,
+        "checkpoint": None if checkpoint is None else str(Path(checkpoint).expanduser().resolve()),
+    }
+    out_dir = Path(output).expanduser()
+    table = _open_output(out_dir, settings)
+    if splits != (None,) and "split" not in table:
+        table["split"] = pd.Series(dtype=object)  # a new output: no episodes yet
     lines = []
     for split_name in splits:
         split_config = config if split_name is None else {**config, "split": split_name}
@@ -243,24 +259,30 @@ def evaluate(
         if split_name is not None:
             games = f" ({size} games{', all played' if size == n else ''})" if size else ""
             lines.append(f"- split `{split_name}`{games}: {n} episodes per seed and policy")
+        label = {} if split_name is None else {"split": split_name}
         for name, make_policy in policies.items():
             for seed in seeds:
+                done = (table["policy"] == name) & (table["seed"] == seed)
+                if label:
+                    done &= table["split"] == split_name
+                if done.any():
+                    continue  # finished by an earlier run into the same directory
                 task_seeds = [seed * TASK_SEED_STRIDE + i for i in range(n)]
                 policy = make_policy(seed)
                 desc = f"{name} seed {seed}" + (f" {split_name}" if split_name else "")
                 records = play(env_name, split_config, policy, task_seeds, batch_size=batch_size, desc=desc)
-                label = {"split": split_name} if split_name is not None else {}
-                rows.extend({**label, "policy": name, "seed": seed, **record} for record in records)
-    table = pd.DataFrame(rows)
-    per_seed, summary = summarize(table, env_name)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    table.to_csv(out_dir / "episodes.csv", index=False)
-    per_seed.to_csv(out_dir / "per_seed.csv", index=False)
-    summary.to_csv(out_dir / "summary.csv", index=False)
+                rows = pd.DataFrame([{**label, "policy": name, "seed": seed, **record} for record in records])
+                table = rows if table.empty else pd.concat([table, rows], ignore_index=True)
+                _write_atomically(out_dir / "episodes.csv", table.to_csv(index=False))
+    wanted = table["policy"].isin(list(policies)) & table["seed"].isin(list(seeds))
+    per_seed, summary = summarize(table[wanted], env_name)
+    _write_atomically(out_dir / "per_seed.csv", per_seed.to_csv(index=False))
+    _write_atomically(out_dir / "summary.csv", summary.to_csv(index=False))
     header = "".join(f"{line}\n" for line in lines)
-    (out_dir / "summary.md").write_text(
+    _write_atomically(
+        out_dir / "summary.md",
         f"# {env_name} evaluation\n\n{header}\n## Mean ± std over seeds {list(seeds)}\n\n"
-        f"{summary.to_markdown(index=False)}\n\n## Per seed\n\n{per_seed.to_markdown(index=False)}\n"
+        f"{summary.to_markdown(index=False)}\n\n## Per seed\n\n{per_seed.to_markdown(index=False)}\n",
     )
     return summary
 
@@ -291,3 +313,38 @@ def _split_size(env_name: str, env_config: dict[str, Any]) -> int | None:
     finally:
         env.close()
 
+def _write_atomically(path: Path, text: str) -> None:
+    """Write a temporary file beside ``path``, then rename it: a crash or a full disk never leaves a
+    half-written table, only a stale ``*.tmp`` that the next run removes."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def _open_output(out_dir: Path, settings: dict[str, Any]) -> pd.DataFrame:
+    """Create ``out_dir`` or reopen one that an earlier run of the same evaluation left (possibly
+    unfinished); returns the episodes already played there."""
+    if out_dir.exists() and not out_dir.is_dir():
+        raise ValueError(f"--output {out_dir} is a file; give a directory for the tables")
+    record = out_dir / "evaluation.json"
+    wanted = json.loads(json.dumps(settings, default=repr))
+    if out_dir.is_dir():
+        for stale in out_dir.glob("*.tmp"):
+            stale.unlink()
+        if record.is_file():
+            previous = json.loads(record.read_text())
+            changed = sorted(k for k in wanted.keys() | previous.keys() if wanted.get(k) != previous.get(k))
+            if changed:
+                raise FileExistsError(
+                    f"{out_dir} holds results of another evaluation (it differs in {changed}); "
+                    "choose a new --output directory"
+                )
+            episodes = out_dir / "episodes.csv"
+            if episodes.is_file():
+                return pd.read_csv(episodes, keep_default_na=False)
+            return pd.DataFrame(columns=["policy", "seed"])
+        if any(out_dir.iterdir()):
+            raise FileExistsError(f"{out_dir} already holds other files; choose a new --output directory")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    _write_atomically(record, json.dumps(wanted, indent=2))
+    return pd.DataFrame(columns=["policy", "seed"])

@@ -36,13 +36,16 @@ import dataclasses
 import functools
 import inspect
 import itertools
+import json
 import logging
 import math
 import time
 import traceback
 from collections.abc import Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
+import numpy as np
 import ray
 from ray.rllib.algorithms.algorithm import Algorithm
 from ray.rllib.algorithms.algorithm_config import AlgorithmConfig, NotProvided
@@ -69,7 +72,8 @@ from hgpo_rllib.connectors.group_advantages import ADV_MODES, ESTIMATORS, WEIGHT
 from hgpo_rllib.connectors.history_window import HistoryWindowPrompt
 from hgpo_rllib.env_runner import RESP_MASK, TASK_GENERATOR, GroupedEnvRunner
 from hgpo_rllib.learner_group import GroupShardingLearnerGroup
-from hgpo_rllib.rl_module import TINY_PRESET, LLMRLModule, _is_int, _is_number
+from hgpo_rllib.rl_module import TINY_PRESET, LLMModuleConfig, LLMRLModule, _is_int, _is_number
+from hgpo_rllib.tokenizer import TINY_MODEL_DEFAULTS
 
 #: Module settings owned by HGPOConfig (``training()`` / ``debugging(seed=...)``), not model_config.
 _MODULE_KEYS_FROM_CONFIG = (
@@ -82,6 +86,8 @@ NUM_GROUPS_SAMPLED = "num_groups_sampled"
 NUM_ENV_RUNNER_FAILURES = "num_env_runner_failures"
 #: Iterations in a row, up to this one, whose sampling did not deliver ``groups_per_iteration``.
 NUM_CONSECUTIVE_FAILED_ITERATIONS = "num_consecutive_failed_iterations"
+#: Upper bound on max_prompt_tokens + max_new_tokens whatever the model claims (a typo guard).
+MAX_TOKENS = 1 << 20
 ITERATION_SECONDS = "iteration_seconds"
 #: Algorithm state key: each remote env runner's task generator, by worker index.
 TASK_GENERATORS = "task_generators"
@@ -350,9 +356,10 @@ class HGPOConfig(AlgorithmConfig):
         need(self.adv_mode in ADV_MODES, "adv_mode", f"one of {ADV_MODES}")
         need(_is_number(self.length_weight_alpha) and self.length_weight_alpha >= 0,
              "length_weight_alpha", "a number >= 0")
-        need(isinstance(self.base_group, bool), "base_group", "True or False")
+        need(isinstance(self.base_group, (bool, np.bool_)), "base_group", "True or False")
         need(self.weighting in WEIGHTINGS, "weighting", f"one of {WEIGHTINGS}")
-        need(_is_number(self.step_advantage_w), "step_advantage_w", "a number")
+        need(_is_number(self.step_advantage_w) and self.step_advantage_w >= 0, "step_advantage_w",
+             "a finite number >= 0")
         need(_is_int(self.group_size) and self.group_size >= 1, "group_size", "an int >= 1")
         min_groups = max(1, self.num_learners)  # every learner needs at least one whole group
         need(_is_int(self.groups_per_iteration) and self.groups_per_iteration >= min_groups,
@@ -376,6 +383,9 @@ class HGPOConfig(AlgorithmConfig):
                  f"a multiple of num_learners={self.num_learners} (rows per step over all learners)")
         need(self.micro_batch_size is None or (_is_int(self.micro_batch_size) and self.micro_batch_size >= 1),
              "micro_batch_size", "None or an int >= 1")
+        if _is_int(self.micro_batch_size) and _is_int(self.minibatch_size) and self.minibatch_size >= 1:
+            need(self.micro_batch_size <= self.minibatch_size_per_learner, "micro_batch_size",
+                 f"<= the minibatch per learner ({self.minibatch_size_per_learner} rows)")
         need(_is_int(self.num_epochs) and self.num_epochs >= 1, "num_epochs", "an int >= 1")
         need(self.sample_timeout_s is None
              or (_is_number(self.sample_timeout_s) and 0 < self.sample_timeout_s < math.inf),
@@ -432,7 +442,55 @@ class HGPOConfig(AlgorithmConfig):
                 f"model_config sets {clashes}: set these with config.training(...) "
                 "(seed: config.debugging(seed=...)) so module and algorithm agree"
             )
+        else:
+            errors.extend(self._model_errors())
+        errors.extend(self._level_weight_errors())
         return errors
+
+    def _model_errors(self) -> list[str]:
+        """model_config keys and values, the model directory, and the prompt + response length
+        against the model's positions: checked here, not later inside a runner."""
+        try:
+            module_config = LLMModuleConfig.from_model_config(self.model_config)
+        except ValueError as exc:
+            return [str(exc)]
+        if module_config.model == TINY_PRESET:
+            positions = {**TINY_MODEL_DEFAULTS, **module_config.tiny_model}["max_position_embeddings"]
+        else:
+            model_file = Path(module_config.model).expanduser() / "config.json"
+            if not model_file.is_file():
+                return [
+                    f"model_config['model']={module_config.model!r} is invalid: expected {TINY_PRESET!r} "
+                    f"or a local Hugging Face model directory, but {model_file} does not exist"
+                ]
+            positions = json.loads(model_file.read_text()).get("max_position_embeddings", MAX_TOKENS)
+        tokens = self.max_prompt_tokens + self.max_new_tokens
+        if tokens > min(positions, MAX_TOKENS):
+            return [
+                f"max_prompt_tokens={self.max_prompt_tokens!r} is invalid: with max_new_tokens="
+                f"{self.max_new_tokens} it exceeds the model's {positions} positions"
+                + (f" (and the cap of {MAX_TOKENS})" if positions > MAX_TOKENS else "")
+            ]
+        return []
+
+    def _level_weight_errors(self) -> list[str]:
+        """HGPO's level weights L**alpha (L <= K + 2) must be finite floats, or the advantage
+        computation overflows."""
+        if self.estimator != "hgpo" or not (
+            _is_int(self.history_length) and _is_number(self.length_weight_alpha)
+        ):
+            return []
+        try:
+            lengths = range(1, self.history_length + 3)
+            total = sum(float(length) ** self.length_weight_alpha for length in lengths)
+        except OverflowError:
+            total = math.inf
+        if math.isfinite(total):
+            return []
+        return [
+            f"length_weight_alpha={self.length_weight_alpha!r} is invalid: the level weights "
+            f"L**alpha overflow for history_length={self.history_length} (L up to {self.history_length + 2})"
+        ]
 
 
 def _is_lr(lr: Any) -> bool:

@@ -13,10 +13,13 @@ import copy
 import dataclasses
 import importlib.metadata
 import importlib.util
+import math
+import numbers
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 from ray.rllib.core.columns import Columns
 from ray.rllib.core.rl_module.apis import InferenceOnlyAPI
@@ -53,7 +56,8 @@ VLLM_MANAGED_ARGS = (
 
 
 def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
+    """An integer, Python or numpy (Tune's search spaces yield numpy scalars); never a bool."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, (bool, np.bool_))
 
 
 def _is_text_list(value: Any) -> bool:
@@ -62,7 +66,9 @@ def _is_text_list(value: Any) -> bool:
 
 
 def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
+    """A finite real number, Python or numpy; inf and nan would silently turn weights into NaN."""
+    real = isinstance(value, numbers.Real) and not isinstance(value, (bool, np.bool_))
+    return real and math.isfinite(value)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -320,10 +320,19 @@ def test_keywords_leak_into_the_page_kind(env) -> None:
 def test_first_prompt_is_verl_agents_no_history_template(env) -> None:
     obs, info = env.reset(options={"goal_index": 0})
     prompt = render_prompt(info["task"], [], obs, info["admissible_actions"], 0, 2)
-    assert prompt == WEBSHOP_TEMPLATE_NO_HIS.format(
-        task_description=info["task"],
-        current_observation="'Search'",
-        available_actions="'search[<your query>]',\n'click[search]',",
+    # verl-agent's WebShop template, written out (trailing spaces and the non-breaking hyphen kept).
+    assert prompt == (
+        "\nYou are an expert autonomous agent operating in the WebShop e\u2011commerce environment. \n"
+        f"Your task is to: {info['task']}.\n"
+        "Your current observation is: 'Search'.\n"
+        "Your admissible actions of the current situation are: \n"
+        "[\n'search[<your query>]',\n'click[search]',\n].\n\n"
+        "Now it's your turn to take one action for the current step.\n"
+        "You should first reason step-by-step about the current situation, then think carefully which "
+        "admissible action best advances the shopping goal. This reasoning process MUST be enclosed within "
+        "<think> </think> tags. \n"
+        "Once you've finished your reasoning, you should choose an admissible action for current step and "
+        "present it within <action> </action> tags.\n"
     )
 
 
