@@ -2,9 +2,11 @@
 
 Run: ``python benchmarks/learning_keychest.py [--iterations N] [--seeds 0 1 2] [--output DIR]``.
 Every run is ``tuned_examples/hgpo_keychest.py``'s config with one estimator setting and one seed
-(HGPO K=2 alpha=1, HGPO K=2 alpha=0, GiGPO, GRPO). Writes ``curves.csv`` (success per iteration),
-``curves.png`` (mean with min-max band over seeds) and ``summary.md`` (iterations and wall time to
-80% / 90% success, final success); an existing output directory is never overwritten.
+(HGPO K=2 alpha=1, HGPO K=2 alpha=0, HGPO K=2 with adaptive weights, GiGPO, GRPO). Writes
+``curves.csv`` (success per iteration, rewritten after every run), ``curves.png`` (mean with min-max
+band over seeds) and ``summary.md`` (iterations and wall time to 80% / 90% success, final success).
+An existing output directory is never overwritten; ``--resume`` continues one instead, keeping its
+complete (variant, seed) runs and redoing the rest.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ EXAMPLE = Path(__file__).resolve().parents[1] / "tuned_examples" / "hgpo_keyches
 VARIANTS = {
     "HGPO K=2 a=1": {"estimator": "hgpo", "history_length": 2, "length_weight_alpha": 1.0},
     "HGPO K=2 a=0": {"estimator": "hgpo", "history_length": 2, "length_weight_alpha": 0.0},
+    "HGPO K=2 adaptive": {"estimator": "hgpo", "history_length": 2, "weighting": "adaptive"},
     "GiGPO": {"estimator": "gigpo", "history_length": 2},
     "GRPO": {"estimator": "grpo", "history_length": 2},
 }
@@ -100,15 +103,23 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
     parser.add_argument("--output", default="results/learning_keychest")
+    parser.add_argument("--resume", action="store_true", help="continue an interrupted --output")
     args = parser.parse_args()
     out = Path(args.output)
-    if out.exists() and any(out.iterdir()):
-        raise SystemExit(f"{out} already holds results; choose another --output")
-    out.mkdir(parents=True, exist_ok=True)
-    ray.init(num_cpus=3, include_dashboard=False, log_to_driver=False)
     records = []
+    if args.resume and (out / "curves.csv").exists():
+        done = pd.read_csv(out / "curves.csv")
+        complete = done.groupby(["variant", "seed"])["iteration"].transform("max") == args.iterations
+        records = done[complete].to_dict("records")
+    elif out.exists() and any(out.iterdir()):
+        raise SystemExit(f"{out} already holds results; choose another --output or pass --resume")
+    out.mkdir(parents=True, exist_ok=True)
+    finished = {(r["variant"], r["seed"]) for r in records}
+    ray.init(num_cpus=3, include_dashboard=False, log_to_driver=False)
     for variant in args.variants:
         for seed in args.seeds:
+            if (variant, seed) in finished:
+                continue
             records += run(variant, seed, args.iterations)
             pd.DataFrame(records).to_csv(out / "curves.csv", index=False)  # partial results survive
     curves = pd.DataFrame(records)
