@@ -3,7 +3,7 @@
 Run: ``python benchmarks/learning_keychest.py [--iterations N] [--seeds 0 1 2] [--output DIR]``.
 Every run is ``tuned_examples/hgpo_keychest.py``'s config with one estimator setting and one seed
 (HGPO K=2 alpha=1, HGPO K=2 alpha=0, HGPO K=2 with adaptive weights, GiGPO, GRPO). Writes
-``curves.csv`` (success per iteration, rewritten after every run), ``curves.png`` (mean with min-max
+``curves.csv`` (success per iteration, rewritten after every iteration), ``curves.png`` (mean with min-max
 band over seeds) and ``summary.md`` (iterations and wall time to 80% / 90% success, final success).
 An existing output directory is never overwritten; ``--resume`` continues one instead, keeping its
 complete (variant, seed) runs and redoing the rest.
@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import matplotlib
@@ -38,8 +39,9 @@ THRESHOLDS = (0.8, 0.9)
 SMOOTHING = 3
 
 
-def run(variant: str, seed: int, iterations: int) -> list[dict]:
-    """Train one (variant, seed) and return its per-iteration records."""
+def run(variant: str, seed: int, iterations: int, progress: Callable[[list[dict]], None]) -> list[dict]:
+    """Train one (variant, seed) and return its per-iteration records; ``progress`` gets the
+    records so far after every iteration."""
     config = load_experiment_file(EXAMPLE).config.copy(copy_frozen=False)
     config.training(**VARIANTS[variant]).debugging(seed=seed)
     algo = config.build_algo()
@@ -57,9 +59,15 @@ def run(variant: str, seed: int, iterations: int) -> list[dict]:
                     "episode_len": result["env_runners"]["episode_len_mean"],
                 }
             )
+            progress(records)
     finally:
         algo.stop()
     return records
+
+
+def _saver(path: Path, done: list[dict]) -> Callable[[list[dict]], None]:
+    """Writes the finished runs plus the current run's records so far."""
+    return lambda current: pd.DataFrame(done + current).to_csv(path, index=False)
 
 
 def summarize(curves: pd.DataFrame) -> pd.DataFrame:
@@ -120,8 +128,14 @@ def main() -> None:
         for seed in args.seeds:
             if (variant, seed) in finished:
                 continue
-            records += run(variant, seed, args.iterations)
-            pd.DataFrame(records).to_csv(out / "curves.csv", index=False)  # partial results survive
+            # Partial results survive: the curves so far, the current run's included, after every
+            # iteration (--resume redoes an incomplete run from its start).
+            records += run(
+                variant,
+                seed,
+                args.iterations,
+                _saver(out / "curves.csv", list(records)),
+            )
     curves = pd.DataFrame(records)
     plot(curves, out / "curves.png")
     table = summarize(curves)
