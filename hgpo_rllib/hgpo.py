@@ -210,8 +210,10 @@ class HGPOConfig(AlgorithmConfig):
             length_weight_alpha: HGPO's alpha (default 1.0): level weights L**alpha; 0 = uniform.
             base_group: HGPO: add the episode-level (GRPO) advantage as the lowest level (default
                 False, as in the published runs).
-            weighting: HGPO level weights, "reference" (default, verl-agent's L = d + 1) or
-                "paper" (Eq. 7's (k + 1)**alpha), see ``hgpo_advantages`` (quirk Q2).
+            weighting: HGPO level weights, "reference" (default, verl-agent's L = d + 1),
+                "paper" (Eq. 7's (k + 1)**alpha, quirk Q2) or "adaptive" (ours: per-step weights
+                from the batch that minimise an estimate of the baseline's error; ignores
+                length_weight_alpha, excludes base_group), see ``hgpo_advantages``.
             step_advantage_w: GiGPO's weight of the step advantage (default 1.0).
             group_size: n, episodes per rollout group, all on one task (default 8).
             groups_per_iteration: Rollout groups (tasks) per training iteration (default 16).
@@ -358,6 +360,8 @@ class HGPOConfig(AlgorithmConfig):
              "length_weight_alpha", "a number >= 0")
         need(isinstance(self.base_group, (bool, np.bool_)), "base_group", "True or False")
         need(self.weighting in WEIGHTINGS, "weighting", f"one of {WEIGHTINGS}")
+        need(not (self.base_group and self.weighting == "adaptive"), "base_group",
+             "False with weighting='adaptive' (the base item scores episodes, not step returns)")
         need(_is_number(self.step_advantage_w) and self.step_advantage_w >= 0, "step_advantage_w",
              "a finite number >= 0")
         need(_is_int(self.group_size) and self.group_size >= 1, "group_size", "an int >= 1")

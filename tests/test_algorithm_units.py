@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from types import SimpleNamespace
 from typing import Any
 
@@ -178,6 +179,34 @@ def test_connector_level_metrics_on_the_worked_example() -> None:
     assert stats["advantage_abs_mean"] > 0
 
 
+@pytest.mark.parametrize(
+    ("weighting", "base_group"), [("reference", False), ("paper", True), ("adaptive", False)]
+)
+def test_connector_level_weight_metrics(weighting: str, base_group: bool) -> None:
+    """level{d}_weight_mean is the mean weight of level d over all steps (0 where a step has no
+    item there); with the base weight they add up to the share of steps with any item."""
+    case = next(c for c in _golden_cases("hgpo") if c["name"] == "nested_depths_k2_msn")
+    episodes, _ = golden_episodes(case)
+    settings = replace(_settings("hgpo", case), weighting=weighting, base_group=base_group)
+    batch, stats = run_connector(episodes, settings)
+    table = StepTable.from_episodes(episodes)
+    returns, scores = estimator_inputs(table, settings)
+    levels = hgpo_level_stats(
+        table.group_ids, table.traj_ids, table.step_idx, table.obs, returns,
+        episode_scores=scores, history_length=2, weighting=weighting, base_group=base_group,
+    )
+    means = [stats[f"level{depth}_weight_mean"] for depth in (1, 2, 3)]
+    np.testing.assert_allclose(means, levels.weights.mean(axis=1), rtol=1e-6)
+    total = sum(means) + stats.get("base_weight_mean", 0.0)
+    assert ("base_weight_mean" in stats) == base_group
+    if weighting == "adaptive":  # weights sum to 1 on the 16 steps with a shared current-state group
+        assert total == pytest.approx(16 / 21)
+        assert means[1] + means[2] > 0  # the deeper levels are used, not just level 1
+    else:  # the eps of §4.4 keeps each step's sum just below 1
+        assert 0.5 < total < 1.0
+    assert np.abs(batch[ADVANTAGES]).max() > 0
+
+
 def test_estimator_switch_changes_levels_and_values() -> None:
     case = next(c for c in _golden_cases("hgpo") if c["name"] == "nested_depths_k2_msn")
     episodes, _ = golden_episodes(case)
@@ -187,6 +216,7 @@ def test_estimator_switch_changes_levels_and_values() -> None:
     assert levels["grpo"] == set()
     assert levels["gigpo"] == {"level1_group_size_mean", "level1_singleton_frac"}
     suffixes = ("group_size_mean", "singleton_frac", "advantage_mean", "advantage_std", "advantage_abs_mean")
+    suffixes += ("weight_mean",)
     assert levels["hgpo"] == {f"level{d}_{suffix}" for d in (1, 2, 3) for suffix in suffixes}
     values = [results[e][0][ADVANTAGES] for e in names]
     assert not np.allclose(values[0], values[1]) and not np.allclose(values[1], values[2])
@@ -310,6 +340,7 @@ BAD_SETTINGS = [
     ({"length_weight_alpha": -1.0}, "length_weight_alpha"),
     ({"base_group": "yes"}, "base_group"),
     ({"weighting": "uniform"}, "weighting"),
+    ({"weighting": "adaptive", "base_group": True}, "base_group"),
     ({"group_size": 0}, "group_size"),
     ({"groups_per_iteration": 0}, "groups_per_iteration"),
     ({"gamma": 1.5}, "gamma"),
