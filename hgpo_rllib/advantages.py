@@ -394,7 +394,7 @@ def _hierarchy(
     history: _History, history_length: int, by_std: bool, epsilon: float, moments: bool
 ) -> _Hierarchy:
     """Collect :func:`_history_levels` into arrays; with ``moments`` also each shared group's
-    mean and unbiased variance, which :func:`_adaptive_weights` needs."""
+    mean, unbiased variance and members from the row's own trajectory (:func:`_adaptive_weights`)."""
     n_levels, n = history_length + 1, len(history.obs)
     # Rows that have level d but are not visited there are singletons (see _history_levels).
     sizes = (history.layout.pos >= np.arange(n_levels)[:, None]).astype(np.int64)
@@ -408,7 +408,7 @@ def _hierarchy(
         sizes[k, level.rows] = group.count[level.key]
         shared_rows, shared_keys = level.rows[group.shared], level.key[group.shared]
         items[k, shared_rows] = group.value[group.shared]
-        if means is not None and spreads is not None:
+        if means is not None and spreads is not None and selves is not None:
             means[k, shared_rows] = group.mean[shared_keys]
             spreads[k, shared_rows] = group.sq_dev[shared_keys] / (group.count[shared_keys] - 1)
             same = _pair_codes(shared_keys, history.layout.traj[shared_rows], n_traj)
