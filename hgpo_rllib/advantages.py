@@ -22,6 +22,7 @@ assume rewards of order 1) and depends on the group only, not on row order.
 
 from __future__ import annotations
 
+import itertools
 import operator
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -394,7 +395,7 @@ def _hierarchy(
     history: _History, history_length: int, by_std: bool, epsilon: float, moments: bool
 ) -> _Hierarchy:
     """Collect :func:`_history_levels` into arrays; with ``moments`` also each shared group's
-    mean and unbiased variance, which :func:`_adaptive_weights` needs."""
+    mean, unbiased variance and members from the row's own trajectory (:func:`_adaptive_weights`)."""
     n_levels, n = history_length + 1, len(history.obs)
     # Rows that have level d but are not visited there are singletons (see _history_levels).
     sizes = (history.layout.pos >= np.arange(n_levels)[:, None]).astype(np.int64)
@@ -408,7 +409,7 @@ def _hierarchy(
         sizes[k, level.rows] = group.count[level.key]
         shared_rows, shared_keys = level.rows[group.shared], level.key[group.shared]
         items[k, shared_rows] = group.value[group.shared]
-        if means is not None and spreads is not None:
+        if means is not None and spreads is not None and selves is not None:
             means[k, shared_rows] = group.mean[shared_keys]
             spreads[k, shared_rows] = group.sq_dev[shared_keys] / (group.count[shared_keys] - 1)
             same = _pair_codes(shared_keys, history.layout.traj[shared_rows], n_traj)
@@ -431,28 +432,33 @@ def _fixed_weights(
 def _simplex_quadratic_min(gram: FloatArray, linear: FloatArray) -> FloatArray:
     """argmin ``w' G w + 2 h' w`` over the probability simplex (G symmetric positive semi-definite).
 
-    Equality-constrained solves on a shrinking active set: levels whose weight comes out negative
-    are dropped (the most negative first) until all are >= 0. A ridge of 1e-10 (relative) keeps
-    the solves finite when levels coincide (identical groups give identical columns); if G and h
+    Exact by enumeration: the minimiser solves the equality-constrained problem on its own
+    support, so every support (2**D - 1 of them for D <= K + 1 levels: 31 at K = 4) is solved
+    and the best one with non-negative weights kept. A ridge of 1e-10 (relative) keeps the
+    solves finite when levels coincide (identical groups give identical columns); if G and h
     are both 0 (every item 0) any weights give the same advantage and uniform ones are returned.
     """
     dim = len(linear)
     size = np.trace(gram) / dim + np.abs(linear).max()
     if size == 0.0:
         return np.full(dim, 1.0 / dim)
-    gram, linear = gram / size, linear / size  # same minimiser, entries of order 1
-    ridge = 1e-10
-    active = np.ones(dim, dtype=bool)
-    weights = np.zeros(dim)
-    while True:
-        sub = gram[np.ix_(active, active)] + ridge * np.eye(int(active.sum()))
-        ones_dir, lin_dir = np.linalg.solve(sub, np.stack([np.ones(len(sub)), linear[active]], axis=1)).T
-        scale = (1.0 + lin_dir.sum()) / ones_dir.sum()
-        candidate = scale * ones_dir - lin_dir
-        if candidate.min() >= 0.0 or active.sum() == 1:
-            weights[active] = np.maximum(candidate, 0.0) / np.maximum(candidate, 0.0).sum()
-            return weights
-        active[np.flatnonzero(active)[np.argmin(candidate)]] = False
+    gram = gram / size + 1e-10 * np.eye(dim)  # same minimiser, entries of order 1
+    linear = linear / size
+    best, best_value = np.eye(dim)[0], np.inf
+    for support_size in range(1, dim + 1):
+        for support in itertools.combinations(range(dim), support_size):
+            idx = list(support)
+            rhs = np.stack([np.ones(support_size), linear[idx]], axis=1)
+            ones_dir, lin_dir = np.linalg.solve(gram[np.ix_(idx, idx)], rhs).T
+            candidate = (1.0 + lin_dir.sum()) / ones_dir.sum() * ones_dir - lin_dir
+            if candidate.min() < -1e-12:
+                continue
+            weights = np.zeros(dim)
+            weights[idx] = np.maximum(candidate, 0.0) / np.maximum(candidate, 0.0).sum()
+            value = weights @ gram @ weights + 2.0 * linear @ weights
+            if value < best_value:
+                best, best_value = weights, value
+    return best
 
 
 def _adaptive_weights(hierarchy: _Hierarchy, returns: FloatArray) -> FloatArray:
