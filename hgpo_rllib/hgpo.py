@@ -374,7 +374,11 @@ class HGPOConfig(AlgorithmConfig):
         gpu_gb = memory.DEFAULT_GPU_MEMORY_GB
         if torch.cuda.is_available():
             gpu_gb = torch.cuda.get_device_properties(0).total_memory / memory.GB
-        return [f"memory plan: {e}" for e in memory.fit_errors(memory.plan_for_config(self, gpu_gb))]
+        try:
+            plans = memory.plan_for_config(self, gpu_gb)
+        except (ValueError, FileNotFoundError) as exc:  # e.g. a config.json without the model's sizes
+            return [f"memory plan: {exc}"]
+        return [f"memory plan: {e}" for e in memory.fit_errors(plans)]
 
     def _hgpo_errors(self) -> list[str]:
         """Every invalid HGPO setting, each message naming the setting and the value."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import textwrap
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from hgpo_rllib import cli, evaluation
 from hgpo_rllib.connectors.history_window import HistoryWindowPrompt
 from hgpo_rllib.evaluation import ALFWORLD_CATEGORIES, CheckpointPolicy, evaluate
+from hgpo_rllib.memory import MODEL_CONFIGS_DIR
 from hgpo_rllib.presets import RunSettings, apply_paper_preset, run_as_script
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -285,7 +287,8 @@ def test_tuned_example_flags_become_hgpo_switches(monkeypatch: pytest.MonkeyPatc
 def test_paper_preset_switch_builds_a_valid_gpu_config(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    (tmp_path / "config.json").write_text('{"max_position_embeddings": 32768}')
+    # The architecture alone (the memory plan reads the model's sizes from it).
+    shutil.copy(MODEL_CONFIGS_DIR / "qwen2.5-1.5b" / "config.json", tmp_path / "config.json")
     monkeypatch.setenv("HGPO_PRESET", "paper-1.5b")
     monkeypatch.setenv("HGPO_MODEL", str(tmp_path))
     experiment = cli.load_experiment_file(TUNED / "hgpo_webshop.py")
