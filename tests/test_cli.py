@@ -265,12 +265,13 @@ def test_rehearsal_preset_trains_evaluates_checkpoints_and_resumes(
     assert cli.main(args) == 1 and marker.exists()
     (trial,) = [d for d in (tmp_path / "out" / "run").iterdir() if d.is_dir()]
     assert len(list(trial.glob("checkpoint_*"))) == 2  # checkpoint_freq = 1 from the preset
+    progress = pd.read_csv(trial / "progress.csv")  # (Tune appends other columns after a resume)
+    assert progress["training_iteration"].tolist() == [1, 2]
+    assert progress["evaluation/env_runners/num_episodes"].tolist() == [4, 4]  # the evaluation runner's
     assert cli.main([*args[:-2], "--resume"]) == 0
-    progress = pd.read_csv(trial / "progress.csv")
-    assert progress["training_iteration"].tolist() == [1, 2, 3]
-    evaluated = progress["evaluation/env_runners/num_episodes"]
-    assert (evaluated == 4).all()  # every iteration, on the evaluation env runner
     results = pd.read_json(trial / "result.json", lines=True)
+    assert results["training_iteration"].tolist() == [1, 2, 3]  # 3 from the checkpoint of 2
+    assert results["evaluation"].iloc[-1]["env_runners"]["num_episodes"] == 4
     learners = results["learners"].iloc[-1]["default_policy"]
     assert learners["num_groups"] == 2 and learners["episodes_per_group_min"] == 2  # two learners' sum
     config = results["config"].iloc[-1]
