@@ -3,10 +3,12 @@
 RLlib 2.60 ships no CLI any more; this one is hgpo-rllib's own.
 
 An experiment file is a Python file that defines ``config`` (an ``AlgorithmConfig``) and optionally
-``stop`` (a Tune stop dict), ``param_space`` (a dict of Tune search spaces merged into the config)
-and ``checkpoint_freq`` (iterations between checkpoints), the convention of RLlib's former
-``rllib train file``. Training runs through Ray Tune, so every trial writes Tensorboard event files,
-``progress.csv`` and checkpoints under the storage path.
+``stop`` (a Tune stop dict) and ``param_space`` (a dict of Tune search spaces merged into the config),
+the convention of RLlib's former ``rllib train file``, and optionally ``checkpoint_freq``. Training
+runs through Ray Tune, so every trial writes Tensorboard event files, ``progress.csv`` and checkpoints
+under the storage path: every ``checkpoint_freq`` iterations (default 5) and at the end. A trial
+that crashes is retried from its last checkpoint (``--max-failures``, default 3), and ``--resume``
+continues an interrupted experiment from its trials' last checkpoints.
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ from pathlib import Path
 from typing import Any
 
 DEFAULT_STOP = {"training_iteration": 10}
+DEFAULT_CHECKPOINT_FREQ = 5
+DEFAULT_MAX_FAILURES = 3
 
 
 @dataclass
@@ -33,7 +37,7 @@ class Experiment:
     stop: dict[str, Any] = field(default_factory=lambda: dict(DEFAULT_STOP))
     param_space: dict[str, Any] = field(default_factory=dict)
     name: str | None = None
-    checkpoint_freq: int = 0
+    checkpoint_freq: int = DEFAULT_CHECKPOINT_FREQ
 
 
 def load_experiment_file(path: str | os.PathLike) -> Experiment:
@@ -56,7 +60,7 @@ def load_experiment_file(path: str | os.PathLike) -> Experiment:
     param_space = getattr(module, "param_space", None) or {}
     if not isinstance(stop, dict) or not isinstance(param_space, dict):
         raise ValueError(f"{file}: `stop` and `param_space` must be dicts")
-    checkpoint_freq = getattr(module, "checkpoint_freq", 0)
+    checkpoint_freq = getattr(module, "checkpoint_freq", DEFAULT_CHECKPOINT_FREQ)
     if not isinstance(checkpoint_freq, int) or checkpoint_freq < 0:
         raise ValueError(f"{file}: `checkpoint_freq` must be an int >= 0, got {checkpoint_freq!r}")
     return Experiment(config, dict(stop), dict(param_space), getattr(module, "name", None), checkpoint_freq)
@@ -113,7 +117,8 @@ def train(
     *,
     stop: dict[str, Any] | None = None,
     storage_path: str | None = None,
-    checkpoint_freq: int = 0,
+    checkpoint_freq: int | None = None,
+    max_failures: int = DEFAULT_MAX_FAILURES,
     num_samples: int = 1,
     name: str | None = None,
     resume: bool = False,
@@ -122,6 +127,7 @@ def train(
     """Run an experiment through Ray Tune and return its ``ResultGrid``.
 
     An existing experiment directory is never overwritten: pass ``resume=True`` to continue it.
+    ``checkpoint_freq`` None takes the experiment file's; a checkpoint is always written at the end.
     """
     import ray
     from ray import tune
@@ -129,8 +135,13 @@ def train(
     import envs
     import hgpo_rllib.hgpo  # noqa: F401 - registers "HGPO" with Tune
 
-    if checkpoint_freq < 0 or num_samples < 1:
-        raise ValueError("checkpoint_freq must be >= 0 and num_samples >= 1")
+    if checkpoint_freq is None:
+        checkpoint_freq = experiment.checkpoint_freq
+    if not isinstance(checkpoint_freq, int) or checkpoint_freq < 0 or max_failures < 0 or num_samples < 1:
+        raise ValueError(
+            f"checkpoint_freq must be an int >= 0 (got {checkpoint_freq!r}), max_failures >= 0 "
+            f"(got {max_failures}) and num_samples >= 1 (got {num_samples})"
+        )
     storage = Path(storage_path or os.environ.get("CHECKPOINTS_DIR") or Path.home() / "ray_results")
     storage = storage.expanduser().resolve()
     name = name or experiment.name or f"{experiment.config.algo_class.__name__}_{experiment.config.env}"
@@ -165,6 +176,7 @@ def train(
             storage_path=str(storage),
             stop=stop or experiment.stop,
             callbacks=_logger_callbacks(project=name),
+            failure_config=tune.FailureConfig(max_failures=max_failures),
             checkpoint_config=tune.CheckpointConfig(
                 checkpoint_frequency=checkpoint_freq, checkpoint_at_end=True
             ),
@@ -199,7 +211,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     file_cmd.add_argument("--name", help="experiment name (a sub-directory of the storage path)")
     file_cmd.add_argument(
-        "--checkpoint-freq", type=int, help="checkpoint every N iterations (default: the file's, else 0)"
+        "--checkpoint-freq", type=int,
+        help=f"checkpoint every N iterations and at the end (default: the file's `checkpoint_freq`, "
+        f"else {DEFAULT_CHECKPOINT_FREQ}; 0: at the end only)",
+    )
+    file_cmd.add_argument(
+        "--max-failures", type=int, default=DEFAULT_MAX_FAILURES,
+        help="retries of a crashed trial, each from its last checkpoint (Tune FailureConfig)",
     )
     file_cmd.add_argument("--num-samples", type=int, default=1, help="Tune samples of the param space")
     file_cmd.add_argument("--max-concurrent-trials", type=int, help="trials running at once")
@@ -258,9 +276,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 experiment,
                 stop=args.stop,
                 storage_path=args.storage_path,
-                checkpoint_freq=(
-                    experiment.checkpoint_freq if args.checkpoint_freq is None else args.checkpoint_freq
-                ),
+                checkpoint_freq=args.checkpoint_freq,
+                max_failures=args.max_failures,
                 num_samples=args.num_samples,
                 name=args.name,
                 resume=args.resume,
@@ -270,6 +287,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"rllib: error: {exc}", file=sys.stderr)
             return 2
         errors = [r.error for r in results if r.error]
+        for error in errors:
+            print(f"rllib: trial failed: {error}", file=sys.stderr)
         print(f"Finished {len(results)} trial(s) in {results.experiment_path}; errors: {len(errors)}")
         return 1 if errors else 0
     return 2

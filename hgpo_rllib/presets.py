@@ -109,7 +109,7 @@ class RunSettings:
     @property
     def checkpoint_freq(self) -> int:
         """Checkpoint every N iterations (0: only at the end); ``--checkpoint-freq`` overrides it."""
-        return {"cpu": 0, "rehearsal": 1}.get(self.preset, PAPER_CHECKPOINT_FREQ)
+        return {"cpu": 5, "rehearsal": 1}.get(self.preset, PAPER_CHECKPOINT_FREQ)
 
     def training(self) -> dict[str, Any]:
         """The estimator settings as ``HGPOConfig.training`` keyword arguments."""

