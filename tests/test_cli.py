@@ -261,14 +261,15 @@ def test_rehearsal_preset_trains_evaluates_checkpoints_and_resumes(
         config.callbacks(on_train_result=crash_once)
     """))
     args = ["train", "file", str(path), "--storage-path", str(tmp_path / "out"), "--name", "run",
-            "--config", '{"model_config": {"inference_backend": "hf"}}']
-    assert cli.main(args) == 1 and marker.exists()
+            "--max-failures", "0"]
+    assert cli.main([*args, "--config", '{"model_config": {"inference_backend": "hf"}}']) == 1
+    assert marker.exists()
     (trial,) = [d for d in (tmp_path / "out" / "run").iterdir() if d.is_dir()]
     assert len(list(trial.glob("checkpoint_*"))) == 2  # checkpoint_freq = 1 from the preset
     progress = pd.read_csv(trial / "progress.csv")  # (Tune appends other columns after a resume)
     assert progress["training_iteration"].tolist() == [1, 2]
     assert progress["evaluation/env_runners/num_episodes"].tolist() == [4, 4]  # the evaluation runner's
-    assert cli.main([*args[:-2], "--resume"]) == 0
+    assert cli.main([*args, "--resume"]) == 0
     results = pd.read_json(trial / "result.json", lines=True)
     assert results["training_iteration"].tolist() == [1, 2, 3]  # 3 from the checkpoint of 2
     assert results["evaluation"].iloc[-1]["env_runners"]["num_episodes"] == 4
