@@ -193,6 +193,8 @@ def _shrink_to_rehearsal(config: Any) -> Any:
                 **config._user_model_config(),
                 "tiny_model": REHEARSAL_MODEL,
                 "inference_backend": backend,
+                # On CPU this is the share of host memory each vLLM engine reserves (two engines).
+                "vllm_gpu_memory_utilization": 0.05,
             }
         )
         .training(
