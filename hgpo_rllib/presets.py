@@ -56,12 +56,13 @@ PAPER_ITERATIONS = 160
 #: Checkpoint every this many iterations (ours; a paper run is 160 iterations).
 PAPER_CHECKPOINT_FREQ = 20
 #: The rehearsal's small random Qwen2 (grouped-query attention and tied embeddings, as Qwen2.5-1.5B).
+#: Head dim 64: vLLM's CPU attention rejects 16 ("Unsupported CPU attention configuration").
 REHEARSAL_MODEL = {
-    "hidden_size": 64,
-    "intermediate_size": 128,
+    "hidden_size": 128,
+    "intermediate_size": 256,
     "num_hidden_layers": 2,
-    "num_attention_heads": 4,
-    "num_key_value_heads": 2,
+    "num_attention_heads": 2,
+    "num_key_value_heads": 1,
     "tie_word_embeddings": True,
 }
 # Validation during training: ALFWorld's in-distribution evaluation games, WebShop's test goals (0-499).
@@ -205,6 +206,8 @@ def _shrink_to_rehearsal(config: Any) -> Any:
                 **config._user_model_config(),
                 "tiny_model": REHEARSAL_MODEL,
                 "inference_backend": backend,
+                # On CPU this is the share of host memory each vLLM engine reserves (two engines).
+                "vllm_gpu_memory_utilization": 0.05,
             }
         )
         .training(

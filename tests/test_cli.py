@@ -438,6 +438,7 @@ def test_main_job_alfworld_trains_two_iterations_via_rllib_train_file(tmp_path: 
     assert set(TAGS) <= scalar_tags(trial)
 
 
+@pytest.mark.slow  # two Tune runs of 5 actors each: 15.5 min on a loaded 2-core machine (load ~40)
 def test_rehearsal_preset_trains_evaluates_checkpoints_and_resumes(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -461,16 +462,18 @@ def test_rehearsal_preset_trains_evaluates_checkpoints_and_resumes(
         config.callbacks(on_train_result=crash_once)
     """))
     args = ["train", "file", str(path), "--storage-path", str(tmp_path / "out"), "--name", "run",
-            "--config", '{"model_config": {"inference_backend": "hf"}}']
-    assert cli.main(args) == 1 and marker.exists()
+            "--max-failures", "0"]
+    assert cli.main([*args, "--config", '{"model_config": {"inference_backend": "hf"}}']) == 1
+    assert marker.exists()
     (trial,) = [d for d in (tmp_path / "out" / "run").iterdir() if d.is_dir()]
     assert len(list(trial.glob("checkpoint_*"))) == 2  # checkpoint_freq = 1 from the preset
-    assert cli.main([*args[:-2], "--resume"]) == 0
-    progress = pd.read_csv(trial / "progress.csv")
-    assert progress["training_iteration"].tolist() == [1, 2, 3]
-    evaluated = progress["evaluation/env_runners/num_episodes"]
-    assert (evaluated == 4).all()  # every iteration, on the evaluation env runner
+    progress = pd.read_csv(trial / "progress.csv")  # (Tune appends other columns after a resume)
+    assert progress["training_iteration"].tolist() == [1, 2]
+    assert progress["evaluation/env_runners/num_episodes"].tolist() == [4, 4]  # the evaluation runner's
+    assert cli.main([*args, "--resume"]) == 0
     results = pd.read_json(trial / "result.json", lines=True)
+    assert results["training_iteration"].tolist() == [1, 2, 3]  # 3 from the checkpoint of 2
+    assert results["evaluation"].iloc[-1]["env_runners"]["num_episodes"] == 4
     learners = results["learners"].iloc[-1]["default_policy"]
     assert learners["num_groups"] == 2 and learners["episodes_per_group_min"] == 2  # two learners' sum
     config = results["config"].iloc[-1]
