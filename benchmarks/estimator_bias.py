@@ -33,7 +33,8 @@ comparable with A*. HGPO K = 0 is GiGPO's step term alone (population std aside,
 mean_norm does not use). An oracle ``R_t - V(h_t)`` (exact baseline) marks what Monte-Carlo
 returns allow at best. "HGPO deepest" uses alpha = 200, which puts all weight on the deepest
 level with a non-zero item: the "deepest group" end of Proposition 4.1 (falling back to
-shallower levels where deeper groups are singletons, as the estimator itself does).
+shallower levels where deeper groups are singletons, as the estimator itself does). "HGPO
+adaptive" is ``weighting="adaptive"`` (per-step weights from the batch, no alpha).
 
 Two error views, both decomposed the same way:
 
@@ -267,6 +268,7 @@ def estimators(max_k: int) -> list[Estimator]:
         table.append(
             Estimator("HGPO deepest", k, DEEPEST_ALPHA, "reference", hgpo(k, DEEPEST_ALPHA, "reference"))
         )
+        table.append(Estimator("HGPO", k, None, "adaptive", hgpo(k, 0.0, "adaptive")))
     return table
 
 
@@ -365,7 +367,7 @@ def proposition_check(summary: list[dict]) -> dict[str, tuple[int, int]]:
     held = dict.fromkeys(("adv_bias2", "adv_var", "base_bias2", "base_var"), 0)
     total = 0
     for row in summary:
-        if row["estimator"] != "HGPO" or not row["K"] or row["alpha"] == 0.0:
+        if row["estimator"] != "HGPO" or not row["K"] or row["alpha"] in (0.0, None):
             continue
         total += 1
         current = index[(row["n"], "HGPO", 0, 1.0, "any")]
@@ -374,6 +376,30 @@ def proposition_check(summary: list[dict]) -> dict[str, tuple[int, int]]:
             low, high = sorted((current[metric], deepest[metric]))
             held[metric] += low <= row[metric] <= high
     return {metric: (count, total) for metric, count in held.items()}
+
+
+def adaptive_check(summary: list[dict]) -> list[dict]:
+    """Per group size: the best fixed HGPO setting (any K, alpha, weighting) by baseline MSE
+    against adaptive weighting at each K (issue: adaptive should be at most the best fixed)."""
+    table = []
+    for n in sorted({row["n"] for row in summary}):
+        hgpo = [row for row in summary if row["n"] == n and row["estimator"] == "HGPO"]
+        best = min((row for row in hgpo if row["weighting"] != "adaptive"), key=lambda row: row["base_mse"])
+        for row in hgpo:
+            if row["weighting"] == "adaptive":
+                table.append(
+                    {
+                        "n": n,
+                        "K": row["K"],
+                        "adaptive base_mse": row["base_mse"],
+                        "best fixed (K, alpha, weighting)": (
+                            f"({best['K']}, {best['alpha']:g}, {best['weighting']})"
+                        ),
+                        "best fixed base_mse": best["base_mse"],
+                        "difference": row["base_mse"] - best["base_mse"],
+                    }
+                )
+    return table
 
 
 def write_csv(path: Path, rows: list[dict]) -> None:
@@ -413,6 +439,8 @@ def plot(path: Path, summary: list[dict], group_sizes: list[int], max_k: int) ->
                 ax.plot(ks, values, style, marker="o", label=f"HGPO {label}")
             deepest = [rows[("HGPO deepest", k, DEEPEST_ALPHA, "reference")][metric] for k in ks[1:]]
             ax.plot(ks, [k0[metric]] + deepest, ":", color="black", marker="s", label="HGPO deepest level")
+            adaptive = [rows[("HGPO", k, None, "adaptive")][metric] for k in ks[1:]]
+            ax.plot(ks, [k0[metric]] + adaptive, "-", color="red", lw=2, marker="D", label="HGPO adaptive")
             ax.set_title(
                 f"n = {group_size}: {metric} (GiGPO {rows[('GiGPO', None, None, None)][metric]:.2f})"
             )
@@ -464,6 +492,9 @@ def main(argv: list[str] | None = None) -> Path:
     print("\nProposition 4.1 (HGPO alpha > 0 between K = 0 and the deepest level at the same K):")
     for metric, (held, total) in proposition_check(summary).items():
         print(f"- {metric}: holds in {held}/{total} configurations")
+    check = adaptive_check(summary)
+    print("\nAdaptive weighting against the best fixed setting (baseline MSE, lower is better):")
+    print(markdown(check, tuple(check[0])))
     print(f"\nwrote {output / 'study.csv'} and {output / 'study.png'} in {time.perf_counter() - start:.0f} s")
     return output
 

@@ -7,7 +7,8 @@ an iteration. The phases come from the algorithm's unsmoothed per-iteration time
 iterations after one warm-up iteration. It profiles any experiment file's config.
 
 Run: ``python benchmarks/iteration_profile.py [--experiment tuned_examples/hgpo_alfworld.py]
-[--iterations 3]`` (default: the KeyChest tuned example).
+[--iterations 3]`` (default: the KeyChest tuned example); the table is kept in
+``docs/results/iteration_profile_<experiment>.md``.
 """
 
 from __future__ import annotations
@@ -50,7 +51,7 @@ def profile(args: argparse.Namespace) -> dict[str, float]:
     return {k: v / args.iterations for k, v in totals.items()}
 
 
-def print_table(means: dict[str, float]) -> None:
+def print_table(means: dict[str, float]) -> str:
     iteration = means["iteration"]
     update = means["learner update"]
     rest = update - means["advantage connector"] - means["reference log-probs"]
@@ -64,12 +65,17 @@ def print_table(means: dict[str, float]) -> None:
         ("weight sync", means["weight sync"]),
         ("iteration (wall)", iteration),
     ]
-    print(f"{'phase':32s} {'seconds':>9s} {'share':>8s}")
-    for name, seconds in rows:
-        print(f"{name:32s} {seconds:9.4f} {100 * seconds / iteration:7.2f}%")
-    print(f"step rows per iteration: {means['step rows']:.0f}")
+    lines = ["| phase | seconds | share |", "|---|---:|---:|"]
+    lines += [f"| {name} | {seconds:.4f} | {100 * seconds / iteration:.3f}% |" for name, seconds in rows]
     share = 100 * means["advantage connector"] / iteration
-    print(f"advantage connector share: {share:.3f}% of the iteration ({'OK' if share < 1 else 'ABOVE'} 1%)")
+    lines += [
+        "",
+        f"Step rows per iteration: {means['step rows']:.0f}. Advantage connector share: {share:.3f}% of "
+        f"the iteration ({'OK' if share < 1 else 'ABOVE'} 1%).",
+    ]
+    table = "\n".join(lines)
+    print(table)
+    return table
 
 
 def main() -> None:
@@ -79,9 +85,14 @@ def main() -> None:
     args = parser.parse_args()
     ray.init(num_cpus=4, include_dashboard=False)
     try:
-        print_table(profile(args))
+        table = print_table(profile(args))
     finally:
         ray.shutdown()
+    from results_file import write_result  # benchmarks/ is on sys.path when run as a script
+
+    experiment = Path(args.experiment).stem
+    title = f"Iteration profile of {experiment} ({args.iterations} iterations after a warm-up)"
+    write_result(f"iteration_profile_{experiment}", title, table)
 
 
 if __name__ == "__main__":

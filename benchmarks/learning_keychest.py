@@ -2,15 +2,18 @@
 
 Run: ``python benchmarks/learning_keychest.py [--iterations N] [--seeds 0 1 2] [--output DIR]``.
 Every run is ``tuned_examples/hgpo_keychest.py``'s config with one estimator setting and one seed
-(HGPO K=2 alpha=1, HGPO K=2 alpha=0, GiGPO, GRPO). Writes ``curves.csv`` (success per iteration),
-``curves.png`` (mean with min-max band over seeds) and ``summary.md`` (iterations and wall time to
-80% / 90% success, final success); an existing output directory is never overwritten.
+(HGPO K=2 alpha=1, HGPO K=2 alpha=0, HGPO K=2 with adaptive weights, GiGPO, GRPO). Writes
+``curves.csv`` (success per iteration, rewritten after every iteration), ``curves.png`` (mean with min-max
+band over seeds) and ``summary.md`` (iterations and wall time to 80% / 90% success, final success).
+An existing output directory is never overwritten; ``--resume`` continues one instead, keeping its
+complete (variant, seed) runs and redoing the rest.
 """
 
 from __future__ import annotations
 
 import argparse
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import matplotlib
@@ -27,6 +30,7 @@ EXAMPLE = Path(__file__).resolve().parents[1] / "tuned_examples" / "hgpo_keyches
 VARIANTS = {
     "HGPO K=2 a=1": {"estimator": "hgpo", "history_length": 2, "length_weight_alpha": 1.0},
     "HGPO K=2 a=0": {"estimator": "hgpo", "history_length": 2, "length_weight_alpha": 0.0},
+    "HGPO K=2 adaptive": {"estimator": "hgpo", "history_length": 2, "weighting": "adaptive"},
     "GiGPO": {"estimator": "gigpo", "history_length": 2},
     "GRPO": {"estimator": "grpo", "history_length": 2},
 }
@@ -35,8 +39,9 @@ THRESHOLDS = (0.8, 0.9)
 SMOOTHING = 3
 
 
-def run(variant: str, seed: int, iterations: int) -> list[dict]:
-    """Train one (variant, seed) and return its per-iteration records."""
+def run(variant: str, seed: int, iterations: int, progress: Callable[[list[dict]], None]) -> list[dict]:
+    """Train one (variant, seed) and return its per-iteration records; ``progress`` gets the
+    records so far after every iteration."""
     config = load_experiment_file(EXAMPLE).config.copy(copy_frozen=False)
     config.training(**VARIANTS[variant]).debugging(seed=seed)
     algo = config.build_algo()
@@ -54,9 +59,15 @@ def run(variant: str, seed: int, iterations: int) -> list[dict]:
                     "episode_len": result["env_runners"]["episode_len_mean"],
                 }
             )
+            progress(records)
     finally:
         algo.stop()
     return records
+
+
+def _saver(path: Path, done: list[dict]) -> Callable[[list[dict]], None]:
+    """Writes the finished runs plus the current run's records so far."""
+    return lambda current: pd.DataFrame(done + current).to_csv(path, index=False)
 
 
 def summarize(curves: pd.DataFrame) -> pd.DataFrame:
@@ -100,17 +111,31 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
     parser.add_argument("--output", default="results/learning_keychest")
+    parser.add_argument("--resume", action="store_true", help="continue an interrupted --output")
     args = parser.parse_args()
     out = Path(args.output)
-    if out.exists() and any(out.iterdir()):
-        raise SystemExit(f"{out} already holds results; choose another --output")
-    out.mkdir(parents=True, exist_ok=True)
-    ray.init(num_cpus=3, include_dashboard=False, log_to_driver=False)
     records = []
+    if args.resume and (out / "curves.csv").exists():
+        done = pd.read_csv(out / "curves.csv")
+        complete = done.groupby(["variant", "seed"])["iteration"].transform("max") == args.iterations
+        records = done[complete].to_dict("records")
+    elif out.exists() and any(out.iterdir()):
+        raise SystemExit(f"{out} already holds results; choose another --output or pass --resume")
+    out.mkdir(parents=True, exist_ok=True)
+    finished = {(r["variant"], r["seed"]) for r in records}
+    ray.init(num_cpus=3, include_dashboard=False, log_to_driver=False)
     for variant in args.variants:
         for seed in args.seeds:
-            records += run(variant, seed, args.iterations)
-            pd.DataFrame(records).to_csv(out / "curves.csv", index=False)  # partial results survive
+            if (variant, seed) in finished:
+                continue
+            # Partial results survive: the curves so far, the current run's included, after every
+            # iteration (--resume redoes an incomplete run from its start).
+            records += run(
+                variant,
+                seed,
+                args.iterations,
+                _saver(out / "curves.csv", list(records)),
+            )
     curves = pd.DataFrame(records)
     plot(curves, out / "curves.png")
     table = summarize(curves)

@@ -46,7 +46,7 @@ Keys = Sequence[object] | npt.ArrayLike
 
 _ZERO_RTOL = 1e-9
 _MODES = ("mean_norm", "mean_std_norm")
-_WEIGHTINGS = ("reference", "paper")
+_WEIGHTINGS = ("reference", "paper", "adaptive")
 
 
 # ----------------------------------------------------------------------------- validation
@@ -268,6 +268,8 @@ class _GroupAdvantage(NamedTuple):
     value: FloatArray
     shared: npt.NDArray[np.bool_]  # the row's group has at least two members
     count: IntArray  # members of each group code (indexed by code, not by row)
+    mean: FloatArray  # mean value of each group code
+    sq_dev: FloatArray  # sum of squared deviations from the mean of each group code
 
 
 def _group_advantages(
@@ -305,7 +307,7 @@ def _group_advantages(
         scale[shared] = np.sqrt(sq_dev[shared] / (count[shared] - ddof))
         scale += epsilon
         dev /= scale[ids]
-    return _GroupAdvantage(dev, shared[ids], count)
+    return _GroupAdvantage(dev, shared[ids], count, mean, sq_dev)
 
 
 def _episode_advantages(group: IntArray, scores: FloatArray, by_std: bool, epsilon: float) -> FloatArray:
@@ -330,6 +332,7 @@ class _History(NamedTuple):
     group: IntArray  # group code of each sorted row
     obs: IntArray  # observation code of each sorted row
     n_obs: int  # bound of the observation codes
+    n_group: int  # bound of the group codes
     returns: FloatArray  # step return of each sorted row
 
 
@@ -337,14 +340,14 @@ def _history(
     group_ids: Keys, traj_ids: Keys, step_idx: npt.ArrayLike, obs: Keys, returns: FloatArray
 ) -> _History:
     """Intern the keys and sort the rows; a trajectory split over two groups is an error."""
-    group, _ = _intern(group_ids, "group_ids")
+    group, n_group = _intern(group_ids, "group_ids")
     observation, n_obs = _intern(obs, "obs")
     layout = _layout(traj_ids, step_idx)
     order = layout.order
     group_sorted = group[order]
     if (group_sorted[1:] != group_sorted[:-1])[layout.pos[1:] > 0].any():
         raise ValueError("group_ids: every trajectory must lie in a single group")
-    return _History(layout, group_sorted, observation[order], n_obs, returns[order])
+    return _History(layout, group_sorted, observation[order], n_obs, n_group, returns[order])
 
 
 class _Level(NamedTuple):
@@ -375,6 +378,117 @@ def _history_levels(history: _History, history_length: int, by_std: bool, epsilo
         group = _group_advantages(key, history.returns[rows], ddof=0, by_std=by_std, epsilon=epsilon)
         yield _Level(depth, rows, key, group)
         rows, key = rows[group.shared], key[group.shared]
+
+
+class _Hierarchy(NamedTuple):
+    """Every level of every sorted row as ``(K + 1, N)`` arrays; array row k is level d = k + 1."""
+
+    sizes: IntArray  # members of the row's level group: 1 alone, 0 where the step has no such level
+    items: FloatArray  # the row's item where its group is shared (sizes >= 2), else 0
+    means: FloatArray | None  # mean return of the row's group where shared, else 0 (adaptive only)
+    spreads: FloatArray | None  # unbiased variance of the row's group where shared, else 0 (adaptive)
+    selves: FloatArray | None  # members of the row's group from its own trajectory (adaptive)
+
+
+def _hierarchy(
+    history: _History, history_length: int, by_std: bool, epsilon: float, moments: bool
+) -> _Hierarchy:
+    """Collect :func:`_history_levels` into arrays; with ``moments`` also each shared group's
+    mean and unbiased variance, which :func:`_adaptive_weights` needs."""
+    n_levels, n = history_length + 1, len(history.obs)
+    # Rows that have level d but are not visited there are singletons (see _history_levels).
+    sizes = (history.layout.pos >= np.arange(n_levels)[:, None]).astype(np.int64)
+    items = np.zeros((n_levels, n))
+    means = np.zeros((n_levels, n)) if moments else None
+    spreads = np.zeros((n_levels, n)) if moments else None
+    selves = np.ones((n_levels, n)) if moments else None
+    n_traj = int(history.layout.traj.max()) + 1
+    for level in _history_levels(history, history_length, by_std, epsilon):
+        k, group = level.depth - 1, level.group
+        sizes[k, level.rows] = group.count[level.key]
+        shared_rows, shared_keys = level.rows[group.shared], level.key[group.shared]
+        items[k, shared_rows] = group.value[group.shared]
+        if means is not None and spreads is not None:
+            means[k, shared_rows] = group.mean[shared_keys]
+            spreads[k, shared_rows] = group.sq_dev[shared_keys] / (group.count[shared_keys] - 1)
+            same = _pair_codes(shared_keys, history.layout.traj[shared_rows], n_traj)
+            selves[k, shared_rows] = np.bincount(same)[same]
+    return _Hierarchy(sizes, items, means, spreads, selves)
+
+
+def _fixed_weights(
+    items: FloatArray, base: FloatArray | None, alpha: float, offset: int, epsilon: float
+) -> tuple[FloatArray, FloatArray]:
+    """Weights ``L**alpha / (sum L**alpha + eps)`` over the non-zero items (spec §4.4, Q2, Q3):
+    L = d + offset for level d and L = 1 for the base item. Returns (level weights, base weight)."""
+    lengths = (np.arange(1, len(items) + 1, dtype=np.float64) + offset) ** alpha
+    raw = np.where(items != 0.0, lengths[:, None], 0.0)
+    base_raw = np.zeros(items.shape[1]) if base is None else (base != 0.0).astype(np.float64)
+    total = raw.sum(axis=0) + base_raw + epsilon
+    return raw / total, base_raw / total
+
+
+def _simplex_quadratic_min(gram: FloatArray, linear: FloatArray) -> FloatArray:
+    """argmin ``w' G w + 2 h' w`` over the probability simplex (G symmetric positive semi-definite).
+
+    Equality-constrained solves on a shrinking active set: levels whose weight comes out negative
+    are dropped (the most negative first) until all are >= 0. A ridge of 1e-10 (relative) keeps
+    the solves finite when levels coincide (identical groups give identical columns); if G and h
+    are both 0 (every item 0) any weights give the same advantage and uniform ones are returned.
+    """
+    dim = len(linear)
+    size = np.trace(gram) / dim + np.abs(linear).max()
+    if size == 0.0:
+        return np.full(dim, 1.0 / dim)
+    gram, linear = gram / size, linear / size  # same minimiser, entries of order 1
+    ridge = 1e-10
+    active = np.ones(dim, dtype=bool)
+    weights = np.zeros(dim)
+    while True:
+        sub = gram[np.ix_(active, active)] + ridge * np.eye(int(active.sum()))
+        ones_dir, lin_dir = np.linalg.solve(sub, np.stack([np.ones(len(sub)), linear[active]], axis=1)).T
+        scale = (1.0 + lin_dir.sum()) / ones_dir.sum()
+        candidate = scale * ones_dir - lin_dir
+        if candidate.min() >= 0.0 or active.sum() == 1:
+            weights[active] = np.maximum(candidate, 0.0) / np.maximum(candidate, 0.0).sum()
+            return weights
+        active[np.flatnonzero(active)[np.argmin(candidate)]] = False
+
+
+def _adaptive_weights(hierarchy: _Hierarchy, returns: FloatArray) -> FloatArray:
+    """Level weights that minimise an estimate of the baseline's MSE (README, "Adaptive
+    weighting"); >= 0, summing to 1 over each step's shared levels, 0 elsewhere.
+
+    With weights w summing to 1, the ``mean_norm`` advantage is ``R - b`` with the baseline
+    b = sum_d w_d m_d (the group means), whose error against the step's value V is
+    ``e = sum_d w_d (m_d - V)``. Writing ``m_d - V = (R - V) - x_d`` with the raw item
+    x_d = R - m_d, and noting that the step's own return noise (and, through revisits, that of
+    its trajectory: c_d of the n_d members) enters m_d with weight c_d / n_d, Stein's unbiased
+    risk estimate gives ``E[e^2] = E[(sum_d w_d x_d)^2] + 2 s2 E[sum_d w_d c_d / n_d] - s2``
+    with s2 = Var(R | history). For s2 we take the unbiased variance of the step's
+    current-state group: an upper bound (it includes the spread between histories) measured on
+    the largest group, so errors lean towards the shallow, low-variance levels. Steps are pooled
+    by their number D of shared levels (a batch holds hundreds to thousands of steps per class),
+    and each class gets the weights that minimise the estimate over the simplex (a D x D
+    quadratic programme). K = 0, or a step with one shared level, gives weight 1 on level 1.
+    """
+    assert hierarchy.means is not None and hierarchy.spreads is not None and hierarchy.selves is not None
+    shared = hierarchy.sizes >= 2  # a prefix of the levels: groups are nested
+    depth = shared.sum(axis=0)
+    weights = np.zeros(hierarchy.means.shape)
+    for n_shared in range(1, len(weights) + 1):
+        rows = np.flatnonzero(depth == n_shared)
+        if rows.size == 0:
+            continue
+        if n_shared == 1:
+            weights[0, rows] = 1.0
+            continue
+        raw = returns[rows] - hierarchy.means[:n_shared, rows]
+        noise = hierarchy.spreads[0, rows]
+        gram = raw @ raw.T / rows.size
+        linear = (noise * hierarchy.selves[:n_shared, rows] / hierarchy.sizes[:n_shared, rows]).mean(axis=1)
+        weights[:n_shared, rows] = _simplex_quadratic_min(gram, linear)[:, None]
+    return weights
 
 
 # ----------------------------------------------------------------------------- estimators
@@ -430,6 +544,67 @@ def gigpo_advantages(
     return _episode_advantages(group, scores, by_std, epsilon) + step_advantage_w * step
 
 
+class _WeightedHierarchy(NamedTuple):
+    """The levels of :func:`hgpo_advantages` and their weights, rows sorted by (trajectory, step)."""
+
+    order: IntArray
+    levels: _Hierarchy
+    weights: FloatArray  # (K + 1, N) weight of each level's item in the step's advantage
+    base: FloatArray | None  # base item of each row (``base_group``)
+    base_weight: FloatArray  # its weight, 0 without ``base_group``
+
+
+def _weighted_hierarchy(
+    group_ids: Keys,
+    traj_ids: Keys,
+    step_idx: npt.ArrayLike,
+    obs: Keys,
+    returns: FloatArray,
+    scores: FloatArray | None,
+    *,
+    history_length: int,
+    mode: str,
+    alpha: float,
+    base_group: bool,
+    weighting: str,
+    epsilon: float,
+) -> _WeightedHierarchy:
+    """The shared core of :func:`hgpo_advantages` and :func:`hgpo_level_stats` (non-empty input)."""
+    by_std = mode == "mean_std_norm"
+    history = _history(group_ids, traj_ids, step_idx, obs, returns)
+    order = history.layout.order
+    adaptive = weighting == "adaptive"
+    levels = _hierarchy(history, history_length, by_std, epsilon, moments=adaptive)
+    base = None
+    if base_group:
+        assert scores is not None
+        base = _episode_advantages(history.group, scores[order], by_std, epsilon)
+    if adaptive:
+        return _WeightedHierarchy(
+            order, levels, _adaptive_weights(levels, history.returns), None, np.zeros(len(order))
+        )
+    offset = 0 if weighting == "paper" and not base_group else 1
+    weights, base_weight = _fixed_weights(levels.items, base, alpha, offset, epsilon)
+    return _WeightedHierarchy(order, levels, weights, base, base_weight)
+
+
+def _check_hgpo_options(
+    mode: str, alpha: float, base_group: bool, weighting: str, epsilon: float, history_length: int
+) -> int:
+    """Validate HGPO's options (spec §4.1); returns K as an int."""
+    _check_option(mode, _MODES, "mode")
+    _check_option(weighting, _WEIGHTINGS, "weighting")
+    _check_epsilon(epsilon)
+    if not np.isfinite(alpha):
+        raise ValueError(f"alpha must be finite, got {alpha!r}")
+    if base_group and weighting == "adaptive":
+        raise ValueError(
+            "base_group=True does not combine with weighting='adaptive': the base item scores the "
+            "episode, not the step's return, so its bias against the history levels is undefined"
+        )
+    return _check_history_length(history_length)
+
+
 def hgpo_advantages(
     group_ids: Keys,
     traj_ids: Keys,
@@ -451,20 +626,24 @@ def hgpo_advantages(
     whose last d observations (current one included, never crossing the trajectory start)
     are identical. Each level with >= 2 members gives the item ``(R - mean) / (pop_std + eps)``
     (``mean_norm``: ``R - mean``); ``base_group`` adds the episode advantage of
-    :func:`grpo_advantages` as a bottom item. Items that are exactly 0 are dropped (per item,
-    Q3; see the module docstring for the exact-zero rule) and the rest are averaged with
-    weights ``L**alpha / (sum L**alpha + eps)``; a step with no item gets 0.
+    :func:`grpo_advantages` as a bottom item. A step with no item gets 0.
 
-    ``weighting`` chooses L (quirk Q2):
+    ``weighting`` chooses the weights:
 
-    - ``"reference"`` (default, matches the verl-agent code and the golden vectors):
-      L = d + 1 for level d and L = 1 for the base item.
-    - ``"paper"``: the paper's Eq. 7 weights (k + 1)**alpha over levels k = 0..K, i.e.
-      L = d. With ``base_group=True`` the base item is taken as the bottom level of the
+    - ``"reference"`` (default, matches the verl-agent code and the golden vectors): items that
+      are exactly 0 are dropped (per item, Q3; see the module docstring for the exact-zero rule)
+      and the rest averaged with weights ``L**alpha / (sum L**alpha + eps)``, L = d + 1 for
+      level d and L = 1 for the base item (quirk Q2).
+    - ``"paper"``: the same with the paper's Eq. 7 weights (k + 1)**alpha over levels k = 0..K,
+      i.e. L = d. With ``base_group=True`` the base item is taken as the bottom level of the
       hierarchy (L = 1) and the step levels move up one (L = d + 1), which coincides with
       ``"reference"``: the code's offset is exactly room reserved for that base item.
+    - ``"adaptive"`` (ours, not in the paper): per step, weights proportional to the inverse
+      of each level's estimated mean-squared error as an estimate of the step's value, from
+      the batch itself (:func:`_adaptive_weights`); ``alpha`` is unused, zero items are kept,
+      the weights of a step sum to 1, and ``base_group`` is refused.
 
-    :func:`hgpo_level_stats` exposes the per-level groups and items behind the result.
+    :func:`hgpo_level_stats` exposes the per-level groups, items and weights behind the result.
     """
     n = _n_rows(
         group_ids=group_ids,
@@ -474,57 +653,56 @@ def hgpo_advantages(
         step_returns=step_returns,
         episode_scores=episode_scores,
     )
-    _check_option(mode, _MODES, "mode")
-    _check_option(weighting, _WEIGHTINGS, "weighting")
-    _check_epsilon(epsilon)
-    history_length = _check_history_length(history_length)
-    if not np.isfinite(alpha):
-        raise ValueError(f"alpha must be finite, got {alpha!r}")
+    history_length = _check_hgpo_options(mode, alpha, base_group, weighting, epsilon, history_length)
     returns = _finite(step_returns, "step_returns")
     scores = _finite(episode_scores, "episode_scores")
     if n == 0:
         return returns
-    by_std = mode == "mean_std_norm"
-    history = _history(group_ids, traj_ids, step_idx, obs, returns)
-    order = history.layout.order
-
-    numerator = np.zeros(n)
-    denominator = np.zeros(n)
-
-    def add_item(rows: IntArray | slice, item: FloatArray, length: float) -> None:
-        weight = length**alpha
-        numerator[rows] += weight * item
-        denominator[rows] += weight * (item != 0.0)
-
-    if base_group:
-        add_item(slice(None), _episode_advantages(history.group, scores[order], by_std, epsilon), 1.0)
-    offset = 0 if weighting == "paper" and not base_group else 1
-    for level in _history_levels(history, history_length, by_std, epsilon):
-        add_item(level.rows, level.group.value, level.depth + offset)
-
+    core = _weighted_hierarchy(
+        group_ids,
+        traj_ids,
+        step_idx,
+        obs,
+        returns,
+        scores,
+        history_length=history_length,
+        mode=mode,
+        alpha=alpha,
+        base_group=base_group,
+        weighting=weighting,
+        epsilon=epsilon,
+    )
+    sorted_advantages = np.einsum("ij,ij->j", core.weights, core.levels.items)
+    if core.base is not None:
+        sorted_advantages += core.base_weight * core.base
     advantages = np.empty(n)
-    advantages[order] = numerator / (denominator + epsilon)
+    advantages[core.order] = sorted_advantages
     return advantages
 
 
 @dataclass(frozen=True)
 class HGPOLevels:
-    """The hierarchy behind :func:`hgpo_advantages`, level by level (spec §4.2-§4.3).
+    """The hierarchy behind :func:`hgpo_advantages`, level by level (spec §4.2-§4.4).
 
-    Both arrays have shape ``(K + 1, N)``, columns aligned with the input rows; row ``k`` is the
-    paper's level k (code depth d = k + 1): k = 0 the current-state group, k = K the whole memory
-    window. Meant for monitoring how much each level contributes.
+    The level arrays have shape ``(K + 1, N)``, columns aligned with the input rows; row ``k`` is
+    the paper's level k (code depth d = k + 1): k = 0 the current-state group, k = K the whole
+    memory window. Meant for monitoring how much each level contributes.
 
     - ``sizes[k, i]``: members of row i's level-k group; 1 for a singleton, 0 where the step
       has no level k (fewer than k earlier steps).
     - ``items[k, i]``: row i's level-k item, ``(R - mean) / (pop_std + eps)`` (``mean_norm``:
       ``R - mean``); NaN where there is no item (no level k, or a singleton group). An item
       of exactly 0.0 is a member at its group's mean (exact-zero rule, module docstring): it
-      exists but the aggregation drops it (§4.4 step 2, Q3), so 0.0 and NaN are kept apart.
+      exists but the fixed weightings drop it (§4.4 step 2, Q3), so 0.0 and NaN are kept apart.
+    - ``weights[k, i]``: the weight of that item in row i's advantage (0 where it has none or it
+      is dropped); ``base_weights[i]`` the base item's (0 without ``base_group``). So
+      ``hgpo_advantages = sum_k weights * items + base_weights * base item`` (NaN items count 0).
     """
 
     sizes: IntArray
     items: FloatArray
+    weights: FloatArray
+    base_weights: FloatArray
 
 
 def hgpo_level_stats(
@@ -534,34 +712,57 @@ def hgpo_level_stats(
     obs: Keys,
     step_returns: npt.ArrayLike,
     *,
+    episode_scores: npt.ArrayLike | None = None,
     history_length: int = 2,
     mode: str = "mean_std_norm",
+    alpha: float = 1.0,
+    base_group: bool = False,
+    weighting: str = "reference",
     epsilon: float = 1e-6,
 ) -> HGPOLevels:
-    """Per-level group sizes and items of HGPO (spec §4.2-§4.3), for metrics and tests.
+    """Per-level group sizes, items and weights of HGPO (spec §4.2-§4.4), for metrics and tests.
 
-    Runs the very grouping of :func:`hgpo_advantages` (same inputs and options; the base item
-    and the weights are not part of it). With ``history_length=0`` the single level is
-    GiGPO's anchor-state group (spec §3), so its sizes serve GiGPO too; its items use the
-    population std of HGPO, not GiGPO's unbiased one.
+    Runs the very grouping and weighting of :func:`hgpo_advantages` (same inputs and options;
+    ``episode_scores`` is needed only with ``base_group``). With ``history_length=0`` the single
+    level is GiGPO's anchor-state group (spec §3), so its sizes serve GiGPO too; its items use
+    the population std of HGPO, not GiGPO's unbiased one.
     """
-    n = _n_rows(group_ids=group_ids, traj_ids=traj_ids, step_idx=step_idx, obs=obs, step_returns=step_returns)
-    _check_option(mode, _MODES, "mode")
-    _check_epsilon(epsilon)
-    history_length = _check_history_length(history_length)
+    columns: dict[str, object] = {
+        "group_ids": group_ids,
+        "traj_ids": traj_ids,
+        "step_idx": step_idx,
+        "obs": obs,
+        "step_returns": step_returns,
+    }
+    if episode_scores is not None:
+        columns["episode_scores"] = episode_scores
+    n = _n_rows(**columns)
+    history_length = _check_hgpo_options(mode, alpha, base_group, weighting, epsilon, history_length)
+    if base_group and episode_scores is None:
+        raise ValueError("episode_scores are required with base_group=True (the base item scores episodes)")
     returns = _finite(step_returns, "step_returns")
+    scores = None if episode_scores is None else _finite(episode_scores, "episode_scores")
     n_levels = history_length + 1
     if n == 0:
-        return HGPOLevels(np.zeros((n_levels, 0), np.int64), np.zeros((n_levels, 0)))
-    history = _history(group_ids, traj_ids, step_idx, obs, returns)
-    # Rows that have level d but are not visited there are singletons (see _history_levels).
-    sizes = (history.layout.pos >= np.arange(n_levels)[:, None]).astype(np.int64)
-    items = np.full((n_levels, n), np.nan)
-    for level in _history_levels(history, history_length, mode == "mean_std_norm", epsilon):
-        k, shared = level.depth - 1, level.group.shared
-        sizes[k, level.rows] = level.group.count[level.key]
-        items[k, level.rows[shared]] = level.group.value[shared]
-    order = history.layout.order
-    aligned_sizes, aligned_items = np.empty_like(sizes), np.empty_like(items)
-    aligned_sizes[:, order], aligned_items[:, order] = sizes, items
-    return HGPOLevels(aligned_sizes, aligned_items)
+        empty = np.zeros((n_levels, 0))
+        return HGPOLevels(empty.astype(np.int64), empty, empty, np.zeros(0))
+    core = _weighted_hierarchy(
+        group_ids,
+        traj_ids,
+        step_idx,
+        obs,
+        returns,
+        scores,
+        history_length=history_length,
+        mode=mode,
+        alpha=alpha,
+        base_group=base_group,
+        weighting=weighting,
+        epsilon=epsilon,
+    )
+    levels, order = core.levels, core.order
+    sizes, items = np.empty_like(levels.sizes), np.empty_like(levels.items)
+    weights, base_weights = np.empty_like(core.weights), np.empty_like(core.base_weight)
+    sizes[:, order], items[:, order] = levels.sizes, np.where(levels.sizes >= 2, levels.items, np.nan)
+    weights[:, order], base_weights[order] = core.weights, core.base_weight
+    return HGPOLevels(sizes, items, weights, base_weights)

@@ -20,6 +20,7 @@ from ray.rllib.core.columns import Columns
 from ray.rllib.env.single_agent_env_runner import SingleAgentEnvRunner
 from ray.rllib.env.single_agent_episode import SingleAgentEpisode
 from ray.rllib.utils.annotations import override
+from ray.rllib.utils.checkpoints import Checkpointable
 from ray.rllib.utils.metrics import (
     ENV_RESET_TIMER,
     ENV_STEP_TIMER,
@@ -42,6 +43,8 @@ ACTION_TEXT = "action_text"
 #: Runner metrics: generated (valid) response tokens and their rate during generation only.
 NUM_GENERATED_TOKENS = "num_generated_tokens"
 GENERATED_TOKENS_PER_S = "generated_tokens_per_s"
+#: Runner state key of the task-seed generator (its position and the count of groups started).
+TASK_GENERATOR = "task_generator"
 
 _MAX_TASK_SEED = 2**31 - 1
 
@@ -68,6 +71,27 @@ class GroupedEnvRunner(SingleAgentEnvRunner):
         # A fresh nonce per runner process keeps group ids unique across runner restarts.
         self._group_prefix = f"r{self.worker_index or 0}-{uuid.uuid4().hex[:8]}"
         self._num_groups_started = 0
+
+    @override(SingleAgentEnvRunner)
+    def get_state(
+        self, components: Any = None, *, not_components: Any = None, **kwargs: Any
+    ) -> dict[str, Any]:
+        """RLlib's runner state plus the task-seed generator, so that a restarted or restored
+        runner goes on with new tasks instead of replaying the ones it already played."""
+        state = super().get_state(components, not_components=not_components, **kwargs)
+        if self._check_component(TASK_GENERATOR, components, not_components):
+            state[TASK_GENERATOR] = {
+                "bit_generator": self._task_rng.bit_generator.state,
+                "num_groups_started": self._num_groups_started,
+            }
+        return state
+
+    @override(Checkpointable)
+    def set_state(self, state: dict[str, Any]) -> None:
+        super().set_state(state)
+        if TASK_GENERATOR in state:
+            self._task_rng.bit_generator.state = state[TASK_GENERATOR]["bit_generator"]
+            self._num_groups_started = int(state[TASK_GENERATOR]["num_groups_started"])
 
     @property
     def group_size(self) -> int:

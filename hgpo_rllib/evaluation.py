@@ -1,14 +1,19 @@
 """The paper's evaluation protocol as one function and one command (``rllib evaluate``).
 
 A policy plays ``episodes`` tasks for each evaluation seed (the paper reports mean ± std over seeds
-123, 456 and 789, docs/hgpo_algorithm.md §7). A checkpoint's policy samples at its ``eval_temperature``
-with the same history-window prompts it was trained on; two baselines come from the same command:
-the privileged expert (ALFWorld's planner, WebShop's scripted buyer, KeyChest's shortest path) and a
-uniform-random choice among the admissible actions. Tables are written as CSV and Markdown.
+123, 456 and 789, docs/hgpo_algorithm.md §7). ALFWorld is evaluated on ``eval_out_of_distribution``
+unless told otherwise (``split`` "in", "out" or "all"), by default on every game of the split; WebShop
+on its test goals (0-499). The tables name the split. A checkpoint's policy samples at its
+``eval_temperature`` with the same history-window prompts it was trained on; two baselines come from
+the same command: the privileged expert (ALFWorld's planner, WebShop's scripted buyer, KeyChest's
+shortest path) and a uniform-random choice among the admissible actions. Tables are written as CSV
+and Markdown.
 """
 
 from __future__ import annotations
 
+import json
+import os
 import pickle
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -23,7 +28,12 @@ from tqdm.auto import tqdm
 import envs
 
 DEFAULT_SEEDS = (123, 456, 789)
-ALFWORLD_SPLITS = {"in": "eval_in_distribution", "out": "eval_out_of_distribution"}
+#: ``split`` values of :func:`evaluate` (ALFWorld) and the splits each one plays.
+SPLIT_CHOICES = {"in": ("eval_in_distribution",), "out": ("eval_out_of_distribution",),
+                 "all": ("eval_in_distribution", "eval_out_of_distribution")}
+DEFAULT_ALFWORLD_SPLIT = "out"
+#: Episodes per seed where an environment has no fixed list of evaluation games.
+DEFAULT_EPISODES = 32
 ALFWORLD_CATEGORIES = ("Pick", "Look", "Clean", "Heat", "Cool", "Pick2")
 # Task seeds of evaluation seed s are s * TASK_SEED_STRIDE + i, disjoint across seeds.
 TASK_SEED_STRIDE = 1_000_003
@@ -71,7 +81,9 @@ def random_policy(seed: int) -> Policy:
 class CheckpointPolicy:
     """A trained HGPO policy: the checkpoint's RLModule behind its own prompt connector."""
 
-    def __init__(self, checkpoint: str | Path):
+    def __init__(self, checkpoint: str | Path, env_config: dict[str, Any] | None = None):
+        """``env_config`` entries override the checkpoint's; prompts and the caller's env both use
+        the merged ``self.env_config``, so the two cannot disagree (e.g. on ``require_tags``)."""
         from ray.rllib.core.rl_module.rl_module import RLModule
 
         path = Path(checkpoint).expanduser().resolve()
@@ -80,7 +92,9 @@ class CheckpointPolicy:
         if not ctor_file.is_file() or not module_dir.is_dir():
             raise FileNotFoundError(f"{path} is not an HGPO algorithm checkpoint (no {ctor_file.name})")
         with ctor_file.open("rb") as f:
-            self.config = _config_from_ctor_args(pickle.load(f)["ctor_args_and_kwargs"])
+            config = _config_from_ctor_args(pickle.load(f)["ctor_args_and_kwargs"])
+        self.env_config = {**dict(config.env_config), **(env_config or {})}
+        self.config = config.copy(copy_frozen=False).environment(env_config=self.env_config)
         self.module = RLModule.from_checkpoint(module_dir, inference_only=True)
         self.module.eval()
         self.prompt_pipeline = self.config.build_env_to_module_connector()
@@ -165,22 +179,21 @@ def play(
 
 
 def summarize(episodes: pd.DataFrame, env_name: str) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Per (policy, seed) metrics, and their mean ± std over seeds."""
-    per_seed = episodes.groupby(["policy", "seed"]).agg(
+    """Per (split, policy, seed) metrics, and their mean ± std over seeds."""
+    keys = ["split", "policy", "seed"] if "split" in episodes else ["policy", "seed"]
+    per_seed = episodes.groupby(keys).agg(
         success=("won", "mean"), steps=("steps", "mean"), invalid_rate=("invalid_rate", "mean")
     )
     if env_name == "webshop":
-        per_seed["score"] = episodes.groupby(["policy", "seed"])["score"].mean()
+        per_seed["score"] = episodes.groupby(keys)["score"].mean()
     if env_name == "alfworld":
-        by_type = episodes.pivot_table(
-            index=["policy", "seed"], columns="task_type", values="won", aggfunc="mean"
-        )
+        by_type = episodes.pivot_table(index=keys, columns="task_type", values="won", aggfunc="mean")
         for category in ALFWORLD_CATEGORIES:
             per_seed[category] = by_type[category] if category in by_type else np.nan
     rate_columns = ["success", *ALFWORLD_CATEGORIES, "score"]
     per_seed = per_seed.apply(lambda col: col * 100 if col.name in rate_columns else col)
     per_seed = per_seed.reset_index()
-    grouped = per_seed.drop(columns="seed").groupby("policy")
+    grouped = per_seed.drop(columns="seed").groupby(keys[:-1], sort=False)
     summary = grouped.mean().round(2).astype(str) + " ± " + grouped.std(ddof=0).round(2).astype(str)
     return per_seed.round(3), summary.reset_index()
 
@@ -191,60 +204,147 @@ def evaluate(
     env: str,
     split: str | None = None,
     seeds: Sequence[int] = DEFAULT_SEEDS,
-    episodes: int = 32,
+    episodes: int | None = None,
     output: str | Path,
     baselines: Sequence[str] = ("expert", "random"),
     env_config: dict[str, Any] | None = None,
     batch_size: int = 16,
 ) -> pd.DataFrame:
-    """Evaluate a checkpoint (and/or the baselines) and write tables to ``output`` (a new directory).
+    """Evaluate a checkpoint (and/or the baselines) and write tables to ``output``.
 
-    Returns the mean ± std summary. ``split`` ("in" | "out") selects ALFWorld's evaluation split.
+    Returns the mean ± std summary. ``split`` ("in" | "out" | "all", default "out" unless
+    ``env_config`` names a split) selects ALFWorld's evaluation split(s); ``episodes`` (default: the
+    whole split for ALFWorld, else 32) is per seed and split. WebShop plays its ``test`` goals unless
+    ``env_config`` says otherwise. Each finished (split, policy, seed) is written at once
+    (atomically) to ``episodes.csv``; a rerun of the same evaluation into the same ``output`` skips
+    what is already there and plays the rest.
     """
     env_name = envs.get_env_spec(env).name
-    out_dir = Path(output).expanduser()
-    if out_dir.exists() and any(out_dir.iterdir()):
-        raise FileExistsError(f"{out_dir} already holds results; choose a new --output directory")
-    if episodes < 1 or not seeds:
-        raise ValueError("episodes must be >= 1 and at least one seed is needed")
+    if (episodes is not None and episodes < 1) or not seeds or batch_size < 1:
+        raise ValueError("episodes and batch_size must be >= 1 and at least one seed is needed")
+    if any(seed < 0 for seed in seeds) or len(set(seeds)) < len(seeds):
+        raise ValueError(f"seeds must be distinct and >= 0, got {list(seeds)}")
     unknown = sorted(set(baselines) - {"expert", "random"})
     if unknown:
         raise ValueError(f"unknown baselines {unknown}; choose from ['expert', 'random']")
-    policies: dict[str, Callable[[int], Policy]] = {}
+    if checkpoint is None and not baselines:
+        raise ValueError("nothing to evaluate: give a checkpoint or at least one baseline")
     config = dict(env_config or {})
+    splits = _eval_splits(env_name, split, config)
+    policies: dict[str, Callable[[int], Policy]] = {}
     if checkpoint is not None:
-        trained = CheckpointPolicy(checkpoint)
-        config = {**dict(trained.config.env_config), **config}
+        trained = CheckpointPolicy(checkpoint, env_config=config)
+        config = trained.env_config
         policies["checkpoint"] = trained.reseed
     if "expert" in baselines:
         policies["expert"] = lambda seed: expert_policy
     if "random" in baselines:
         policies["random"] = random_policy
-    if not policies:
-        raise ValueError("nothing to evaluate: give a checkpoint or at least one baseline")
-    if split is not None:
-        if env_name != "alfworld":
-            raise ValueError(f"--split applies to ALFWorld only, not {env_name}")
-        if split not in ALFWORLD_SPLITS:
-            raise ValueError(f"split must be one of {sorted(ALFWORLD_SPLITS)}, got {split!r}")
-        config["split"] = ALFWORLD_SPLITS[split]
-    rows = []
-    for name, make_policy in policies.items():
-        for seed in seeds:
-            task_seeds = [seed * TASK_SEED_STRIDE + i for i in range(episodes)]
-            policy = make_policy(seed)
-            desc = f"{name} seed {seed}"
-            records = play(env_name, config, policy, task_seeds, batch_size=batch_size, desc=desc)
-            rows.extend({"policy": name, "seed": seed, **record} for record in records)
-    table = pd.DataFrame(rows)
-    per_seed, summary = summarize(table, env_name)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    table.to_csv(out_dir / "episodes.csv", index=False)
-    per_seed.to_csv(out_dir / "per_seed.csv", index=False)
-    summary.to_csv(out_dir / "summary.csv", index=False)
-    (out_dir / "summary.md").write_text(
-        f"# {env_name} evaluation\n\n## Mean ± std over seeds {list(seeds)}\n\n"
-        f"{summary.to_markdown(index=False)}\n\n## Per seed\n\n{per_seed.to_markdown(index=False)}\n"
+    settings = {
+        "env": env_name,
+        "splits": list(splits),
+        "episodes": episodes,
+        "env_config": config,
+        "checkpoint": None if checkpoint is None else str(Path(checkpoint).expanduser().resolve()),
+    }
+    out_dir = Path(output).expanduser()
+    table = _open_output(out_dir, settings)
+    if splits != (None,) and "split" not in table:
+        table["split"] = pd.Series(dtype=object)  # a new output: no episodes yet
+    lines = []
+    for split_name in splits:
+        split_config = config if split_name is None else {**config, "split": split_name}
+        size = _split_size(env_name, split_config)
+        n = episodes or size or DEFAULT_EPISODES
+        if split_name is not None:
+            games = f" ({size} games{', all played' if size == n else ''})" if size else ""
+            lines.append(f"- split `{split_name}`{games}: {n} episodes per seed and policy")
+        label = {} if split_name is None else {"split": split_name}
+        for name, make_policy in policies.items():
+            for seed in seeds:
+                done = (table["policy"] == name) & (table["seed"] == seed)
+                if label:
+                    done &= table["split"] == split_name
+                if done.any():
+                    continue  # finished by an earlier run into the same directory
+                task_seeds = [seed * TASK_SEED_STRIDE + i for i in range(n)]
+                policy = make_policy(seed)
+                desc = f"{name} seed {seed}" + (f" {split_name}" if split_name else "")
+                records = play(env_name, split_config, policy, task_seeds, batch_size=batch_size, desc=desc)
+                rows = pd.DataFrame([{**label, "policy": name, "seed": seed, **record} for record in records])
+                table = rows if table.empty else pd.concat([table, rows], ignore_index=True)
+                _write_atomically(out_dir / "episodes.csv", table.to_csv(index=False))
+    wanted = table["policy"].isin(list(policies)) & table["seed"].isin(list(seeds))
+    per_seed, summary = summarize(table[wanted], env_name)
+    _write_atomically(out_dir / "per_seed.csv", per_seed.to_csv(index=False))
+    _write_atomically(out_dir / "summary.csv", summary.to_csv(index=False))
+    header = "".join(f"{line}\n" for line in lines)
+    _write_atomically(
+        out_dir / "summary.md",
+        f"# {env_name} evaluation\n\n{header}\n## Mean ± std over seeds {list(seeds)}\n\n"
+        f"{summary.to_markdown(index=False)}\n\n## Per seed\n\n{per_seed.to_markdown(index=False)}\n",
     )
     return summary
 
+
+def _eval_splits(env_name: str, split: str | None, user_config: dict[str, Any]) -> tuple[str | None, ...]:
+    """The env splits to evaluate on (None: the env has no split)."""
+    if env_name == "alfworld":
+        if split is None and "split" in user_config:
+            return (user_config["split"],)
+        split = split or DEFAULT_ALFWORLD_SPLIT
+        if split not in SPLIT_CHOICES:
+            raise ValueError(f"split must be one of {sorted(SPLIT_CHOICES)}, got {split!r}")
+        return SPLIT_CHOICES[split]
+    if split is not None:
+        raise ValueError(f"--split applies to ALFWorld only, not {env_name}")
+    if env_name == "webshop":
+        return (user_config.get("split", "test"),)
+    return (None,)
+
+
+def _split_size(env_name: str, env_config: dict[str, Any]) -> int | None:
+    """Games in the env's fixed evaluation list, if it has one (ALFWorld's evaluation splits)."""
+    if env_name != "alfworld":
+        return None
+    env = envs.make_env(env_name, env_config)
+    try:
+        return env.unwrapped.num_games
+    finally:
+        env.close()
+
+def _write_atomically(path: Path, text: str) -> None:
+    """Write a temporary file beside ``path``, then rename it: a crash or a full disk never leaves a
+    half-written table, only a stale ``*.tmp`` that the next run removes."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def _open_output(out_dir: Path, settings: dict[str, Any]) -> pd.DataFrame:
+    """Create ``out_dir`` or reopen one that an earlier run of the same evaluation left (possibly
+    unfinished); returns the episodes already played there."""
+    if out_dir.exists() and not out_dir.is_dir():
+        raise ValueError(f"--output {out_dir} is a file; give a directory for the tables")
+    record = out_dir / "evaluation.json"
+    wanted = json.loads(json.dumps(settings, default=repr))
+    if out_dir.is_dir():
+        for stale in out_dir.glob("*.tmp"):
+            stale.unlink()
+        if record.is_file():
+            previous = json.loads(record.read_text())
+            changed = sorted(k for k in wanted.keys() | previous.keys() if wanted.get(k) != previous.get(k))
+            if changed:
+                raise FileExistsError(
+                    f"{out_dir} holds results of another evaluation (it differs in {changed}); "
+                    "choose a new --output directory"
+                )
+            episodes = out_dir / "episodes.csv"
+            if episodes.is_file():
+                return pd.read_csv(episodes, keep_default_na=False)
+            return pd.DataFrame(columns=["policy", "seed"])
+        if any(out_dir.iterdir()):
+            raise FileExistsError(f"{out_dir} already holds other files; choose a new --output directory")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    _write_atomically(record, json.dumps(wanted, indent=2))
+    return pd.DataFrame(columns=["policy", "seed"])

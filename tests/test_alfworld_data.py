@@ -1,4 +1,4 @@
-"""Playing the standard ALFWorld game files (a small fake data dir made from generated games)."""
+"""Playing the standard ALFWorld game files (a small game tree the tests build from generated games)."""
 
 from __future__ import annotations
 
@@ -6,12 +6,13 @@ import json
 from pathlib import Path
 
 import pytest
-from alfworld.info import ALFRED_PDDL_PATH, ALFRED_TWL2_PATH
+from alfworld.agents.environment.alfred_tw_env import AlfredTWEnv
 
+from envs.alfworld.dataset import _alfworld_config, list_games
 from envs.alfworld.engine import AlfredEngine
 from envs.alfworld.env import ALFWorldEnv
 from envs.alfworld.games import Game, generate_game
-from envs.alfworld.logic import TASK_PLACEHOLDER
+from envs.alfworld.logic import TASK_TYPES
 from envs.alfworld.prompts import render_prompt
 
 HEAT = "pick_heat_then_place_in_recep"
@@ -56,7 +57,7 @@ def first_observation(game: Game) -> str:
 
 def test_data_dir_games_are_played_with_standard_split_names(data_dir: Path) -> None:
     env = ALFWorldEnv(split="train", data_dir=data_dir)
-    assert env.source == "data" and len(env._data_games) == 2
+    assert env.source == "data" and env.num_games == 2
     obs0, info0 = env.reset(seed=0)
     obs1, info1 = env.reset(seed=1)
     assert env.reset(seed=2)[0] == obs0  # seed s plays game s mod n
@@ -71,6 +72,26 @@ def test_data_dir_games_are_played_with_standard_split_names(data_dir: Path) -> 
     ]:
         obs, info = ALFWorldEnv(split=split, data_dir=data_dir).reset(seed=5)
         assert info["task_id"].startswith(f"{folder}/") and obs == first_observation(generated)
+
+
+def test_a_split_is_alfworlds_own_listing_in_a_fixed_order_that_mixes_task_types(tmp_path: Path) -> None:
+    kinds = TASK_TYPES[:3]
+    for kind in kinds:
+        for seed in range(4):
+            game = generate_game("eval_out_of_distribution", seed, [kind])
+            write_game(tmp_path, "valid_unseen", game, tag=f"{seed}")
+    write_game(tmp_path, "valid_unseen", generate_game("eval_out_of_distribution", 0, [HEAT]), solvable=False)
+    games = list_games(tmp_path, "eval_out_of_distribution", TASK_TYPES)
+    loader = AlfredTWEnv(_alfworld_config(tmp_path, TASK_TYPES), train_eval="eval_out_of_distribution")
+    assert sorted(games) == sorted(Path(p).parent for p in loader.game_files) and len(games) == 12
+    assert games == list_games(tmp_path, "eval_out_of_distribution", list(reversed(TASK_TYPES)))
+    assert list(games) != sorted(games)  # alfworld's order groups a task type together; ours mixes
+    assert all(len({g.parent.name.split("-")[0] for g in games[i : i + 4]}) >= 2 for i in range(9))
+    env = ALFWorldEnv(split="eval_out_of_distribution", data_dir=tmp_path)
+    assert env.num_games == 12
+    for seed in (0, 13):
+        folder = games[seed % 12]
+        assert env.reset(seed=seed)[1]["task_id"].endswith(f"{folder.parent.name}/{folder.name}")
 
 
 def test_data_game_is_won_by_the_expert(data_dir: Path) -> None:
@@ -99,22 +120,15 @@ def test_missing_data_gives_a_clear_message(tmp_path: Path, monkeypatch: pytest.
         ALFWorldEnv(split="train", source="data")
 
 
-def test_current_alfworld_release_format_is_played_as_is(tmp_path: Path) -> None:
-    """Game files from alfworld >= 0.4 (``move X to Y``, a ``help`` action) keep their own grammar."""
-    game = generate_game("train", 4, ["pick_and_place_simple"])
-    task = first_observation(game).split("Your task is to: ")[1].rstrip(".")
-    data = {
-        **game.data,
-        "pddl_domain": Path(ALFRED_PDDL_PATH).read_text(),
-        "grammar": Path(ALFRED_TWL2_PATH).read_text().replace(TASK_PLACEHOLDER, task),
-    }
-    write_game(tmp_path, "train", Game(data=data, goal=game.goal, task_id="", floor_plan=game.floor_plan))
+def test_older_json_2_1_1_game_files_are_played_as_is(tmp_path: Path) -> None:
+    """Game files in the json_2.1.1 grammar (``put X in/on Y``, no ``help``) keep their own grammar."""
+    game = generate_game("train", 4, ["pick_and_place_simple"], grammar="2.1.1")
+    write_game(tmp_path, "train", game)
     env = ALFWorldEnv(split="train", data_dir=tmp_path)
     _, info = env.reset(seed=0)
-    assert "help" in info["admissible_actions"]
     assert "'help'" not in render_prompt(info["task"], [], "obs", info["admissible_actions"], 0, 2)
     plan = env.expert_plan()
-    assert plan[-1].startswith("move ")
+    assert plan[-1].startswith("put ") and "in/on" in plan[-1]
     for command in plan:
         _, reward, terminated, _, info = env.step(f"<think>go</think><action>{command}</action>")
     assert terminated and reward == 10.0

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
-import time
+import random
 import warnings
 
 import gymnasium as gym
 import pytest
 from gymnasium.utils.env_checker import check_env
+from textworld.envs.pddl import textgen
 
 import envs  # noqa: F401 - registers hgpo/ALFWorld-v0
+from envs.alfworld import engine
 from envs.alfworld.env import NOTHING_HAPPENS, WIN_REWARD, ALFWorldEnv
 from envs.alfworld.logic import TASK_CATEGORY, TASK_TYPES
 
@@ -40,25 +42,81 @@ def play_expert(env: ALFWorldEnv, seed: int) -> dict:
     return info
 
 
-def run_expert_games(task_type: str, seeds: range) -> float:
-    env = make(task_types=[task_type])
-    start = time.perf_counter()
+def run_expert_games(task_type: str, seeds: range, split: str = "train") -> set[str]:
+    """Win one game per seed with the expert; return the games' task ids."""
+    env = make(task_types=[task_type], split=split)
+    task_ids = set()
     for seed in seeds:
         info = play_expert(env, seed)
         assert info["task_type"] == task_type and info["task_category"] == TASK_CATEGORY[task_type]
-    return time.perf_counter() - start
+        task_ids.add(info["task_id"])
+    return task_ids
 
 
 @pytest.mark.parametrize("task_type", TASK_TYPES)
 def test_expert_plan_wins_every_task_type(task_type: str) -> None:
     run_expert_games(task_type, range(2))
+    run_expert_games(task_type, range(1), split="eval_out_of_distribution")
+
+
+def test_expert_transcript_speaks_the_0_4_2_grammar() -> None:
+    env = make(task_types=["pick_and_place_simple"])
+    _, info = env.reset(seed=4)
+    assert "help" not in info["admissible_actions"]
+    plan = env.expert_plan()
+    assert plan[-1].startswith("move ") and " to " in plan[-1] and not any("in/on" in c for c in plan)
+    for command in plan:
+        observation, _, _, _, info = env.step(tagged(command))
+        if command.startswith("go to "):
+            assert observation.startswith(f"You arrive at {command.removeprefix('go to ')}.")
+        if command.startswith("take "):  # holding an object: `move` it to a receptacle here
+            moves = [a for a in info["admissible_actions"] if a.startswith("move ")]
+            assert moves and all(" to " in a for a in moves)
+    assert info["won"]
+
+
+def test_help_is_playable_but_never_listed() -> None:
+    env = make()
+    _, info = env.reset(seed=1)
+    observation, reward, terminated, _, info = env.step(tagged("help"))
+    assert "Available commands:" in observation and "move (object) to (receptacle)" in observation
+    assert not info["is_action_admissible"] and "help" not in info["admissible_actions"]
+    assert reward == 0.0 and not terminated
+
+
+def test_json_2_1_1_grammar_is_an_option() -> None:
+    env = make(grammar="2.1.1", task_types=["pick_and_place_simple"])
+    _, info = env.reset(seed=4)
+    plan = env.expert_plan()
+    assert plan[-1].startswith("put ") and "in/on" in plan[-1]
+    observation, *_ = env.step(tagged(plan[0]))
+    assert observation.startswith("You arrive at loc ")
+    assert env.step(tagged("help"))[0] == NOTHING_HAPPENS
+    with pytest.raises(ValueError, match="grammar"):
+        make(grammar="2.1.2")
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("task_type", TASK_TYPES)
 def test_expert_plan_wins_ten_games_per_task_type(task_type: str) -> None:
-    elapsed = run_expert_games(task_type, range(10))
-    print(f"{task_type}: 10 expert games in {elapsed:.1f} s")
+    assert len(run_expert_games(task_type, range(10))) == 10  # ten different games, all won
+
+
+def test_memoized_text_parsing_plays_exactly_as_textworld(monkeypatch: pytest.MonkeyPatch) -> None:
+    def transcript() -> list:
+        env = make(task_types=["pick_heat_then_place_in_recep"])
+        _, info = env.reset(seed=3)
+        rng, steps = random.Random(0), []
+        for _ in range(6):
+            command = rng.choice(info["admissible_actions"])
+            observation, *_, info = env.step(tagged(command))
+            steps.append((command, observation, info["admissible_actions"]))
+        return steps
+
+    memoized = transcript()
+    for name, original in engine.TEXTGEN_PARSERS.items():
+        monkeypatch.setattr(textgen, name, original)
+    assert transcript() == memoized
 
 
 def test_gymnasium_make_and_same_seed_gives_same_task() -> None:
@@ -77,10 +135,14 @@ def test_gymnasium_make_and_same_seed_gives_same_task() -> None:
 
 
 def test_reset_without_seed_follows_the_first_seed() -> None:
-    a, b = make(), make()
-    a.reset(seed=3)
-    b.reset(seed=3)
-    assert [a.reset()[1]["task_id"] for _ in range(2)] == [b.reset()[1]["task_id"] for _ in range(2)]
+    def task_ids(first_seed: int) -> list[str]:
+        env = make()
+        return [env.reset(seed=first_seed)[1]["task_id"]] + [env.reset()[1]["task_id"] for _ in range(3)]
+
+    three = task_ids(3)
+    assert task_ids(3) == three  # the same first seed, the same sequence of games
+    assert len(set(three)) == 4  # unseeded resets move on to new games
+    assert task_ids(4) != three
 
 
 GARBAGE = [

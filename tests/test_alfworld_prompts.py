@@ -12,7 +12,7 @@ from envs.alfworld.prompts import ALFWORLD_TEMPLATE_NO_HIS, render_prompt, token
 INSTRUCTION = (
     "Now it's your turn to take an action.\n"
     "You should first reason step-by-step about the current situation. This reasoning process MUST be "
-    "enclosed within <think> </think> tags.\n"
+    "enclosed within <think> </think> tags. \n"  # verl-agent's space before the newline
     "Once you've finished your reasoning, you should choose an admissible action for current step and "
     "present it within <action> </action> tags.\n"
 )
@@ -62,7 +62,8 @@ def test_a_tokenizer_trained_on_the_corpus_covers_real_prompts() -> None:
     corpus = tokenizer_corpus()
     assert corpus and all(isinstance(t, str) and t for t in corpus)
     joined = "\n".join(corpus)
-    for word in ("put", "in/on", "sinkbasin", "desklamp", "Your task is to:", "<action>", "Nothing happens."):
+    words = ("move", "put", "in/on", "sinkbasin", "desklamp", "Your task is to:", "<action>", "Nothing")
+    for word in words:
         assert word in joined
     tokenizer = Tokenizer(models.BPE(unk_token="[UNK]"))
     tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()

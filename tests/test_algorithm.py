@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import copy
 import os
-import time
 from typing import Any
 
 import numpy as np
@@ -18,6 +17,7 @@ import ray
 import torch
 
 from hgpo_rllib import HGPO, HGPOConfig
+from hgpo_rllib.connectors.group_advantages import GroupAdvantages
 from hgpo_rllib.env_runner import GROUP_ID, PROMPT_IDS, TASK_SEED, GroupedEnvRunner
 
 TINY_MODEL = {
@@ -239,8 +239,8 @@ def test_checkpoints_restore_weights_and_optimizer_and_are_never_overwritten(tmp
 
 
 def test_crashed_env_runner_is_restarted_and_training_goes_on() -> None:
-    """RLlib's own mechanism: the dead runner's actor restarts, is re-synced before a training step
-    (``restore_env_runners``) and samples again; iterations without a runner just sample nothing."""
+    """RLlib restarts the dead runner's actor; HGPO waits for it within the iteration, and it comes
+    back with the current weights (``restore_env_runners``) and its task generator's position."""
     algo = keychest_config().fault_tolerance(restart_failed_env_runners=True).build_algo()
     try:
         algo.train()
@@ -248,33 +248,57 @@ def test_crashed_env_runner_is_restarted_and_training_goes_on() -> None:
         sampled = algo.train()["num_env_steps_sampled_lifetime"]
         before = learner_weights(algo)
         runners.foreach_env_runner(lambda er: os._exit(1), local_env_runner=False)  # kill the process
-        deadline = time.monotonic() + 120
-        while algo.train()["num_env_steps_sampled_lifetime"] == sampled:  # until the runner is back
-            assert time.monotonic() < deadline, "the crashed env runner was not restarted"
-            time.sleep(1)
-        assert runners.num_remote_worker_restarts() >= 1 and runners.num_healthy_remote_workers() == 1
         result = algo.train()
+        assert runners.num_remote_worker_restarts() >= 1 and runners.num_healthy_remote_workers() == 1
+        assert result["num_groups_sampled"] == GROUPS and result["num_consecutive_failed_iterations"] == 0
         assert result["learners"]["default_policy"]["num_groups"] == GROUPS
         assert result["num_env_steps_sampled_lifetime"] > sampled
         assert max_abs_diff(before, learner_weights(algo)) > 0
+        started = runners.foreach_env_runner(lambda er: er._num_groups_started, local_env_runner=False)
+        assert started == [3 * GROUPS]  # the restarted runner went on from its 2nd iteration's tasks
     finally:
         algo.stop()
 
 
-def test_alfworld_two_iterations() -> None:
-    """The real ALFWorld engine on generated games (no download), local runner and learner."""
-    from envs.alfworld.logic import TASK_TYPES
-
-    config = keychest_config(remote_runners=0, max_prompt_tokens=512).environment(
-        "alfworld", env_config={"max_steps": 3, "source": "generated"}
-    )
+@pytest.mark.parametrize(
+    ("env", "env_config"),
+    [("alfworld", {"max_steps": 3, "source": "generated"}), ("webshop", {"max_steps": 3})],
+)
+def test_real_env_trains_two_iterations(env: str, env_config: dict[str, Any]) -> None:
+    """The real ALFWorld engine on generated games and WebShop on the shipped catalog (no download),
+    local runner and learner: whole groups sampled, an update that moves the policy."""
+    config = keychest_config(remote_runners=0, max_prompt_tokens=512).environment(env, env_config=env_config)
     algo = config.build_algo()
     try:
+        initial = learner_weights(algo)
         results = [algo.train() for _ in range(2)]
         runners, learner = results[-1]["env_runners"], results[-1]["learners"]["default_policy"]
-        assert set(runners["success_rate_by_task"]) <= set(TASK_TYPES)
-        assert 0 <= runners["success_rate"] <= 1 and runners["episode_len_mean"] <= 3
+        assert runners["num_episodes"] == GROUPS * GROUP_SIZE and 1 <= runners["episode_len_mean"] <= 3
+        assert runners["num_env_steps_sampled_lifetime"] == results[-1]["num_env_steps_sampled_lifetime"] > 0
         assert learner["num_groups"] == GROUPS and learner["level1_group_size_mean"] >= GROUP_SIZE
-        assert learner["logp_gap_vs_sampler"] < 1e-4 and np.isfinite(learner["kl"])
+        assert learner["logp_gap_vs_sampler"] < 1e-4 and learner["kl"] > 0  # moved from the reference
+        assert max_abs_diff(initial, learner_weights(algo)) > 0
+    finally:
+        algo.stop()
+
+
+def test_lr_schedule_is_applied_and_evaluation_runs_during_training() -> None:
+    schedule = [[0, 1e-3], [200, 1e-5]]
+    config = keychest_config(lr=schedule, weighting="paper", base_group=True, step_advantage_w=0.5)
+    config.evaluation(evaluation_interval=1, evaluation_duration=3, evaluation_num_env_runners=1)
+    algo = config.build_algo()
+    try:
+        connectors = algo.learner_group._learner._learner_connector.connectors
+        (advantages,) = [c for c in connectors if isinstance(c, GroupAdvantages)]
+        assert (advantages.settings.weighting, advantages.settings.base_group) == ("paper", True)
+        assert advantages.settings.step_advantage_w == 0.5
+        results = [algo.train() for _ in range(2)]
+        rates = [r["learners"]["default_policy"]["default_optimizer_learning_rate"] for r in results]
+        steps = [r["num_env_steps_sampled_lifetime"] for r in results]
+        assert 1e-3 > rates[0] > rates[1] > 1e-5
+        np.testing.assert_allclose(rates, np.interp(steps, *zip(*schedule, strict=True)), rtol=1e-5)
+        for result in results:
+            evaluation = result["evaluation"]["env_runners"]
+            assert evaluation["num_episodes"] == 3 and 0 <= evaluation["success_rate"] <= 1
     finally:
         algo.stop()

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from types import SimpleNamespace
 from typing import Any
 
@@ -17,7 +18,7 @@ from ray.rllib.utils.metrics.metrics_logger import MetricsLogger
 
 import envs
 from hgpo_rllib import HGPOConfig
-from hgpo_rllib.advantages import hgpo_level_stats
+from hgpo_rllib.advantages import gigpo_advantages, hgpo_advantages, hgpo_level_stats
 from hgpo_rllib.connectors.group_advantages import (
     ADVANTAGES,
     OLD_LOGP,
@@ -30,6 +31,7 @@ from hgpo_rllib.connectors.group_advantages import (
 )
 from hgpo_rllib.connectors.history_window import episode_prompt_text
 from hgpo_rllib.env_runner import GROUP_ID, PROMPT_IDS, RESP_LOGP, RESP_MASK
+from hgpo_rllib.hgpo_learner import estimator_settings
 from hgpo_rllib.learner_group import shard_whole_groups
 from hgpo_rllib.torch.hgpo_torch_learner import token_loss_terms
 
@@ -177,6 +179,34 @@ def test_connector_level_metrics_on_the_worked_example() -> None:
     assert stats["advantage_abs_mean"] > 0
 
 
+@pytest.mark.parametrize(
+    ("weighting", "base_group"), [("reference", False), ("paper", True), ("adaptive", False)]
+)
+def test_connector_level_weight_metrics(weighting: str, base_group: bool) -> None:
+    """level{d}_weight_mean is the mean weight of level d over all steps (0 where a step has no
+    item there); with the base weight they add up to the share of steps with any item."""
+    case = next(c for c in _golden_cases("hgpo") if c["name"] == "nested_depths_k2_msn")
+    episodes, _ = golden_episodes(case)
+    settings = replace(_settings("hgpo", case), weighting=weighting, base_group=base_group)
+    batch, stats = run_connector(episodes, settings)
+    table = StepTable.from_episodes(episodes)
+    returns, scores = estimator_inputs(table, settings)
+    levels = hgpo_level_stats(
+        table.group_ids, table.traj_ids, table.step_idx, table.obs, returns,
+        episode_scores=scores, history_length=2, weighting=weighting, base_group=base_group,
+    )
+    means = [stats[f"level{depth}_weight_mean"] for depth in (1, 2, 3)]
+    np.testing.assert_allclose(means, levels.weights.mean(axis=1), rtol=1e-6)
+    total = sum(means) + stats.get("base_weight_mean", 0.0)
+    assert ("base_weight_mean" in stats) == base_group
+    if weighting == "adaptive":  # weights sum to 1 on the 16 steps with a shared current-state group
+        assert total == pytest.approx(16 / 21)
+        assert means[1] + means[2] > 0  # the deeper levels are used, not just level 1
+    else:  # the eps of §4.4 keeps each step's sum just below 1
+        assert 0.5 < total < 1.0
+    assert np.abs(batch[ADVANTAGES]).max() > 0
+
+
 def test_estimator_switch_changes_levels_and_values() -> None:
     case = next(c for c in _golden_cases("hgpo") if c["name"] == "nested_depths_k2_msn")
     episodes, _ = golden_episodes(case)
@@ -186,9 +216,42 @@ def test_estimator_switch_changes_levels_and_values() -> None:
     assert levels["grpo"] == set()
     assert levels["gigpo"] == {"level1_group_size_mean", "level1_singleton_frac"}
     suffixes = ("group_size_mean", "singleton_frac", "advantage_mean", "advantage_std", "advantage_abs_mean")
+    suffixes += ("weight_mean",)
     assert levels["hgpo"] == {f"level{d}_{suffix}" for d in (1, 2, 3) for suffix in suffixes}
     values = [results[e][0][ADVANTAGES] for e in names]
     assert not np.allclose(values[0], values[1]) and not np.allclose(values[1], values[2])
+
+
+@pytest.mark.parametrize(
+    ("training", "estimator_kwargs"),
+    [
+        ({"weighting": "paper"}, {"weighting": "paper"}),
+        ({"base_group": True}, {"base_group": True}),
+        ({"length_weight_alpha": 2.0, "history_length": 1}, {"alpha": 2.0, "history_length": 1}),
+        ({"estimator": "gigpo", "step_advantage_w": 0.25}, {"step_advantage_w": 0.25}),
+    ],
+    ids=["weighting", "base_group", "alpha-K", "step_advantage_w"],
+)
+def test_config_settings_reach_the_advantage_computation(
+    training: dict[str, Any], estimator_kwargs: dict[str, Any]
+) -> None:
+    """HGPOConfig.training(...) -> the learner's estimator settings -> the connector's advantages,
+    equal to the estimator called directly with the same option, and different from the default."""
+    case = next(c for c in _golden_cases("hgpo") if c["name"] == "nested_depths_k2_msn")
+    episodes, _ = golden_episodes(case)
+    config = _valid_config().training(gamma=0.5, **training)
+    got = run_connector(episodes, estimator_settings(config))[0][ADVANTAGES]
+    table = StepTable.from_episodes(episodes)
+    returns, scores = estimator_inputs(table, estimator_settings(config))
+    keys = (table.group_ids, table.traj_ids, table.step_idx, table.obs, returns, scores)
+    if config.estimator == "gigpo":
+        direct = gigpo_advantages(*keys[:1], *keys[3:], mode="mean_std_norm", **estimator_kwargs)
+    else:
+        direct = hgpo_advantages(*keys, **{"history_length": 2, "mode": "mean_std_norm", **estimator_kwargs})
+    np.testing.assert_allclose(got, direct.astype(np.float32), rtol=1e-6)
+    default = run_connector(episodes, estimator_settings(_valid_config().training(
+        gamma=0.5, estimator=config.estimator)))[0][ADVANTAGES]
+    assert not np.allclose(got, default)
 
 
 def test_connector_rejects_incomplete_episodes() -> None:
@@ -277,6 +340,7 @@ BAD_SETTINGS = [
     ({"length_weight_alpha": -1.0}, "length_weight_alpha"),
     ({"base_group": "yes"}, "base_group"),
     ({"weighting": "uniform"}, "weighting"),
+    ({"weighting": "adaptive", "base_group": True}, "base_group"),
     ({"group_size": 0}, "group_size"),
     ({"groups_per_iteration": 0}, "groups_per_iteration"),
     ({"gamma": 1.5}, "gamma"),
@@ -295,12 +359,61 @@ BAD_SETTINGS = [
     ({"max_new_tokens": 2.5}, "max_new_tokens"),
     ({"temperature": 0.0}, "temperature"),
     ({"eval_temperature": -0.1}, "eval_temperature"),
+    ({"recompute_old_logp": 1}, "recompute_old_logp"),
     ({"group_size": 3}, "num_envs_per_env_runner"),
+    # Non-finite numbers would turn the weights into NaN without an error.
+    *[({name: value}, name) for value in (np.inf, -np.inf, np.nan) for name in (
+        "length_weight_alpha", "step_advantage_w", "invalid_action_penalty", "kl_coeff", "entropy_coeff",
+        "weight_decay", "lr", "temperature", "grad_clip", "dual_clip", "gamma", "clip_param",
+    )],
+    ({"lr": [[0, 1e-3], [100, np.inf]]}, "lr"),
+    ({"step_advantage_w": -1.0}, "step_advantage_w"),
+    ({"micro_batch_size": 32, "minibatch_size": 16}, "micro_batch_size"),
+    ({"max_prompt_tokens": 10**9}, "max_prompt_tokens"),
+    ({"max_prompt_tokens": 32_700}, "max_prompt_tokens"),  # + 512 new tokens > the tiny model's 32768
+    ({"length_weight_alpha": 1e4, "history_length": 4}, "length_weight_alpha"),  # 6.0**1e4 overflows
 ]
 
 
 def test_validate_accepts_a_learning_rate_schedule() -> None:
-    _valid_config().training(lr=[[0, 1e-3], [40_000, 1e-4]]).validate()
+    config = _valid_config().training(lr=[[0, 1e-3], [40_000, 1e-4]])
+    config.validate()
+    assert config.lr == [[0, 1e-3], [40_000, 1e-4]]
+    with pytest.raises(ValueError, match=r"HGPOConfig: lr=\[\[0, 0.001\], \[0, 0.0001\]\]"):
+        _valid_config().training(lr=[[0, 1e-3], [0, 1e-4]]).validate()
+
+
+def test_validate_accepts_numpy_scalars() -> None:
+    """Tune's search spaces hand numpy scalars to the config."""
+    config = _valid_config().training(
+        history_length=np.int64(2), group_size=np.int64(2), gamma=np.float32(0.9),
+        length_weight_alpha=np.float64(0.5), base_group=np.bool_(True), max_prompt_tokens=np.int32(512),
+    )
+    config.validate()
+    assert config.model_config["max_prompt_tokens"] == 512
+
+
+@pytest.mark.parametrize(
+    ("model_config", "message"),
+    [
+        ({"tokenizer_vocab_sise": 400},
+         r"model_config has unknown key\(s\) \['tokenizer_vocab_sise'\].*'tokenizer_vocab_size'"),
+        ({"torch_dtype": "fp8"}, r"model_config\['torch_dtype'\]='fp8'"),
+        ({"model": "/no/such/model"},
+         r"model_config\['model'\]='/no/such/model' .*/no/such/model/config.json does not exist"),
+    ],
+)
+def test_validate_checks_model_config_before_sampling(model_config: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValueError, match=rf"HGPOConfig: {message}"):
+        _valid_config().rl_module(model_config=model_config).validate()
+
+
+def test_validate_checks_prompt_length_against_a_model_directory(tmp_path: Any) -> None:
+    (tmp_path / "config.json").write_text('{"max_position_embeddings": 2048}')
+    config = _valid_config().rl_module(model_config={"model": str(tmp_path)})
+    with pytest.raises(ValueError, match=r"max_prompt_tokens=4096 .* exceeds the model's 2048 positions"):
+        config.validate()
+    config.training(max_prompt_tokens=1024, max_new_tokens=512).validate()
 
 
 @pytest.mark.parametrize(("settings", "name"), BAD_SETTINGS, ids=[f"{n}-{s}" for s, n in BAD_SETTINGS])
@@ -322,6 +435,8 @@ def test_validate_names_the_bad_setting(settings: dict[str, Any], name: str) -> 
         (lambda c: c.learners(num_learners=2).training(groups_per_iteration=1), "groups_per_iteration"),
         (lambda c: c.multi_agent(policies={"a", "b"}, policy_mapping_fn=lambda *a, **k: "a"), "multi-agent"),
         (lambda c: c.rl_module(model_config={"temperature": 0.7}), "model_config"),
+        (lambda c: c.rl_module(model_config={"model": "/models/Qwen2.5-1.5B-Instruct"})
+         .evaluation(evaluation_interval=5), "evaluation_num_env_runners=0"),
         (lambda c: c.env_runners(add_default_connectors_to_module_to_env_pipeline=True),
          "add_default_connectors_to_module_to_env_pipeline"),
     ],
@@ -329,6 +444,12 @@ def test_validate_names_the_bad_setting(settings: dict[str, Any], name: str) -> 
 def test_validate_names_bad_rllib_settings(change: Any, name: str) -> None:
     with pytest.raises(ValueError, match=rf"HGPOConfig: {name}"):
         change(_valid_config()).validate()
+
+
+def test_evaluation_of_the_tiny_model_or_on_env_runners_is_valid() -> None:
+    _valid_config().evaluation(evaluation_interval=5).validate()  # tiny model in the driver: fine
+    big = _valid_config().rl_module(model_config={"model": "/models/Qwen2.5-1.5B-Instruct"})
+    big.evaluation(evaluation_interval=5, evaluation_num_env_runners=1).validate()
 
 
 def test_all_validation_errors_are_reported_together() -> None:

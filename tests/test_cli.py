@@ -3,18 +3,23 @@ no overwriting, resume), a 2-trial sweep, the tuned examples, and ``rllib evalua
 
 from __future__ import annotations
 
+import json
+import os
+import re
 import textwrap
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 import pytest
 import ray
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from hgpo_rllib import cli
-from hgpo_rllib.evaluation import evaluate
-from hgpo_rllib.presets import RunSettings, apply_paper_preset
+from hgpo_rllib import cli, evaluation
+from hgpo_rllib.connectors.history_window import HistoryWindowPrompt
+from hgpo_rllib.evaluation import ALFWORLD_CATEGORIES, CheckpointPolicy, evaluate
+from hgpo_rllib.presets import RunSettings, apply_paper_preset, run_as_script
 
 ROOT = Path(__file__).resolve().parents[1]
 TUNED = ROOT / "tuned_examples"
@@ -107,8 +112,8 @@ def test_resume_continues_a_crashed_run_from_its_checkpoint(tmp_path: Path) -> N
     """
     path = write_experiment(tmp_path, textwrap.dedent(crash_once))
     args = ["train", "file", str(path), "--storage-path", str(tmp_path / "out"), "--name", "run",
-            "--checkpoint-freq", "1"]
-    assert cli.main(args) == 1 and marker.exists()  # the trial errored in iteration 3
+            "--checkpoint-freq", "1", "--max-failures", "0"]
+    assert cli.main(args) == 1 and marker.exists()  # the trial errored in iteration 3 (no retries)
     assert cli.main([*args, "--resume"]) == 0
     (trial,) = [d for d in (tmp_path / "out" / "run").iterdir() if d.is_dir()]
     iterations = pd.read_json(trial / "result.json", lines=True)["training_iteration"].tolist()
@@ -128,15 +133,118 @@ def test_sweep_of_two_trials_each_writes_tensorboard_events(tmp_path: Path) -> N
         assert set(TAGS) <= scalar_tags(trial)
 
 
-def test_cli_rejects_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert cli.main(["train", "file", str(tmp_path / "missing.py")]) == 2
-    assert "not found" in capsys.readouterr().err
-    bad = tmp_path / "bad.py"
-    bad.write_text("config = 3\n")
-    assert cli.main(["train", "file", str(bad)]) == 2
-    assert "must define `config`" in capsys.readouterr().err
-    with pytest.raises(SystemExit):
-        cli.main(["train", "file", str(bad), "--stop", "[1]"])
+def run_cli(args: list[str]) -> int:
+    """``cli.main`` as the shell sees it: argparse's usage errors exit through SystemExit."""
+    try:
+        return cli.main(args)
+    except SystemExit as exc:
+        return int(exc.code)
+
+
+def _experiment_with(tmp_path: Path, extra: str) -> str:
+    return str(write_experiment(tmp_path, extra))
+
+
+def _file(tmp_path: Path, text: str) -> str:
+    path = tmp_path / "experiment.py"
+    path.write_text(text)
+    return str(path)
+
+
+EVAL = ["evaluate", "--env", "keychest", "--baselines", "expert", "--episodes", "1"]
+USER_ERRORS = {
+    "missing-file": (lambda t: ["train", "file", str(t / "missing.py")], r"experiment file not found"),
+    "no-config": (lambda t: ["train", "file", _file(t, "config = 3\n")], r"must define `config`"),
+    "syntax-error": (
+        lambda t: ["train", "file", _file(t, "x = 1\nconfig = (\n")],
+        r"experiment\.py:2: SyntaxError: '\(' was never closed",
+    ),
+    "training-keyword-typo": (
+        lambda t: ["train", "file", _experiment_with(t, "config.training(histroy_length=2)")],
+        r"experiment\.py:\d+: TypeError: .*unexpected keyword argument 'histroy_length'",
+    ),
+    "param-space-typo": (
+        lambda t: ["train", "file", _experiment_with(t, 'param_space = {"histroy_length": [2, 4]}')],
+        r"param_space key 'histroy_length' is not a setting of HGPOConfig; did you mean 'history_length'\?",
+    ),
+    "infinite-kl": (
+        lambda t: ["train", "file", _experiment_with(t, 'config.training(kl_coeff=float("inf"))')],
+        r"HGPOConfig: kl_coeff=inf is invalid",
+    ),
+    "stop-not-an-object": (
+        lambda t: ["train", "file", _file(t, ""), "--stop", "[1]"], r"--stop: expected a JSON object"
+    ),
+    "zero-samples": (lambda t: ["train", "file", _file(t, ""), "--num-samples", "0"], r">= 1, got 0"),
+    "output-is-a-file": (
+        lambda t: [*EVAL, "--output", _file(t, "not a directory")], r"experiment\.py is a file"
+    ),
+    "negative-seed": (
+        lambda t: [*EVAL, "--seeds", "-1", "--output", str(t / "o")], r"--seeds: expected an integer >= 0"
+    ),
+    "duplicate-seeds": (
+        lambda t: [*EVAL, "--seeds", "1", "1", "--output", str(t / "o")], r"seeds must be distinct"
+    ),
+    "batch-size-0": (
+        lambda t: [*EVAL, "--batch-size", "0", "--output", str(t / "o")], r"--batch-size: .*>= 1, got 0"
+    ),
+    "split-off-alfworld": (lambda t: [*EVAL, "--split", "in", "--output", str(t / "o")], r"ALFWorld only"),
+}
+
+
+@pytest.mark.parametrize("case", list(USER_ERRORS))
+def test_user_errors_are_one_line_and_exit_status_2(
+    case: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    make_args, message = USER_ERRORS[case]
+    assert run_cli(make_args(tmp_path)) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("rllib"), err
+    assert re.search(message, err), err
+    assert not (tmp_path / "o").exists()  # nothing was written
+
+
+def test_resume_refuses_changed_flags_or_file(trained_run: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    experiment = trained_run.parent.parent / "experiment.py"
+    args = ["train", "file", str(experiment), "--storage-path", str(trained_run.parent), "--name", "run",
+            "--resume"]
+    before = sorted(p.name for p in trained_run.rglob("*"))
+    assert cli.main([*args, "--stop", '{"training_iteration": 5}']) == 2
+    assert "stop was {'training_iteration': 2}, now {'training_iteration': 5}" in capsys.readouterr().err
+    assert cli.main([*args, "--checkpoint-freq", "3"]) == 2
+    assert "checkpoint_freq was 0, now 3" in capsys.readouterr().err
+    edited = experiment.with_name("edited.py")
+    edited.write_text(experiment.read_text() + "\n# edited\n")
+    args[2] = str(edited)
+    assert cli.main(args) == 2
+    assert "experiment_file_sha256 was" in capsys.readouterr().err
+    assert sorted(p.name for p in trained_run.rglob("*")) == before
+
+
+def test_config_flag_merges_settings_and_model_config_into_the_file(tmp_path: Path) -> None:
+    experiment = cli.load_experiment_file(write_experiment(tmp_path))
+    cli.apply_config_overrides(
+        experiment.config,
+        {"lr": 2e-3, "num_envs_per_env_runner": 8, "evaluation_interval": 3,
+         "model_config": {"torch_dtype": "bfloat16", "tokenizer_vocab_size": 300}},
+    )
+    config = experiment.config
+    assert (config.lr, config.num_envs_per_env_runner, config.evaluation_interval) == (2e-3, 8, 3)
+    model_config = config._user_model_config()
+    assert model_config["torch_dtype"] == "bfloat16" and model_config["tokenizer_vocab_size"] == 300
+    assert model_config["constrain_to_admissible"] is True  # the file's other keys are kept
+    assert model_config["tiny_model"]["hidden_size"] == 32
+    config.validate()
+
+
+def test_config_flag_rejects_unknown_settings(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = str(write_experiment(tmp_path))
+    assert cli.main(["train", "file", path, "--config", '{"lr": 1e-3, "learning_rate": 1}']) == 2
+    err = capsys.readouterr().err
+    assert "unknown setting(s) ['learning_rate']" in err and len(err.strip().splitlines()) == 1
+    assert cli.main(["train", "file", path, "--config", '{"model_config": 3}']) == 2
+    assert "model_config must be a JSON object" in capsys.readouterr().err
+    assert cli.main(["train", "file", path, "--resume", "--config", '{"lr": 1e-3}']) == 2
+    assert "resumed run" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(
@@ -153,6 +261,54 @@ def test_tuned_examples_define_a_valid_config(example: str, monkeypatch: pytest.
         assert experiment.name.endswith("k4_gigpo_alpha1.0_base0")
 
 
+def test_tuned_example_flags_become_hgpo_switches(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``python tuned_examples/x.py --flags`` sets the HGPO_* variables, then runs ``rllib train file``
+    with the remaining flags; the file reads the variables."""
+    for var in ("HGPO_PRESET", "HGPO_MODEL", "HGPO_ESTIMATOR", "HGPO_K", "HGPO_ALPHA", "HGPO_BASE_GROUP"):
+        monkeypatch.delenv(var, raising=False)
+    calls = []
+    monkeypatch.setattr(cli, "main", lambda argv: calls.append(argv) or 0)
+    example = str(TUNED / "hgpo_keychest.py")
+    flags = ["--estimator", "grpo", "-k", "3", "--alpha", "0.5", "--base-group", "--stop", '{"a": 1}']
+    try:
+        assert run_as_script(example, flags) == 0
+        assert calls == [["train", "file", example, "--stop", '{"a": 1}']]
+        config = cli.load_experiment_file(example).config
+    finally:
+        for var in ("HGPO_ESTIMATOR", "HGPO_K", "HGPO_ALPHA", "HGPO_BASE_GROUP"):
+            os.environ.pop(var, None)
+    assert (config.estimator, config.history_length, config.length_weight_alpha, config.base_group) == (
+        "grpo", 3, 0.5, True
+    )
+
+
+def test_paper_preset_switch_builds_a_valid_gpu_config(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "config.json").write_text('{"max_position_embeddings": 32768}')
+    monkeypatch.setenv("HGPO_PRESET", "paper-1.5b")
+    monkeypatch.setenv("HGPO_MODEL", str(tmp_path))
+    experiment = cli.load_experiment_file(TUNED / "hgpo_webshop.py")
+    config = experiment.config
+    config.validate()
+    assert experiment.name == "webshop_paper-1.5b_k2_hgpo_alpha1.0_base0"
+    assert config.model_config["model"] == str(tmp_path) and config.num_gpus_per_learner == 1
+    assert (config.minibatch_size, config.micro_batch_size, config.lr) == (64, 4, 1e-6)
+    assert experiment.stop == {"training_iteration": 160}
+    monkeypatch.setenv("HGPO_MODEL", str(tmp_path / "missing"))
+    with pytest.raises(ValueError, match=r"model_config\['model'\]=.*missing.*does not exist"):
+        cli.load_experiment_file(TUNED / "hgpo_webshop.py").config.validate()
+
+
+def test_bad_hgpo_switch_is_a_one_line_error(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("HGPO_K", "two")
+    assert cli.main(["train", "file", str(TUNED / "hgpo_keychest.py")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "bad HGPO_* environment variable" in err
+
+
 def test_paper_preset_matches_the_published_settings() -> None:
     from hgpo_rllib import HGPOConfig
 
@@ -163,6 +319,9 @@ def test_paper_preset_matches_the_published_settings() -> None:
     assert config.env_config["max_steps"] == 30 and config.history_length == 4
     assert (config.num_learners, config.num_gpus_per_learner, config.num_env_runners) == (2, 1, 2)
     assert config.num_envs_per_env_runner * config.num_env_runners == 128
+    assert config.evaluation_num_env_runners == 1  # never in the driver: a GPU runner of its own
+    assert config.evaluation_config["num_gpus_per_env_runner"] == 1
+    assert config.model_config["torch_dtype"] == "bfloat16" and config.recompute_old_logp
     assert settings.run_name == "paper-7b_k4_hgpo_alpha1.0_base0"
     with pytest.raises(ValueError, match="HGPO_MODEL"):
         RunSettings(preset="paper-1.5b")
@@ -186,6 +345,72 @@ def test_evaluate_a_checkpoint_and_the_baselines(trained_run: Path, tmp_path: Pa
         evaluate(checkpoint, env="keychest", seeds=[1], episodes=1, output=out)
 
 
+def test_evaluate_keeps_finished_seeds_after_a_crash_and_resumes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    out = tmp_path / "eval"
+    settings = {"env": "keychest", "seeds": [1, 2], "episodes": 3, "output": out}
+    play = evaluation.play
+
+    def crash_on_seed_2(*args: Any, desc: str, **kwargs: Any) -> Any:
+        if desc == "random seed 2":
+            (out / "episodes.csv.tmp").write_text("half-written")  # as a full disk would leave it
+            raise OSError("No space left on device")
+        return play(*args, desc=desc, **kwargs)
+
+    monkeypatch.setattr(evaluation, "play", crash_on_seed_2)
+    with pytest.raises(OSError, match="No space left"):
+        evaluate(None, **settings)
+    done = pd.read_csv(out / "episodes.csv")
+    assert sorted({(p, s) for p, s in zip(done.policy, done.seed, strict=True)}) == [
+        ("expert", 1), ("expert", 2), ("random", 1)
+    ]
+    played = []
+
+    def record(*args: Any, desc: str, **kwargs: Any) -> Any:
+        played.append(desc)
+        return play(*args, desc=desc, **kwargs)
+
+    monkeypatch.setattr(evaluation, "play", record)
+    summary = evaluate(None, **settings)
+    assert played == ["random seed 2"]  # the rerun only plays what is missing
+    assert list(summary.policy) == ["expert", "random"] and not list(out.glob("*.tmp"))
+    episodes = pd.read_csv(out / "episodes.csv")
+    assert len(episodes) == 2 * 2 * 3
+    pd.testing.assert_frame_equal(episodes.iloc[: len(done)], done)  # kept as they were
+    with pytest.raises(FileExistsError, match=r"differs in \['episodes'\]"):
+        evaluate(None, **{**settings, "episodes": 4})
+
+
+def test_rllib_evaluate_alfworld_split_has_per_task_columns(tmp_path: Path) -> None:
+    out = tmp_path / "eval"
+    env_config = {"source": "generated", "max_steps": 50}
+    args = ["evaluate", "--env", "alfworld", "--split", "out", "--baselines", "expert", "--seeds", "1", "2",
+            "--episodes", "2", "--env-config", json.dumps(env_config), "--output", str(out)]
+    assert cli.main(args) == 0
+    recorded = json.loads((out / "evaluation.json").read_text())
+    assert recorded["env_config"] == {**env_config, "split": "eval_out_of_distribution"}
+    per_seed = pd.read_csv(out / "per_seed.csv")
+    assert list(per_seed.columns) == [
+        "policy", "seed", "success", "steps", "invalid_rate", "Pick", "Look", "Clean", "Heat", "Cool", "Pick2"
+    ]
+    assert (per_seed.success == 100).all()
+    episodes = pd.read_csv(out / "episodes.csv")
+    for _, row in per_seed.iterrows():  # each played category's column is its success rate (the expert: 100)
+        played = set(episodes[episodes.seed == row.seed].task_type)
+        assert played and all(row[c] == 100 if c in played else np.isnan(row[c]) for c in ALFWORLD_CATEGORIES)
+    assert re.search(r"\| expert +\| 100.0 ± 0.0 +\|", (out / "summary.md").read_text())
+
+
+def test_checkpoint_prompts_and_env_share_one_env_config(trained_run: Path) -> None:
+    (checkpoint,) = trained_run.glob("*/checkpoint_*")
+    policy = CheckpointPolicy(checkpoint, env_config={"require_tags": True})
+    assert policy.env_config == {"max_steps": 4, "require_tags": True}
+    (prompt,) = [c for c in policy.prompt_pipeline.connectors if isinstance(c, HistoryWindowPrompt)]
+    assert prompt.render_kwargs == {"require_tags": True}
+    assert CheckpointPolicy(checkpoint).env_config == {"max_steps": 4}
+
+
 def test_evaluate_rejects_bad_input(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="ALFWorld only"):
         evaluate(None, env="keychest", split="in", output=tmp_path / "a")
@@ -206,3 +431,43 @@ def test_main_job_alfworld_trains_two_iterations_via_rllib_train_file(tmp_path: 
     runners = results["env_runners"].iloc[-1]
     assert runners["num_episodes"] == 8 and 1 <= runners["episode_len_mean"] <= 15
     assert set(TAGS) <= scalar_tags(trial)
+
+
+def test_rehearsal_preset_trains_evaluates_checkpoints_and_resumes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``HGPO_PRESET=rehearsal`` on the main job: two DDP learners, bf16, an evaluation env runner,
+    a checkpoint every iteration; a crash in iteration 3 is resumed from the checkpoint of iteration 2.
+    The env runners use HF generate here (``--config``); the vLLM backend has tests of its own."""
+    monkeypatch.setenv("HGPO_PRESET", "rehearsal")
+    marker = tmp_path / "crashed"
+    path = tmp_path / "rehearsal.py"
+    path.write_text(textwrap.dedent(f"""
+        import os, runpy
+        example = runpy.run_path({str(TUNED / "hgpo_alfworld.py")!r})
+        config, checkpoint_freq = example["config"], example["checkpoint_freq"]
+        stop = {{"training_iteration": 3}}
+
+        def crash_once(*, algorithm, result, **kwargs):
+            if result["training_iteration"] == 3 and not os.path.exists({str(marker)!r}):
+                open({str(marker)!r}, "w").close()
+                raise RuntimeError("simulated crash")
+
+        config.callbacks(on_train_result=crash_once)
+    """))
+    args = ["train", "file", str(path), "--storage-path", str(tmp_path / "out"), "--name", "run",
+            "--config", '{"model_config": {"inference_backend": "hf"}}']
+    assert cli.main(args) == 1 and marker.exists()
+    (trial,) = [d for d in (tmp_path / "out" / "run").iterdir() if d.is_dir()]
+    assert len(list(trial.glob("checkpoint_*"))) == 2  # checkpoint_freq = 1 from the preset
+    assert cli.main([*args[:-2], "--resume"]) == 0
+    progress = pd.read_csv(trial / "progress.csv")
+    assert progress["training_iteration"].tolist() == [1, 2, 3]
+    evaluated = progress["evaluation/env_runners/num_episodes"]
+    assert (evaluated == 4).all()  # every iteration, on the evaluation env runner
+    results = pd.read_json(trial / "result.json", lines=True)
+    learners = results["learners"].iloc[-1]["default_policy"]
+    assert learners["num_groups"] == 2 and learners["episodes_per_group_min"] == 2  # two learners' sum
+    config = results["config"].iloc[-1]
+    assert (config["num_learners"], config["evaluation_num_env_runners"]) == (2, 1)
+    assert config["_model_config"]["torch_dtype"] == "bfloat16"

@@ -86,9 +86,18 @@ def test_parse_action_keeps_the_tail_of_a_malformed_output() -> None:
     assert parsed.command == normalize_command(output.lower()[-MALFORMED_TAIL_CHARS:])
 
 
-@pytest.mark.parametrize("output", [None, 42, b"take key"])
-def test_parse_action_accepts_non_strings(output: Any) -> None:
-    assert isinstance(parse_action(output).command, str)
+@pytest.mark.parametrize(
+    ("output", "require_tags", "expected"),
+    [
+        (None, True, ParsedAction("", False)),
+        (None, False, ParsedAction("", True)),
+        (42, False, ParsedAction("42", True)),
+        (42, True, ParsedAction("42", False)),  # no tags: the malformed tail, not executed
+        (b"take key", False, ParsedAction("b'take key'", True)),  # str() of the bytes, as any object
+    ],
+)
+def test_parse_action_accepts_non_strings(output: Any, require_tags: bool, expected: ParsedAction) -> None:
+    assert parse_action(output, require_tags=require_tags) == expected
 
 
 # -------------------------------------------------------------------------------------- format_history
@@ -225,3 +234,54 @@ def test_unknown_env_name_is_a_clear_value_error(lookup: Any) -> None:
         ValueError, match=r"unknown environment 'cartpole'; known: alfworld \(hgpo/ALFWorld-v0\)"
     ):
         lookup("cartpole")
+
+
+class CoinEnv(TextEnv):
+    """A user's own env, registered through an EnvSpec: say "heads" to win."""
+
+    default_require_tags = False
+
+    def __init__(self, max_steps: int = 2, require_tags: bool | None = None) -> None:
+        super().__init__(max_steps=max_steps, require_tags=require_tags)
+
+    def _start_episode(self, seed: int | None, options: dict[str, Any]) -> tuple[Observation, str, str]:
+        return Observation("A coin.", ["heads", "tails"]), "say heads", "coin"
+
+    def _execute(self, command: str) -> Observation:
+        won = command == "heads"
+        return Observation(f"You said {command}.", [], reward=float(won), terminated=True, won=won)
+
+    def _observation_unchanged(self) -> str:
+        return "Nothing happens."
+
+
+def render_coin_prompt(task: str, history: Any, observation: str, actions: Any, step: int, k: int) -> str:
+    return f"{task}: {observation} ({' | '.join(actions)})"
+
+
+def coin_corpus() -> list[str]:
+    return ["say heads: A coin. (heads | tails)", "You said heads.", "You said tails."]
+
+
+def test_custom_env_registers_through_an_env_spec(monkeypatch: pytest.MonkeyPatch) -> None:
+    from hgpo_rllib import HGPOConfig
+    from hgpo_rllib.evaluation import play, random_policy
+
+    here = __name__
+    spec = envs.registry.EnvSpec(
+        "coin", "test/Coin-v0", f"{here}:CoinEnv", f"{here}:render_coin_prompt", f"{here}:coin_corpus"
+    )
+    monkeypatch.setitem(envs.ENV_SPECS, "coin", spec)
+    envs.register_all()
+    try:
+        assert isinstance(gym.make("test/Coin-v0", max_steps=3).unwrapped, CoinEnv)
+        assert envs.make_env("coin", {"max_steps": 3}).max_steps == 3
+        config = HGPOConfig().environment("coin").env_runners(num_envs_per_env_runner=8)
+        config.validate()  # an envs name: HGPO renders its prompts and trains its tokenizer on its corpus
+        assert config.model_config["tokenizer_corpus"] == coin_corpus()
+        assert config._prompt_connector().render_prompt is render_coin_prompt
+        records = play("coin", {}, random_policy(0), range(20))
+        assert {r["task_type"] for r in records} == {"coin"} and all(r["steps"] == 1 for r in records)
+        assert 0 < sum(r["won"] for r in records) < 20  # random among heads and tails
+    finally:
+        gym.registry.pop("test/Coin-v0", None)

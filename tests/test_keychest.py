@@ -113,10 +113,17 @@ def test_first_observation_is_a_room_and_info_has_the_contract_keys() -> None:
 
 
 @pytest.mark.parametrize(
-    "kwargs", [{"num_rooms": 1}, {"num_rooms": len(ROOM_NAMES) + 1}, {"num_rooms": True}, {"max_steps": 0}]
+    ("kwargs", "message"),
+    [
+        ({"num_rooms": 1}, r"num_rooms must be an int in \[2, \d+\], got 1"),
+        ({"num_rooms": len(ROOM_NAMES) + 1}, rf"num_rooms must be .*, got {len(ROOM_NAMES) + 1}"),
+        ({"num_rooms": True}, r"num_rooms must be .*, got True"),
+        ({"num_layouts": 0}, r"num_layouts must be None or an int >= 1, got 0"),
+        ({"max_steps": 0}, r"max_steps must be a positive int, got 0"),
+    ],
 )
-def test_bad_options_are_rejected(kwargs: dict[str, Any]) -> None:
-    with pytest.raises(ValueError):
+def test_bad_options_are_rejected(kwargs: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
         KeyChestEnv(**kwargs)
 
 

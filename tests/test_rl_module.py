@@ -285,6 +285,22 @@ def test_response_masks_end_at_the_first_eos() -> None:
     assert 0 < rows_with_eos < 32
 
 
+def test_inference_samples_at_eval_temperature_and_exploration_at_temperature() -> None:
+    module = build(temperature=1.3, eval_temperature=0.4)
+    used = []
+    sample = module._hf_generate
+
+    def spy(ids: torch.Tensor, mask: torch.Tensor, temperature: float, allowed: Any) -> Any:
+        used.append(temperature)
+        return sample(ids, mask, temperature, allowed)
+
+    module._hf_generate = spy
+    prompts = module.encode_prompts(["go north"])
+    module.forward_inference(prompts)
+    module.forward_exploration(prompts)
+    assert used == [0.4, 1.3]
+
+
 def test_inference_uses_eval_temperature_and_greedy_is_deterministic() -> None:
     module = build(eval_temperature=0.0)
     prompts = module.encode_prompts(["go north", CORPUS[4]])

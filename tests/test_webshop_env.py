@@ -116,10 +116,50 @@ def test_reset_with_a_seed_is_deterministic(env) -> None:
     assert len({info["goal_index"] for _, info in first}) > 1
 
 
-def test_seeded_resets_draw_goals_by_the_original_weights(env) -> None:
+def test_seeded_resets_draw_goals_by_the_original_weights() -> None:
+    env = WebShopEnv(data_dir=DATA_DIR, split="all", goal_sampling="weighted")
     golden = webshop_golden("goals")["weighting"]
     drawn = [env.reset(seed=0)[1]["goal_index"]] + [env.reset()[1]["goal_index"] for _ in range(99)]
     assert drawn == golden["random_idx_first_100_after_random_seed_0"]
+
+
+@pytest.mark.parametrize("sampling", ["uniform", "weighted"])
+def test_test_and_train_splits_are_verl_agents(sampling: str) -> None:
+    test = gym.make("hgpo/WebShop-v0", split="test", goal_sampling=sampling, data_dir=DATA_DIR)
+    train = gym.make("hgpo/WebShop-v0", goal_sampling=sampling, data_dir=DATA_DIR)  # default: train
+    assert train.unwrapped.split == "train"
+    drawn_test = [test.reset(seed=s)[1]["goal_index"] for s in range(1500)]
+    drawn_train = [train.reset(seed=s)[1]["goal_index"] for s in range(1500)]
+    assert 0 <= min(drawn_test) and max(drawn_test) < 500 <= min(drawn_train) and max(drawn_train) < 6910
+    spread = 0.8 if sampling == "uniform" else 0.3  # distinct goals among 1,500 draws (uniform: ~0.95)
+    assert len(set(drawn_test)) > spread * 500 and len(set(drawn_train)) > spread * 1500 * 0.8
+    assert test.unwrapped.current_goal is test.unwrapped.goals[drawn_test[-1]]
+    # an explicit goal index is played whatever the split
+    assert test.reset(options={"goal_index": 4000})[1]["goal_index"] == 4000
+
+
+def test_uniform_and_weighted_draws_differ_as_they_should() -> None:
+    uniform = WebShopEnv(data_dir=DATA_DIR, split="all")
+    weighted = WebShopEnv(data_dir=DATA_DIR, split="all", goal_sampling="weighted")
+    draws = 20_000
+    uniform.reset(seed=0)
+    weighted.reset(seed=0)
+    u = [uniform._draw_goal_index() for _ in range(draws)]  # what a reset draws, without the page
+    w = [weighted._draw_goal_index() for _ in range(draws)]
+    weights = [g["weight"] for g in uniform.goals]
+    heavy = sorted(range(len(weights)), key=weights.__getitem__)[-700:]  # the 10% heaviest goals
+    # the original draws goal i with the weight of goal i - 1
+    in_heavy = {i + 1 for i in heavy}
+    share_u = sum(i in in_heavy for i in u) / draws
+    share_w = sum(i in in_heavy for i in w) / draws
+    assert abs(share_u - 0.1) < 0.015 and share_w > share_u + 0.05
+
+
+def test_split_and_sampling_are_validated() -> None:
+    with pytest.raises(ValueError, match="split"):
+        WebShopEnv(data_dir=DATA_DIR, split="valid")
+    with pytest.raises(ValueError, match="goal_sampling"):
+        WebShopEnv(data_dir=DATA_DIR, goal_sampling="human")
 
 
 def test_info_keys_and_admissible_actions(env) -> None:
@@ -280,10 +320,19 @@ def test_keywords_leak_into_the_page_kind(env) -> None:
 def test_first_prompt_is_verl_agents_no_history_template(env) -> None:
     obs, info = env.reset(options={"goal_index": 0})
     prompt = render_prompt(info["task"], [], obs, info["admissible_actions"], 0, 2)
-    assert prompt == WEBSHOP_TEMPLATE_NO_HIS.format(
-        task_description=info["task"],
-        current_observation="'Search'",
-        available_actions="'search[<your query>]',\n'click[search]',",
+    # verl-agent's WebShop template, written out (trailing spaces and the non-breaking hyphen kept).
+    assert prompt == (
+        "\nYou are an expert autonomous agent operating in the WebShop e\u2011commerce environment. \n"
+        f"Your task is to: {info['task']}.\n"
+        "Your current observation is: 'Search'.\n"
+        "Your admissible actions of the current situation are: \n"
+        "[\n'search[<your query>]',\n'click[search]',\n].\n\n"
+        "Now it's your turn to take one action for the current step.\n"
+        "You should first reason step-by-step about the current situation, then think carefully which "
+        "admissible action best advances the shopping goal. This reasoning process MUST be enclosed within "
+        "<think> </think> tags. \n"
+        "Once you've finished your reasoning, you should choose an admissible action for current step and "
+        "present it within <action> </action> tags.\n"
     )
 
 
@@ -319,3 +368,14 @@ def test_tokenizer_corpus_plays_the_shipped_catalog(monkeypatch) -> None:
     assert len(corpus) > 100 and any("<action>click[buy now]</action>" in t for t in corpus)
     assert any(t.startswith("\nYou are an expert") and "Prior to this step" in t for t in corpus)
     assert envs.get_prompt_renderer("hgpo/WebShop-v0") is render_prompt
+
+
+def test_an_over_long_search_is_cut_but_stays_a_search(env) -> None:
+    from envs.common.actions import MAX_COMMAND_CHARS, parse_action
+
+    env.reset(options={"goal_index": 0})
+    words = " ".join(["shampoo"] * 200)  # 1,599 characters of keywords
+    parsed = parse_action(tagged(f"search[{words}]"))
+    assert len(parsed.command) <= MAX_COMMAND_CHARS and parsed.command.endswith("]")
+    _, _, _, _, info = env.step(tagged(f"search[{words}]"))
+    assert info["is_action_admissible"] and info["available_actions"]["clickables"][0] == "back to search"

@@ -6,13 +6,13 @@
 
 The CPU default shows the whole pipeline (generated games, grouped rollouts, history-window
 prompts, hierarchical advantages, updates, Tensorboard); a random-init model cannot solve ALFWorld,
-so its success rate stays near 0. The paper presets (2 GPUs for 1.5B, 4 for 7B) use the published
-settings (docs/hgpo_algorithm.md §5) and need a local model directory; nothing is downloaded.
+so its success rate stays near 0. The paper presets (2 GPUs for 1.5B, 4 for 7B, each + 1 for
+evaluation) use the published settings (docs/hgpo_algorithm.md §5) and need a local model directory;
+nothing is downloaded.
 """
 
 from hgpo_rllib import HGPOConfig
 from hgpo_rllib.presets import (
-    PAPER_ITERATIONS,
     RunSettings,
     apply_paper_preset,
     run_as_script,
@@ -23,10 +23,10 @@ settings = RunSettings.from_env()
 
 if settings.preset == "cpu":
     config = tiny_cpu_config("alfworld", {"split": "train", "max_steps": 15}, settings, max_new_tokens=8)
-    stop = {"training_iteration": 5}
 else:
     config = apply_paper_preset(HGPOConfig(), "alfworld", settings)
-    stop = {"training_iteration": PAPER_ITERATIONS}
+stop = {"training_iteration": settings.iterations}
+checkpoint_freq = settings.checkpoint_freq
 name = f"alfworld_{settings.run_name}"
 
 if __name__ == "__main__":

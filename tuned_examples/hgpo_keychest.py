@@ -40,6 +40,7 @@ config = (
     .debugging(seed=0)
 )
 stop = {"training_iteration": 150}
+checkpoint_freq = 10  # and at the end; `rllib train file ... --resume` continues from the last
 name = f"keychest_{settings.run_name}"
 
 if __name__ == "__main__":

@@ -11,7 +11,6 @@ published settings (docs/hgpo_algorithm.md §5: mean_norm advantages, 30 steps, 
 
 from hgpo_rllib import HGPOConfig
 from hgpo_rllib.presets import (
-    PAPER_ITERATIONS,
     RunSettings,
     apply_paper_preset,
     run_as_script,
@@ -22,10 +21,10 @@ settings = RunSettings.from_env()
 
 if settings.preset == "cpu":
     config = tiny_cpu_config("webshop", {"max_steps": 10}, settings, adv_mode="mean_norm", max_new_tokens=12)
-    stop = {"training_iteration": 5}
 else:
     config = apply_paper_preset(HGPOConfig(), "webshop", settings)
-    stop = {"training_iteration": PAPER_ITERATIONS}
+stop = {"training_iteration": settings.iterations}
+checkpoint_freq = settings.checkpoint_freq
 name = f"webshop_{settings.run_name}"
 
 if __name__ == "__main__":

@@ -21,4 +21,5 @@ param_space = {
     "length_weight_alpha": tune.grid_search([0.0, 1.0]),
 }
 stop = {"training_iteration": 30}
+checkpoint_freq = base.checkpoint_freq
 name = "sweep_keychest"

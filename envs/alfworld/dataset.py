@@ -1,18 +1,26 @@
-"""The standard ALFWorld game files, as ``alfworld-download`` lays them out.
+"""The standard ALFWorld game files, as ``alfworld-download`` lays them out, listed by alfworld itself.
 
 ``<root>/json_2.1.1/{train,valid_seen,valid_unseen}/<task folder>/<trial>/`` holds ``game.tw-pddl``
 (domain, grammar with the task text, problem) and ``traj_data.json`` (task type and targets).
-Games are filtered exactly as ``AlfredTWEnv.collect_game_files`` does: no movable-receptacle or
-sliced tasks, the requested task types only, and ``"solvable": true`` in the game file.
+The games of a split are collected by alfworld's own ``AlfredTWEnv.collect_game_files`` (no
+movable-receptacle or sliced tasks, the requested task types only, ``"solvable": true``), then
+put in a fixed seeded order so that consecutive games mix task types (alfworld lists them in
+directory-walk order, where neighbours share a task type).
 """
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
+import random
 from collections.abc import Sequence
 from functools import cache
 from pathlib import Path
+
+from alfworld.agents.environment.alfred_tw_env import TASK_TYPES as ALFWORLD_TASK_IDS
+from alfworld.agents.environment.alfred_tw_env import AlfredTWEnv
 
 from envs.alfworld.games import Game, Goal
 
@@ -29,25 +37,34 @@ def has_game_files(root: str | os.PathLike[str]) -> bool:
     return (Path(root) / GAMES_DIR).is_dir()
 
 
+def _alfworld_config(root: Path, task_types: Sequence[str]) -> dict:
+    """The parts of alfworld's ``base_config.yaml`` that ``AlfredTWEnv.collect_game_files`` reads."""
+    ids = {name: number for number, name in ALFWORLD_TASK_IDS.items()}
+    base = root / GAMES_DIR
+    return {
+        "env": {"goal_desc_human_anns_prob": 0, "task_types": sorted(ids[t] for t in task_types)},
+        "dataset": {
+            "data_path": str(base / DATA_SPLITS["train"]),
+            "eval_id_data_path": str(base / DATA_SPLITS["eval_in_distribution"]),
+            "eval_ood_data_path": str(base / DATA_SPLITS["eval_out_of_distribution"]),
+            "num_train_games": -1,
+            "num_eval_games": -1,
+        },
+    }
+
+
 @cache
 def _list_games(root: Path, split: str, task_types: tuple[str, ...]) -> tuple[Path, ...]:
-    base = root / GAMES_DIR / DATA_SPLITS[split]
-    games = []
-    for traj_path in sorted(base.glob("**/traj_data.json")):
-        folder = traj_path.parent
-        game_path = folder / "game.tw-pddl"
-        name = str(folder.relative_to(base))
-        if "movable" in name or "Sliced" in name or not game_path.is_file():
-            continue
-        if json.loads(traj_path.read_text())["task_type"] not in task_types:
-            continue
-        if json.loads(game_path.read_text()).get("solvable"):
-            games.append(folder)
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        loader = AlfredTWEnv(_alfworld_config(root, task_types), train_eval=split)
+    games = sorted(Path(path).parent for path in loader.game_files)
+    random.Random(f"hgpo-alfworld/data/{split}").shuffle(games)
     return tuple(games)
 
 
 def list_games(root: str | os.PathLike[str], split: str, task_types: Sequence[str]) -> tuple[Path, ...]:
-    """The playable game folders of ``split``, sorted; raises with the expected layout if none."""
+    """The playable game folders of ``split`` in their fixed seeded order; raises with the expected
+    layout if there are none."""
     if split not in DATA_SPLITS:
         raise ValueError(f"unknown split {split!r}; expected one of {tuple(DATA_SPLITS)}")
     root = Path(root).expanduser().resolve()

@@ -12,6 +12,10 @@ Two costs are cut without changing what a game does:
 * TextWorld's own ``replan`` searches the whole kitchen (seconds). :meth:`AlfredEngine.expert_plan`
   plans on the current state restricted to the objects the goal mentions plus anything held
   (receptacles have no capacity in this domain, so other objects never matter): ~0.1 s.
+* TextWorld's text generator parses every command template, feedback rule and fact query again at
+  each use, for every admissible command of every step (two thirds of a step in a real-sized
+  kitchen). :func:`_memoize_text_parsing` keeps each parse; the generator gets a fresh copy of a
+  template's symbols (it annotates them), and the same parsed query (it only reads it).
 """
 
 from __future__ import annotations
@@ -20,7 +24,9 @@ import re
 import sys
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
+from copy import deepcopy
 from functools import cache
+from types import SimpleNamespace
 from typing import Any
 
 import fast_downward
@@ -28,6 +34,7 @@ import textworld
 from alfworld.agents.environment.alfred_tw_env import AlfredDemangler
 from textworld.core import GameState
 from textworld.envs import PddlEnv
+from textworld.envs.pddl import textgen
 
 
 class UnsolvableError(RuntimeError):
@@ -67,6 +74,26 @@ def _memoized_translation(memo: dict[tuple[str, str], Any]) -> Iterator[None]:
         fast_downward.pddl2sas = original
 
 
+#: TextWorld's own parsers, before :func:`_memoize_text_parsing` wraps them.
+TEXTGEN_PARSERS = {"_parse_and_convert": textgen._parse_and_convert, "Rule": textgen.Rule}
+
+
+@cache
+def _memoize_text_parsing() -> None:
+    """Make TextWorld's text generator parse each template and query once per process (see above)."""
+    parse = TEXTGEN_PARSERS["_parse_and_convert"]
+    parse_query = TEXTGEN_PARSERS["Rule"].parse_conjunctive_query
+    symbols = cache(lambda text: parse(text, rule_name="symbols"))
+
+    def parse_and_convert(text: str, rule_name: str, **kwargs: Any) -> Any:
+        if rule_name != "symbols" or kwargs.get("trace"):
+            return parse(text, rule_name=rule_name, **kwargs)
+        return deepcopy(symbols(text))
+
+    textgen._parse_and_convert = parse_and_convert
+    textgen.Rule = SimpleNamespace(parse_conjunctive_query=cache(parse_query))
+
+
 @cache
 def _planner_lib() -> Any:
     """A private copy of Fast Downward for the expert planner (one per process; solving must not
@@ -78,6 +105,7 @@ class AlfredEngine:
     """One ALFWorld game at a time (``load`` a game dict, then ``reset`` / ``step``)."""
 
     def __init__(self) -> None:
+        _memoize_text_parsing()
         self._pddl = PddlEnv(textworld.EnvInfos(admissible_commands=True, won=True))
         self._env = AlfredDemangler(self._pddl, shuffle=False)
         self._memo: dict[tuple[str, str], Any] = {}

@@ -5,16 +5,20 @@ demangler, see :mod:`envs.alfworld.engine`). Games come from one of two sources:
 
 * ``generated`` (no download): procedurally generated from the material the alfworld wheel ships
   (:mod:`envs.alfworld.games`: ALFRED floor plans, goal library, object tables), all six task
-  types, planner-checked, with the splits defined there. Command grammar: the original json_2.1.1
-  one (``put X in/on Y``, ``You arrive at loc N.``, no ``help``; :mod:`envs.alfworld.logic`).
+  types, planner-checked, with the splits defined there. Command grammar (``grammar``): alfworld
+  0.4.2's by default (``move X to Y``, ``You arrive at cabinet 8.``, ``help``), or the original
+  json_2.1.1 one (``"2.1.1"``: ``put X in/on Y``, ``You arrive at loc N.``; :mod:`envs.alfworld.logic`).
 * ``data``: the standard ALFWorld game files under ``data_dir`` (default ``$ALFWORLD_DATA``, else
-  ``~/.cache/alfworld``, where ``alfworld-download`` puts them), played as they are (their own
-  grammar); ``train`` / ``eval_in_distribution`` / ``eval_out_of_distribution`` map to
-  ``train`` / ``valid_seen`` / ``valid_unseen``. With ``source="auto"`` (default) they are used
-  when present (or when ``data_dir`` is given), else games are generated.
+  ``~/.cache/alfworld``, where ``alfworld-download`` puts them), listed by alfworld's own
+  ``AlfredTWEnv`` and played as they are (their own grammar); ``train`` / ``eval_in_distribution`` /
+  ``eval_out_of_distribution`` map to ``train`` / ``valid_seen`` / ``valid_unseen``. With
+  ``source="auto"`` (default) they are used when present (or when ``data_dir`` is given), else games
+  are generated.
 
-``reset(seed=s)`` always gives the same task for the same ``s`` (data: game ``s mod n`` of the sorted
-split). The reward is 10 when the episode is won (the reference's ``10 * won``), else 0.
+``reset(seed=s)`` always gives the same task for the same ``s``. The evaluation splits (and data mode)
+are fixed lists of ``env.unwrapped.num_games`` games in a seeded order that mixes task types; seed
+``s`` plays game ``s mod num_games``. As in verl-agent, ``help`` is playable but never listed among
+the admissible actions. The reward is 10 when the episode is won (the reference's ``10 * won``), else 0.
 """
 
 from __future__ import annotations
@@ -27,8 +31,8 @@ from textworld.core import GameState
 
 from envs.alfworld.dataset import has_game_files, list_games, load_game
 from envs.alfworld.engine import AlfredEngine, UnsolvableError
-from envs.alfworld.games import SPLITS, Game, generate_game
-from envs.alfworld.logic import TASK_CATEGORY, TASK_TYPES
+from envs.alfworld.games import SPLITS, Game, generate_game, num_games
+from envs.alfworld.logic import DEFAULT_GRAMMAR, HELP_COMMAND, TASK_CATEGORY, TASK_TYPES, check_grammar
 from envs.common.actions import ParsedAction
 from envs.common.text_env import Observation, TextEnv
 
@@ -59,6 +63,7 @@ class ALFWorldEnv(TextEnv):
         source: ``auto``, ``generated`` or ``data`` (see the module docstring).
         data_dir: root of the standard ALFWorld files (the folder that holds ``json_2.1.1``).
         task_types: the task types to draw from (default: all six).
+        grammar: command grammar of generated games, ``"0.4.2"`` (default) or ``"2.1.1"``.
     """
 
     def __init__(
@@ -69,6 +74,7 @@ class ALFWorldEnv(TextEnv):
         source: str = "auto",
         data_dir: str | os.PathLike[str] | None = None,
         task_types: Sequence[str] = TASK_TYPES,
+        grammar: str = DEFAULT_GRAMMAR,
         require_tags: bool | None = None,
         render_mode: str | None = None,
     ):
@@ -81,12 +87,21 @@ class ALFWorldEnv(TextEnv):
             raise ValueError(f"task_types must be a non-empty subset of {TASK_TYPES}, got {task_types!r}")
         self.split = split
         self.task_types = tuple(task_types)
+        self.grammar = check_grammar(grammar)
         root = data_dir if data_dir is not None else _default_data_dir()
         use_data = source == "data" or (source == "auto" and (data_dir is not None or has_game_files(root)))
         self.source = "data" if use_data else "generated"
         self._data_games = list_games(root, split, self.task_types) if use_data else ()
         self._engine = AlfredEngine()
         self._game: Game | None = None
+
+    @property
+    def num_games(self) -> int | None:
+        """Games in this split's fixed list (``reset(seed=s)`` plays ``s mod num_games``); None for
+        generated ``train``, where every seed is a new game."""
+        if self.source == "data":
+            return len(self._data_games)
+        return num_games(self.split, self.task_types)
 
     # ----------------------------------------------------------------- TextEnv hooks
     def _start_episode(self, seed: int | None, options: dict[str, Any]) -> tuple[Observation, str, str]:
@@ -137,7 +152,7 @@ class ALFWorldEnv(TextEnv):
     def _play_generated(self, task_seed: int) -> Observation:
         """The first solvable attempt of ``task_seed`` (re-checked only when the game changes)."""
         for attempt in range(_MAX_ATTEMPTS):
-            game = generate_game(self.split, task_seed, self.task_types, attempt)
+            game = generate_game(self.split, task_seed, self.task_types, attempt, self.grammar)
             already_checked = self._game is not None and self._game.task_id == game.task_id
             first = self._play(game)
             if already_checked:
@@ -154,7 +169,7 @@ class ALFWorldEnv(TextEnv):
         won = bool(state["won"])
         return Observation(
             text=state.feedback,
-            admissible_actions=list(state["admissible_commands"]),
+            admissible_actions=[c for c in state["admissible_commands"] if c != HELP_COMMAND],
             reward=WIN_REWARD if won else 0.0,
             terminated=won,
             won=won,

@@ -6,17 +6,19 @@ and a random placement of the scene's objects in its receptacles, following ALFR
 (``alfworld.gen.constants``: which receptacle holds what, which objects can be heated, cooled,
 cleaned or toggled, which room types each task type uses; a target never starts where the goal
 wants it, nor in the sink/microwave/fridge that its task uses). The environment then checks that
-the planner solves the game, and asks for the next attempt of the same seed if not.
+the planner solves the game, and asks for the next attempt of the same game if not (same task type).
 
-Splits (what identifies a task: floor plan + goal + initial placement, see :attr:`Game.task_id`):
+Splits, with ALFWorld's sizes and semantics (:data:`TASK_TYPE_COUNTS`):
 
-* ``eval_out_of_distribution``: the floor plans of ALFRED/ALFWorld ``valid_unseen``
-  (:data:`OOD_FLOOR_PLANS`: one kitchen, living room, bedroom and bathroom), never used elsewhere;
-* ``eval_in_distribution``: the other 116 floor plans, with the goals (task type, object,
-  receptacle or lamp) that hash into one bucket in :data:`ID_GOAL_BUCKETS` per floor plan;
-* ``train``: the same floor plans with all the other goals.
+* ``train``: the 116 training floor plans, any of their goals; task types drawn with the weights
+  of ALFWorld's 3,553 training games; unbounded (every seed is a new game).
+* ``eval_in_distribution`` (ALFWorld's ``valid_seen``): a fixed list of 140 games in the training
+  floor plans, goals of the kinds training poses, new object placements and start poses (their own
+  random stream), with valid_seen's task-type counts.
+* ``eval_out_of_distribution`` (``valid_unseen``): a fixed list of 134 games in the four held-out
+  floor plans :data:`OOD_FLOOR_PLANS` (never used elsewhere), with valid_unseen's task-type counts.
 
-So the three splits are disjoint by construction, even in their goals.
+A fixed list is in a seeded order that mixes task types; game ``i`` of it is ``i mod n``.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from typing import Any
 import alfworld.gen.constants as alfred
 from alfworld.gen.goal_library import gdict
 
-from envs.alfworld.logic import TASK_TYPES, grammar_with_task, pddl_domain
+from envs.alfworld.logic import DEFAULT_GRAMMAR, TASK_TYPES, check_grammar, grammar_with_task, pddl_domain
 from envs.alfworld.scenes import (
     LAMP_RECEPTACLE_TYPES,
     FloorPlan,
@@ -44,11 +46,22 @@ from envs.alfworld.scenes import (
 SPLITS: tuple[str, ...] = ("train", "eval_in_distribution", "eval_out_of_distribution")
 #: ALFRED's valid_unseen floor plans (the scenes of ALFWorld's eval_out_of_distribution games).
 OOD_FLOOR_PLANS = frozenset({10, 219, 308, 424})
-ID_GOAL_BUCKETS = 10
+#: Games per task type (in TASK_TYPES order: Pick, Look, Clean, Heat, Cool, Pick2) of ALFWorld's
+#: train (3,553), valid_seen (140) and valid_unseen (134) games. Train's are sampling weights; the
+#: evaluation splits are fixed lists of exactly these counts.
+TASK_TYPE_COUNTS: dict[str, tuple[int, ...]] = {
+    "train": (790, 308, 650, 459, 533, 813),
+    "eval_in_distribution": (35, 13, 27, 16, 25, 24),
+    "eval_out_of_distribution": (24, 18, 31, 23, 21, 17),
+}
+FIXED_SPLITS = ("eval_in_distribution", "eval_out_of_distribution")
+#: Receptacles ALFRED never uses as the target of a pick-two task.
+PICK_TWO_EXCLUDED = frozenset({"CoffeeMachine", "ToiletPaperHanger", "HandTowelHolder"})
 #: Bump when generation changes: the same seed then gives a different game.
-GENERATOR_VERSION = 1
-MAX_INSTANCES = 3  # ALFRED's MAX_NUM_OF_OBJ_INSTANCES
-MAX_OBJECTS = 24  # keeps a step in a kitchen within the speed budget
+GENERATOR_VERSION = 2
+#: ALFRED's scene randomisation: up to 3 instances of each object type, up to 4 of the target.
+MAX_INSTANCES = alfred.MAX_NUM_OF_OBJ_INSTANCES
+MAX_TARGETS = alfred.PICKUP_REPEAT_MAX
 
 #: Receptacle type a task uses as a tool (its target must not start there, nor be placed there).
 TOOLS = {
@@ -104,6 +117,9 @@ def _goals(plan: FloorPlan, task_type: str) -> list[Goal]:
     if plan.room not in alfred.GOALS_VALID[task_type]:
         return []
     tool = TOOLS.get(task_type, "")
+    parents = plan.receptacle_types - {tool}
+    if task_type == "pick_two_obj_and_place":
+        parents -= PICK_TWO_EXCLUDED
     if tool and tool not in plan.receptacle_types:
         return []
     prop = _REQUIRED_PROPERTY.get(task_type)
@@ -119,31 +135,55 @@ def _goals(plan: FloorPlan, task_type: str) -> list[Goal]:
     return [
         Goal(task_type, o, parent_type=parent)
         for o in objects
-        for parent in sorted(plan.receptacle_types - {tool})
+        for parent in sorted(parents)
         if _holds(parent, o) and any(_holds(r, o) for r in plan.receptacle_types - {tool, parent})
     ]
 
 
-def split_of(floor_plan: int, goal: Goal) -> str:
-    """The split a (floor plan, goal) pair belongs to."""
-    if floor_plan in OOD_FLOOR_PLANS:
-        return "eval_out_of_distribution"
-    key = f"{floor_plan}|{goal.name}".encode()
-    bucket = int.from_bytes(hashlib.sha256(key).digest()[:8], "big") % ID_GOAL_BUCKETS
-    return "eval_in_distribution" if bucket == 0 else "train"
+def _check_split(split: str) -> str:
+    if split not in SPLITS:
+        raise ValueError(f"unknown split {split!r}; expected one of {SPLITS}")
+    return split
 
 
 @cache
 def goal_pool(split: str, task_type: str) -> tuple[tuple[int, tuple[Goal, ...]], ...]:
-    """(floor plan, its goals) pairs of a split for one task type, floor plans with no goal left out."""
-    if split not in SPLITS:
-        raise ValueError(f"unknown split {split!r}; expected one of {SPLITS}")
+    """(floor plan, its goals) pairs of a split for one task type, floor plans with no goal left out.
+
+    ``train`` and ``eval_in_distribution`` share the training floor plans and their goals (ALFWorld's
+    valid_seen poses goal kinds seen in training, with new placements)."""
+    ood = _check_split(split) == "eval_out_of_distribution"
     pool = []
     for number in floor_plan_numbers():
-        goals = tuple(g for g in _goals(load_floor_plan(number), task_type) if split_of(number, g) == split)
+        if (number in OOD_FLOOR_PLANS) != ood:
+            continue
+        goals = tuple(_goals(load_floor_plan(number), task_type))
         if goals:
             pool.append((number, goals))
     return tuple(pool)
+
+
+@cache
+def fixed_task_types(split: str) -> tuple[str, ...]:
+    """The task type of each game of a fixed evaluation list, in its seeded (mixed) order."""
+    if _check_split(split) not in FIXED_SPLITS:
+        raise ValueError(f"{split!r} is not a fixed list; those are {FIXED_SPLITS}")
+    order = [t for t, n in zip(TASK_TYPES, TASK_TYPE_COUNTS[split], strict=True) for _ in range(n)]
+    random.Random(f"hgpo-alfworld/{split}/order").shuffle(order)
+    return tuple(order)
+
+
+@cache
+def fixed_game_indices(split: str, task_types: tuple[str, ...] = TASK_TYPES) -> tuple[int, ...]:
+    """Positions in the fixed list of ``split`` of its games of the given task types."""
+    return tuple(i for i, t in enumerate(fixed_task_types(split)) if t in task_types)
+
+
+def num_games(split: str, task_types: Sequence[str] = TASK_TYPES) -> int | None:
+    """Games in a fixed evaluation list (restricted to ``task_types``); None for unbounded ``train``."""
+    if _check_split(split) not in FIXED_SPLITS:
+        return None
+    return len(fixed_game_indices(split, tuple(sorted(task_types))))
 
 
 def _pddl_name(alfred_id: str) -> str:
@@ -173,7 +213,7 @@ def _object_id(rng: random.Random, object_type: str, receptacle: Receptacle, tak
 def _place_objects(rng: random.Random, plan: FloorPlan, goal: Goal) -> list[_Placement]:
     """Targets first (never where the goal or the task's tool would put them), then distractors."""
     avoid = {goal.parent_type, TOOLS.get(goal.task_type, "")} - {""}
-    n_target = rng.randint(2 if goal.task_type == "pick_two_obj_and_place" else 1, MAX_INSTANCES)
+    n_target = rng.randint(2 if goal.task_type == "pick_two_obj_and_place" else 1, MAX_TARGETS)
     others = sorted(plan.object_types - {goal.object_type})
     rng.shuffle(others)
     wanted = [(goal.object_type, n_target)] + [(t, rng.randint(1, MAX_INSTANCES)) for t in others]
@@ -183,11 +223,10 @@ def _place_objects(rng: random.Random, plan: FloorPlan, goal: Goal) -> list[_Pla
     for lamp in sorted(plan.lamp_types) if lamp_holders else ():
         r = rng.choice(lamp_holders)
         placements.append(_Placement(_object_id(rng, lamp, r, taken), lamp, r))
-    budget = MAX_OBJECTS + len(placements)
     for otype, count in wanted:
         banned = avoid if otype == goal.object_type else set()
         holders = [r for r in plan.receptacles if _holds(r.type, otype) and r.type not in banned]
-        for _ in range(min(count, budget - len(placements)) if holders else 0):
+        for _ in range(count if holders else 0):
             r = rng.choice(holders)
             placements.append(_Placement(_object_id(rng, otype, r, taken), otype, r))
     return placements
@@ -242,13 +281,35 @@ def task_description(rng: random.Random, goal: Goal) -> str:
     return template.format(obj=obj, recep=recep, toggle=toggle, mrecep="")
 
 
-def generate_game(split: str, seed: int, task_types: Sequence[str] = TASK_TYPES, attempt: int = 0) -> Game:
-    """The game of ``(split, seed)``; ``attempt`` > 0 gives the fallbacks used if it is unsolvable."""
+def _task_type(split: str, seed: int, task_types: Sequence[str]) -> tuple[str, str]:
+    """(task type, the key of the game's random stream): a fixed list's entry ``seed mod n``, or
+    for ``train`` a draw weighted like ALFWorld's training games."""
+    if split in FIXED_SPLITS:
+        indices = fixed_game_indices(split, tuple(sorted(task_types)))
+        index = indices[seed % len(indices)]
+        return fixed_task_types(split)[index], f"{split}/{index}"
+    types = sorted(task_types)
+    weights = [TASK_TYPE_COUNTS[split][TASK_TYPES.index(t)] for t in types]
+    rng = random.Random(f"hgpo-alfworld/v{GENERATOR_VERSION}/{split}/{seed}/task_type")
+    return rng.choices(types, weights)[0], f"{split}/{seed}"
+
+
+def generate_game(
+    split: str,
+    seed: int,
+    task_types: Sequence[str] = TASK_TYPES,
+    attempt: int = 0,
+    grammar: str = DEFAULT_GRAMMAR,
+) -> Game:
+    """The game of ``(split, seed)``; ``attempt`` > 0 gives the fallbacks used if it is unsolvable
+    (same task type; for a fixed list, same entry)."""
+    _check_split(split)
+    check_grammar(grammar)
     unknown = set(task_types) - set(TASK_TYPES)
-    if not task_types or unknown:
+    if isinstance(task_types, str) or not task_types or unknown:
         raise ValueError(f"task_types must be a non-empty subset of {TASK_TYPES}, got {list(task_types)}")
-    rng = random.Random(f"hgpo-alfworld/v{GENERATOR_VERSION}/{split}/{seed}/{attempt}")
-    task_type = rng.choice(sorted(task_types))
+    task_type, key = _task_type(split, seed, task_types)
+    rng = random.Random(f"hgpo-alfworld/v{GENERATOR_VERSION}/{key}/{attempt}")
     pool = goal_pool(split, task_type)
     if not pool:
         raise ValueError(f"split {split!r} has no floor plan for task type {task_type!r}")
@@ -266,8 +327,8 @@ def generate_game(split: str, seed: int, task_types: Sequence[str] = TASK_TYPES,
         repr((number, goal.name, sorted((p.object_id, p.receptacle.id) for p in placements), start)).encode()
     ).hexdigest()[:16]
     data = {
-        "pddl_domain": pddl_domain(),
-        "grammar": grammar_with_task(task_description(rng, goal)),
+        "pddl_domain": pddl_domain(grammar),
+        "grammar": grammar_with_task(task_description(rng, goal), grammar),
         "pddl_problem": _problem(f"hgpo_{task_id}", plan, goal, placements, start),
     }
     return Game(data=data, goal=goal, task_id=task_id, floor_plan=number)

@@ -12,29 +12,38 @@ from collections.abc import Sequence
 import alfworld.gen.constants as alfred
 from alfworld.gen.goal_library import gdict
 
-from envs.alfworld.logic import TASK_TYPES, grammar_template
+from envs.alfworld.logic import GRAMMARS, TASK_TYPES, grammar_template
 from envs.common.prompts import HistoryRecord, history_fields
 
-ALFWORLD_TEMPLATE_NO_HIS = """
+# verl-agent's closing instruction; note its space before the first newline ("tags. \n").
+_INSTRUCTION = (
+    "Now it's your turn to take an action.\n"
+    "You should first reason step-by-step about the current situation. This reasoning process MUST be "
+    "enclosed within <think> </think> tags. \n"
+    "Once you've finished your reasoning, you should choose an admissible action for current step and "
+    "present it within <action> </action> tags.\n"
+)
+
+ALFWORLD_TEMPLATE_NO_HIS = (
+    """
 You are an expert agent operating in the ALFRED Embodied Environment.
 Your current observation is: {current_observation}
 Your admissible actions of the current situation are: [{admissible_actions}].
 
-Now it's your turn to take an action.
-You should first reason step-by-step about the current situation. This reasoning process MUST be enclosed within <think> </think> tags.
-Once you've finished your reasoning, you should choose an admissible action for current step and present it within <action> </action> tags.
 """  # noqa: E501 - verbatim reference text
+    + _INSTRUCTION
+)
 
-ALFWORLD_TEMPLATE = """
+ALFWORLD_TEMPLATE = (
+    """
 You are an expert agent operating in the ALFRED Embodied Environment. Your task is to: {task_description}
 Prior to this step, you have already taken {step_count} step(s). Below are the most recent {history_length} observations and the corresponding actions you took: {action_history}
 You are now at step {current_step} and your current observation is: {current_observation}
 Your admissible actions of the current situation are: [{admissible_actions}].
 
-Now it's your turn to take an action.
-You should first reason step-by-step about the current situation. This reasoning process MUST be enclosed within <think> </think> tags.
-Once you've finished your reasoning, you should choose an admissible action for current step and present it within <action> </action> tags.
 """  # noqa: E501 - verbatim reference text
+    + _INSTRUCTION
+)
 
 ADMISSIBLE_SEPARATOR = "\n "
 
@@ -84,6 +93,7 @@ def tokenizer_corpus() -> list[str]:
             "open {r}",
             "close {r}",
             "take {o} from {r}",
+            "move {o} to {r}",
             "put {o} in/on {r}",
             "examine {r}",
             "use {o}",
@@ -96,11 +106,14 @@ def tokenizer_corpus() -> list[str]:
     observations = [
         "-= Welcome to TextWorld, ALFRED! =-\n\nYou are in the middle of a room. Looking quickly around you, "
         f"you see {', '.join(f'a {r} 1' for r in receptacles)}.\n\nYour task is to: {tasks[0]}.",
+        f"You arrive at countertop 1. On the countertop 1, you see {seen}.",
         f"You arrive at loc 7. On the countertop 1, you see {seen}.",
         f"You open the drawer 2. The drawer 2 is open. In it, you see {seen}.",
-        "You arrive at loc 3. The fridge 1 is closed.",
-        *(f"You arrive at loc {n}. The cabinet {n % 9 + 1} is closed." for n in range(0, 100, 11)),
+        "You arrive at fridge 1. The fridge 1 is closed.",
+        *(f"You arrive at cabinet {n}. The cabinet {n} is closed." for n in range(1, 12)),
+        *(f"You arrive at loc {n}. The drawer {n % 9 + 1} is closed." for n in range(0, 100, 11)),
         "You pick up the apple 1 from the countertop 1.",
+        "You move the apple 1 to the countertop 1.",
         "You put the apple 1 in/on the countertop 1.",
         "You heat the apple 1 using the microwave 1.",
         "You cool the apple 1 using the fridge 1.",
@@ -116,4 +129,4 @@ def tokenizer_corpus() -> list[str]:
         "<think>I need to find the apple first, so I will check the countertop.</think>"
         "<action>go to countertop 1</action>",
     ]
-    return prompts + tasks + commands + observations + [grammar_template()]
+    return prompts + tasks + commands + observations + [grammar_template(g) for g in GRAMMARS]

@@ -2,14 +2,15 @@
 
 ``alfworld/gen/layouts/FloorPlan{N}-openable.json`` maps real receptacle ids to the agent pose from
 which ALFRED interacts with them; ``-objects.json`` lists the object types present in the scene and
-``-layout.npy`` its navigable grid points. A receptacle type listed in ``-objects.json`` but absent
-from ``-openable.json`` (e.g. a toaster or a garbage can) gets one instance at a grid point chosen
-from the floor plan number, so every scene is fixed and reproducible.
+``-layout.npy`` its navigable grid points. The layout files list only some of a scene's receptacles
+(floor plan 10: 3 of its 6 cabinets, none of its 4 stove burners), so the count of each receptacle
+type is completed like the real scenes: as the real ALFWorld rooms have it where known
+(:mod:`envs.alfworld.real_rooms`, which holds the four held-out floor plans), else drawn from the
+counts of that type in the real rooms of the same room type (never below the layout's own count).
+An added instance stands at a grid point next to an instance of its type (a new type: anywhere).
+Everything is seeded by the floor plan number, so every scene is fixed and reproducible.
 
-Receptacles that share an interaction pose get distinct locations (the camera pitch is shifted),
-unlike the original data (alfworld issue #131, where ``go to`` cannot move between them). To keep
-a step within the speed budget, scenes keep at most :data:`MAX_RECEPTACLES` receptacles, dropping
-surplus instances of the most frequent types (cabinets, drawers, shelves) first.
+Receptacles that share an interaction pose share a location, as in the real games.
 """
 
 from __future__ import annotations
@@ -24,7 +25,8 @@ from importlib.resources import files
 import alfworld.gen.constants as alfred
 import numpy as np
 
-MAX_RECEPTACLES = 24
+from envs.alfworld.real_rooms import REAL_RECEPTACLE_COUNTS
+
 STATIC_RECEPTACLE_TYPES = frozenset(alfred.RECEPTACLES) - frozenset(alfred.MOVABLE_RECEPTACLES)
 #: Object types that some receptacle can hold (what ALFRED can pick up), without sliced variants.
 PICKUPABLE_TYPES = frozenset(
@@ -37,6 +39,7 @@ LAMP_RECEPTACLE_TYPES = frozenset(
 )
 _LAYOUTS = files("alfworld.gen") / "layouts"
 _GRID = 0.25  # ALFRED's navigation grid step (metres)
+_NEIGHBOURHOOD = 1.0  # metres: how far from an instance of its type an added receptacle stands
 
 
 @dataclass(frozen=True)
@@ -80,22 +83,33 @@ def _receptacle_type(receptacle_id: str) -> str:
     return parts[-1] if len(parts) == 5 else parts[0]  # "Sink|x|y|z|SinkBasin" is a SinkBasin
 
 
-def _synthetic_id(rtype: str, x: float, z: float) -> str:
+def _synthetic_id(rtype: str, x: float, z: float, index: int) -> str:
+    """An ALFRED-style id for an added receptacle (unique through ``index``)."""
     base = {"SinkBasin": "Sink", "BathtubBasin": "Bathtub"}.get(rtype)
-    coords = f"{x:+06.2f}|+00.90|{z:+06.2f}"
+    coords = f"{x:+06.2f}|+{0.90 + 0.01 * index:05.2f}|{z:+06.2f}"
     return f"{base}|{coords}|{rtype}" if base else f"{rtype}|{coords}"
 
 
-def _cap(receptacles: list[Receptacle]) -> list[Receptacle]:
-    """Keep at most MAX_RECEPTACLES, taking instances round-robin over types (each type stays)."""
-    by_type: dict[str, list[Receptacle]] = defaultdict(list)
-    for r in receptacles:
-        by_type[r.type].append(r)
-    kept: list[Receptacle] = []
-    for rank in range(max(len(v) for v in by_type.values())):
-        kept += [v[rank] for _, v in sorted(by_type.items()) if rank < len(v)]
-    kept_ids = {r.id for r in kept[:MAX_RECEPTACLES]}
-    return [r for r in receptacles if r.id in kept_ids]
+@cache
+def real_count_samples(room: str) -> dict[str, tuple[int, ...]]:
+    """Per receptacle type, its instance counts in the real rooms of ``room`` type that have it."""
+    samples: dict[str, list[int]] = defaultdict(list)
+    for number, counts in sorted(REAL_RECEPTACLE_COUNTS.items()):
+        if room_of(number) == room:
+            for rtype, count in counts.items():
+                samples[rtype].append(count)
+    return {rtype: tuple(v) for rtype, v in samples.items()}
+
+
+def _receptacle_counts(number: int, room: str, known: dict[str, int], present: set[str], rng: random.Random):
+    """How many receptacles of each type the scene has (see the module doc)."""
+    if number in REAL_RECEPTACLE_COUNTS:
+        return dict(REAL_RECEPTACLE_COUNTS[number])
+    samples = real_count_samples(room)
+    return {
+        rtype: max(known.get(rtype, 0), rng.choice(samples[rtype]) if rtype in samples else 1)
+        for rtype in sorted(present | set(known))
+    }
 
 
 @cache
@@ -106,24 +120,30 @@ def load_floor_plan(number: int) -> FloorPlan:
     present = set(json.loads((_LAYOUTS / f"{name}-objects.json").read_text()))
     with (_LAYOUTS / f"{name}-layout.npy").open("rb") as f:
         grid = tuple((float(x), float(z)) for x, z in np.load(f))
-    rng = random.Random(name)
-    entries = [(rid, _receptacle_type(rid), pose) for rid, pose in sorted(poses.items())]
-    known = {rtype for _, rtype, _ in entries}
-    for rtype in sorted((present & STATIC_RECEPTACLE_TYPES) - known):
-        x, z = rng.choice(grid)
-        entries.append((_synthetic_id(rtype, x, z), rtype, [x, z, 90 * rng.randrange(4), 30]))
-    used: set[str] = set()
+    rng = random.Random(f"{name}/receptacles")
+    room = room_of(number)
+    by_type: dict[str, list[tuple[str, list[float]]]] = defaultdict(list)
+    for rid, pose in sorted(poses.items()):
+        by_type[_receptacle_type(rid)].append((rid, pose))
+    known = {rtype: len(v) for rtype, v in by_type.items()}
+    counts = _receptacle_counts(number, room, known, present & STATIC_RECEPTACLE_TYPES, rng)
     receptacles = []
-    for rid, rtype, (x, z, rotation, horizon) in entries:
-        horizon = int(horizon)
-        while (loc := pose_location(x, z, rotation, horizon)) in used:
-            horizon += 15
-        used.add(loc)
-        receptacles.append(Receptacle(rid, rtype, loc))
+    for rtype, count in sorted(counts.items()):
+        instances = by_type.get(rtype, [])[:count]
+        for index in range(len(instances), count):
+            if instances:
+                ax, az, rotation, _ = rng.choice(instances)[1]
+                near = [(x, z) for x, z in grid if max(abs(x - ax), abs(z - az)) <= _NEIGHBOURHOOD]
+                x, z = rng.choice(near or grid)
+            else:
+                (x, z), rotation = rng.choice(grid), 90 * rng.randrange(4)
+            instances.append((_synthetic_id(rtype, x, z, index), [x, z, rotation, 30]))
+        for rid, (x, z, rotation, horizon) in instances:
+            receptacles.append(Receptacle(rid, rtype, pose_location(x, z, rotation, int(horizon))))
     return FloorPlan(
         number=number,
-        room=room_of(number),
-        receptacles=tuple(_cap(receptacles)),
+        room=room,
+        receptacles=tuple(receptacles),
         object_types=frozenset(present & PICKUPABLE_TYPES),
         lamp_types=frozenset(present & LAMP_TYPES),
         grid=grid,

@@ -29,10 +29,19 @@ class ParsedAction:
 
 
 def normalize_command(text: str) -> str:
-    """Lower-case, drop control characters, collapse whitespace, and cap the length."""
+    """Lower-case, drop control characters, collapse whitespace, and cap the length.
+
+    A command cut at the cap keeps its closing ``]``, so an over-long ``search[...]`` stays a search
+    (of its first words) instead of becoming an invalid action."""
+    closed = text.rstrip().endswith("]")
     text = text[: 4 * MAX_COMMAND_CHARS]  # bound the work on huge outputs; longer is no command
     text = "".join(ch for ch in text if unicodedata.category(ch)[0] != "C" or ch in "\t\n ")
-    return _WHITESPACE.sub(" ", text).strip().lower()[:MAX_COMMAND_CHARS].rstrip()
+    text = _WHITESPACE.sub(" ", text).strip().lower()
+    if len(text) <= MAX_COMMAND_CHARS:
+        return text
+    if closed:
+        return text[: MAX_COMMAND_CHARS - 1].rstrip() + "]"
+    return text[:MAX_COMMAND_CHARS].rstrip()
 
 
 def parse_action(output: str, *, require_tags: bool = True) -> ParsedAction:

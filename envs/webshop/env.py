@@ -5,10 +5,13 @@
 LLM's whole output (``<think>...</think><action>search[...]</action>``). The reward is verl-agent's:
 10 when "buy now" scores 1.0, else 0; ``info["score"]`` carries the raw score (WebShop's "score").
 
-Goals: ``reset(options={"goal_index": i})`` plays ``env.unwrapped.goals[i]``; ``options={"goal": {...}}``
-plays a goal dict of the user's (see :func:`~envs.webshop.goals.complete_goal`); a plain
-``reset(seed=s)`` draws a goal by the original's weights, deterministically in ``s`` (later unseeded
-resets continue the same stream).
+Goals: a plain ``reset(seed=s)`` draws a goal of the env's ``split``, deterministically in ``s`` (later
+unseeded resets continue the same stream). The splits are verl-agent's: ``test`` = goals 0-499,
+``train`` = goals 500 onward (the default; evaluation uses ``test``), ``all`` = every goal. Goals are
+drawn uniformly within the split, as verl-agent draws them; ``goal_sampling="weighted"`` draws by the
+original WebShop's weights instead (``split="all"`` with ``"weighted"`` is exactly the original's
+draw). ``reset(options={"goal_index": i})`` plays ``env.unwrapped.goals[i]`` whatever the split;
+``options={"goal": {...}}`` plays a goal dict of the user's (see :func:`~envs.webshop.goals.complete_goal`).
 
 ``info`` adds to the common keys: ``is_action_admissible`` (the command was a search or a clickable
 click), ``score``, ``available_actions`` (the original's ``{has_search_bar, clickables}``),
@@ -30,11 +33,15 @@ from envs.common.text_env import Observation, TextEnv
 from envs.webshop.data import ATTRIBUTES_FILE, CATALOG_FILE, Shop, load_shop
 from envs.webshop.engine import StepOutcome, WebShopSession
 from envs.webshop.expert import ScriptedBuyer
-from envs.webshop.goals import complete_goal, sample_goal_index
+from envs.webshop.goals import complete_goal, cumulative_weights, sample_goal_index
 
 WIN_SCORE = 1.0
 WIN_REWARD = 10.0
 _RESET_OPTIONS = ("goal_index", "goal")
+#: verl-agent evaluates on the first 500 goals and trains on the rest.
+TEST_GOALS = 500
+SPLITS = ("train", "test", "all")
+GOAL_SAMPLING = ("uniform", "weighted")
 
 
 class WebShopEnv(TextEnv):
@@ -43,6 +50,8 @@ class WebShopEnv(TextEnv):
     def __init__(
         self,
         *,
+        split: str = "train",
+        goal_sampling: str = "uniform",
         data_dir: str | os.PathLike[str] | None = None,
         max_steps: int = 15,
         require_tags: bool | None = None,
@@ -51,7 +60,18 @@ class WebShopEnv(TextEnv):
         attributes_file: str = ATTRIBUTES_FILE,
     ):
         super().__init__(max_steps=max_steps, require_tags=require_tags, render_mode=render_mode)
+        if split not in SPLITS:
+            raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
+        if goal_sampling not in GOAL_SAMPLING:
+            raise ValueError(f"goal_sampling must be one of {GOAL_SAMPLING}, got {goal_sampling!r}")
         self.shop: Shop = load_shop(data_dir, catalog_file=catalog_file, attributes_file=attributes_file)
+        n = len(self.shop.goals)
+        if n <= TEST_GOALS and split != "all":
+            raise ValueError(f"split {split!r} needs more than {TEST_GOALS} goals; this catalog has {n}")
+        self.split, self.goal_sampling = split, goal_sampling
+        #: The goal indices of the split: [start, stop).
+        self.goal_range = {"test": range(TEST_GOALS), "train": range(TEST_GOALS, n), "all": range(n)}[split]
+        self._split_cum_weights: list[float] | None = None
         self.session: WebShopSession | None = None
         self.goal_index: int | None = None
         self._rng: random.Random | None = None
@@ -80,7 +100,7 @@ class WebShopEnv(TextEnv):
         else:
             index = options.get("goal_index")
             if index is None:
-                index = sample_goal_index(self.shop.cum_weights, self._rng)
+                index = self._draw_goal_index()
             elif not (isinstance(index, Integral) and not isinstance(index, bool)
                       and 0 <= index < len(self.shop.goals)):
                 raise ValueError(f"goal_index must be an int in [0, {len(self.shop.goals)}), got {index!r}")
@@ -90,6 +110,14 @@ class WebShopEnv(TextEnv):
         self._buyer = ScriptedBuyer(goal)
         first = self._observe(StepOutcome(executed=True))
         return first, goal["instruction_text"], goal.get("category", "")
+
+    def _draw_goal_index(self) -> int:
+        goals = self.goal_range
+        if self.goal_sampling == "uniform":
+            return goals.start + self._rng.randrange(len(goals))
+        if self._split_cum_weights is None:
+            self._split_cum_weights = cumulative_weights(self.shop.goals[goals.start : goals.stop])
+        return goals.start + sample_goal_index(self._split_cum_weights, self._rng)
 
     def expert_action(self) -> str | None:
         """The scripted buyer's next command (it knows the goal product and options).

@@ -149,14 +149,17 @@ def _mean(values: npt.NDArray[Any]) -> float:
 
 
 def level_metrics(
-    table: StepTable, step_returns: FloatArray, settings: EstimatorSettings
+    table: StepTable, step_returns: FloatArray, scores: FloatArray, settings: EstimatorSettings
 ) -> dict[str, float]:
     """History-level monitoring from the estimator's own grouping, :func:`adv.hgpo_level_stats`.
 
     Keys ``level{d}_*`` count from d = 1 (paper level k = d - 1, docs/hgpo_algorithm.md §4.2), so
     ``level1`` is the current-state group. For each level of HGPO (d = 1..K+1): mean group size
     and singleton fraction over the steps that have the level, and mean / std / mean |a| of the
-    level's items (§4.3; exact-zero items included, singletons have none). GiGPO gets the
+    level's items (§4.3; exact-zero items included, singletons have none), and
+    ``level{d}_weight_mean``, the level's mean weight in the step advantages (0 where a step has
+    no item there, so with ``base_weight_mean`` under ``base_group`` they sum to the share of
+    steps with any item): what the configured weighting, ``adaptive`` above all, chose. GiGPO gets the
     sizes of its anchor-state group only (its items use another std); GRPO has no levels.
     ``all_levels_singleton_frac``: steps with no shared group at any level, which get no step
     item (HGPO advantage 0 unless ``base_group``, §4.6). Undefined statistics are NaN.
@@ -170,11 +173,16 @@ def level_metrics(
         table.step_idx,
         table.obs,
         step_returns,
+        episode_scores=scores,
         history_length=settings.history_length if hgpo else 0,
         mode=settings.adv_mode,
+        alpha=settings.length_weight_alpha,
+        base_group=hgpo and settings.base_group,
+        weighting=settings.weighting if hgpo else "reference",
     )
     stats: dict[str, float] = {}
-    for depth, (sizes, items) in enumerate(zip(levels.sizes, levels.items, strict=True), start=1):
+    columns = zip(levels.sizes, levels.items, levels.weights, strict=True)
+    for depth, (sizes, items, weights) in enumerate(columns, start=1):
         present = sizes[sizes > 0]
         stats[f"level{depth}_group_size_mean"] = _mean(present)
         stats[f"level{depth}_singleton_frac"] = _mean(present == 1)
@@ -183,6 +191,9 @@ def level_metrics(
             stats[f"level{depth}_advantage_mean"] = _mean(items)
             stats[f"level{depth}_advantage_std"] = float(items.std()) if items.size else float("nan")
             stats[f"level{depth}_advantage_abs_mean"] = _mean(np.abs(items))
+            stats[f"level{depth}_weight_mean"] = _mean(weights)
+    if hgpo and settings.base_group:
+        stats["base_weight_mean"] = _mean(levels.base_weights)
     stats["all_levels_singleton_frac"] = _mean((levels.sizes <= 1).all(axis=0))
     return stats
 
@@ -272,7 +283,7 @@ class GroupAdvantages(ConnectorV2):
         rows[ADVANTAGES] = advantages.astype(np.float32)
         batch[DEFAULT_MODULE_ID] = rows
         if metrics is not None:
-            self._log_stats(metrics, table, episodes, step_returns, advantages, estimator_s)
+            self._log_stats(metrics, table, episodes, step_returns, scores, advantages, estimator_s)
             metrics.log_value(
                 (DEFAULT_MODULE_ID, "advantage_connector_s"), time.perf_counter() - start, window=1
             )
@@ -284,6 +295,7 @@ class GroupAdvantages(ConnectorV2):
         table: StepTable,
         episodes: Sequence[SingleAgentEpisode],
         step_returns: FloatArray,
+        scores: FloatArray,
         advantages: FloatArray,
         estimator_s: float,
     ) -> None:
@@ -305,7 +317,7 @@ class GroupAdvantages(ConnectorV2):
             "advantage_max": float(advantages.max()),
             "advantage_zero_frac": float((advantages == 0).mean()),
             "advantage_estimator_s": estimator_s,
-            **level_metrics(table, step_returns, self.settings),
+            **level_metrics(table, step_returns, scores, self.settings),
         }
         for key, value in stats.items():
             metrics.log_value((DEFAULT_MODULE_ID, key), value, window=1)

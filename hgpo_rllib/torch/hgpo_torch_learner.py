@@ -21,21 +21,24 @@ from collections import defaultdict
 from typing import Any, NamedTuple
 
 import torch
+import tree
 from ray.rllib.core import DEFAULT_MODULE_ID
 from ray.rllib.core.learner.learner import ENTROPY_KEY, POLICY_LOSS_KEY
 from ray.rllib.core.learner.torch.torch_learner import TorchLearner
 from ray.rllib.utils.annotations import override
-from ray.rllib.utils.typing import ModuleID
+from ray.rllib.utils.numpy import convert_to_numpy
+from ray.rllib.utils.typing import ModuleID, StateDict
 
 from hgpo_rllib.connectors.group_advantages import ADVANTAGES, OLD_LOGP, REF_LOGP, RESP_MASK
+from hgpo_rllib.connectors.reference_logp import SAMPLER_LOGP
 from hgpo_rllib.hgpo_learner import HGPOLearner
 
 KL_KEY = "kl"
 CLIP_FRAC_KEY = "clip_frac"
 DUAL_CLIP_FRAC_KEY = "dual_clip_frac"
 RATIO_MEAN_KEY = "ratio_mean"
-#: Mean |logp_learner - old_logp| over the first minibatch of the first epoch: before any update the
-#: learner must reproduce the sampler's log-probs, so this checks weight sync and token alignment.
+#: Mean |logp_learner - sampler's logp| over the first minibatch of the first epoch: before any update
+#: the learner must reproduce the sampler's log-probs, so this checks weight sync and token alignment.
 LOGP_GAP_KEY = "logp_gap_vs_sampler"
 _LOG_RATIO_LIMIT = 20.0  # verl clamps log-ratios before exp() as well
 _KL_LIMIT = 10.0
@@ -80,6 +83,24 @@ def token_loss_terms(
     return TokenLossTerms(pg, kl, ratio, (pg_clipped > pg_unclipped).float(), dual_clipped.float())
 
 
+def _numpy_compatible(value: Any) -> Any:
+    """bfloat16 tensors as float32 (exact), everything else unchanged."""
+    if isinstance(value, torch.Tensor) and value.dtype == torch.bfloat16:
+        return value.float()
+    return value
+def non_finite_terms(mask: torch.Tensor, terms: dict[str, torch.Tensor | None]) -> list[str]:
+    """Names of the terms with a NaN/inf at a valid response token (per-row terms: at any row)."""
+    valid = mask.bool()
+    names = []
+    for name, value in terms.items():
+        if value is None:
+            continue
+        picked = value[valid] if value.shape == valid.shape else value
+        if not bool(torch.isfinite(picked).all()):
+            names.append(name)
+    return names
+
+
 class HGPOTorchLearner(HGPOLearner, TorchLearner):
     """Token-mean clipped policy gradient with dual clip, k3 KL and entropy bonus (verl's actor)."""
 
@@ -98,6 +119,21 @@ class HGPOTorchLearner(HGPOLearner, TorchLearner):
         self.register_optimizer(
             module_id=module_id, optimizer=optimizer, params=params, lr_or_lr_schedule=config.lr
         )
+
+    @override(TorchLearner)
+    def _get_optimizer_state(self) -> StateDict:
+        """TorchLearner's, except that bfloat16 state is saved as float32 (numpy has no bfloat16).
+
+        The cast is exact, and ``Optimizer.load_state_dict`` casts the state back to the parameters'
+        dtype on restore. (Learners keep float32 master weights, so this guards custom setups.)
+        """
+        return {
+            name: {
+                "module_id": self._optimizer_name_to_module[name],
+                "state": convert_to_numpy(tree.map_structure(_numpy_compatible, optim.state_dict())),
+            }
+            for name, optim in self._named_optimizers.items()
+        }
 
     @override(TorchLearner)
     def before_gradient_based_update(self, *, timesteps: dict[str, Any]) -> None:
@@ -157,6 +193,7 @@ class HGPOTorchLearner(HGPOLearner, TorchLearner):
         if terms.kl is not None:
             per_token = per_token + config.kl_coeff * terms.kl
         first = self._num_minibatches == 0
+        sampler_logp = batch[SAMPLER_LOGP] if SAMPLER_LOGP in batch else batch[OLD_LOGP]
         self._accumulate(
             mask,
             {
@@ -166,10 +203,35 @@ class HGPOTorchLearner(HGPOLearner, TorchLearner):
                 CLIP_FRAC_KEY: terms.clipped,
                 DUAL_CLIP_FRAC_KEY: terms.dual_clipped,
                 RATIO_MEAN_KEY: terms.ratio,
-                LOGP_GAP_KEY: (fwd_out["logp"] - batch[OLD_LOGP]).abs() if first else None,
+                LOGP_GAP_KEY: (fwd_out["logp"] - sampler_logp).abs() if first else None,
             },
         )
-        return (per_token * mask).sum() / self._minibatch_tokens
+        loss = (per_token * mask).sum() / self._minibatch_tokens
+        if not torch.isfinite(loss):  # stop before backward(): no NaN/inf reaches the weights
+            bad = non_finite_terms(
+                mask,
+                {
+                    "policy_loss": terms.pg,
+                    f"kl_coeff * kl (kl_coeff={config.kl_coeff})": (
+                        None if terms.kl is None else config.kl_coeff * terms.kl
+                    ),
+                    f"entropy_coeff * entropy (entropy_coeff={config.entropy_coeff})": (
+                        config.entropy_coeff * entropy
+                    ),
+                    "logp (the learner's log-probs)": fwd_out["logp"],
+                    "old_logp": batch[OLD_LOGP],
+                    "ref_logp": batch[REF_LOGP] if config.kl_coeff > 0 else None,
+                    "advantages": batch[ADVANTAGES],
+                },
+            )
+            raise FloatingPointError(
+                f"HGPO learner: non-finite loss ({float(loss.detach())}) in minibatch "
+                f"{self._num_minibatches + 1} "
+                f"of this update; non-finite terms: {', '.join(bad) or 'none alone (their sum overflows)'}. "
+                "The update stops before this minibatch's optimiser step; a huge lr, kl_coeff or "
+                "entropy_coeff, or weights that are already non-finite, cause this."
+            )
+        return loss
 
     def _accumulate(self, mask: torch.Tensor, values: dict[str, torch.Tensor | None]) -> None:
         """Token-weighted sums over the whole update, reported as token means at its end."""

@@ -1,0 +1,104 @@
+"""``rllib evaluate`` on ALFWorld's and WebShop's evaluation splits (defaults, labels, whole splits)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from hgpo_rllib import evaluation
+from hgpo_rllib.cli import build_parser
+from hgpo_rllib.evaluation import evaluate
+
+GENERATED = {"source": "generated"}
+
+
+@pytest.fixture
+def played(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, dict, int]]:
+    """Replace the episode loop: record (env, env_config, episodes) and return lost episodes."""
+    calls: list[tuple[str, dict, int]] = []
+
+    def record(env_name, env_config, policy, task_seeds, **kwargs):
+        calls.append((env_name, dict(env_config), len(task_seeds)))
+        return [
+            {
+                "task_seed": s,
+                "task_type": "Pick",
+                "won": False,
+                "steps": 1,
+                "invalid_rate": 0.0,
+                "score": 0.0,
+                "env_error": "",
+            }
+            for s in task_seeds
+        ]
+
+    monkeypatch.setattr(evaluation, "play", record)
+    return calls
+
+
+def test_defaults_are_the_whole_out_of_distribution_split(tmp_path: Path, played: list) -> None:
+    evaluate(None, env="alfworld", seeds=[1, 2], output=tmp_path, baselines=["random"], env_config=GENERATED)
+    assert [(c["split"], n) for _, c, n in played] == [("eval_out_of_distribution", 134)] * 2
+    assert "split `eval_out_of_distribution` (134 games, all played)" in (tmp_path / "summary.md").read_text()
+    assert set(pd.read_csv(tmp_path / "summary.csv")["split"]) == {"eval_out_of_distribution"}
+
+
+def test_split_all_labels_each_split(tmp_path: Path, played: list) -> None:
+    summary = evaluate(
+        None,
+        env="alfworld",
+        split="all",
+        seeds=[1],
+        episodes=3,
+        output=tmp_path,
+        baselines=["random"],
+        env_config=GENERATED,
+    )
+    assert [(c["split"], n) for _, c, n in played] == [
+        ("eval_in_distribution", 3),
+        ("eval_out_of_distribution", 3),
+    ]
+    assert list(summary["split"]) == ["eval_in_distribution", "eval_out_of_distribution"]
+    per_seed = pd.read_csv(tmp_path / "per_seed.csv")
+    assert list(per_seed["split"]) == ["eval_in_distribution", "eval_out_of_distribution"]
+    text = (tmp_path / "summary.md").read_text()
+    assert "split `eval_in_distribution` (140 games): 3 episodes" in text
+
+
+def test_webshop_evaluates_on_its_test_goals(tmp_path: Path, played: list) -> None:
+    evaluate(None, env="webshop", seeds=[1], output=tmp_path, baselines=["random"])
+    assert [(c["split"], n) for _, c, n in played] == [("test", evaluation.DEFAULT_EPISODES)]
+
+
+def test_bad_split_is_rejected(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="split must be one of"):
+        evaluate(None, env="alfworld", split="valid", output=tmp_path, baselines=["random"])
+
+
+def test_cli_split_choices() -> None:
+    parser = build_parser()
+    args = parser.parse_args(["evaluate", "--env", "alfworld", "--output", "x"])
+    assert args.split is None and args.episodes is None  # evaluate() picks "out" and the whole split
+    assert (
+        parser.parse_args(["evaluate", "--env", "alfworld", "--split", "all", "--output", "x"]).split == "all"
+    )
+    with pytest.raises(SystemExit):
+        parser.parse_args(["evaluate", "--env", "alfworld", "--split", "seen", "--output", "x"])
+
+
+@pytest.mark.slow
+def test_real_episodes_on_both_splits(tmp_path: Path) -> None:
+    summary = evaluate(
+        None,
+        env="alfworld",
+        split="all",
+        seeds=[1],
+        episodes=2,
+        output=tmp_path,
+        baselines=["expert"],
+        env_config=GENERATED,
+    )
+    assert list(summary["split"]) == ["eval_in_distribution", "eval_out_of_distribution"]
+    assert (pd.read_csv(tmp_path / "per_seed.csv")["success"] == 100).all()
