@@ -24,7 +24,8 @@ Example::
 
 Model choice lives in ``.rl_module(model_config=...)``: ``model`` ("tiny-qwen2", a random-init
 test model whose tokenizer is trained on the env's texts, or a local Hugging Face directory),
-``torch_dtype``, ``inference_backend`` ("auto" | "hf" | "vllm"), ``tiny_model`` overrides (see
+``torch_dtype``, ``inference_backend`` ("auto" | "hf" | "vllm"), ``vllm_engine_args`` (further
+``vllm.LLM`` arguments), ``tiny_model`` overrides (see
 :class:`~hgpo_rllib.rl_module.LLMRLModule`). Generation lengths, temperatures and ``kl_coeff`` are
 training settings; HGPOConfig passes them to the module.
 """

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+import traceback
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -60,7 +61,14 @@ class WeightSyncExtension:
         none (its weight is the embedding's), so a backend that keeps a processed copy of the head
         (the CPU one packs it for its GEMM kernels) would go on computing logits with the old one.
         """
-        self.reload_weights(weights_path=weights_dir)
+        try:
+            self.reload_weights(weights_path=weights_dir)
+        except Exception as err:
+            # vLLM hands the caller only str(err), empty for its bare asserts: add the type and place.
+            where = traceback.extract_tb(err.__traceback__)[-1]
+            raise RuntimeError(
+                f"{type(err).__name__}({err}) at {where.filename}:{where.lineno}: {where.line}"
+            ) from err
         model = self.model_runner.get_model()
         head = getattr(model, "lm_head", None)
         if self.vllm_config.model_config.hf_text_config.tie_word_embeddings and head is not None:

@@ -249,6 +249,22 @@ def test_exploration_logp_matches_forward_train(temperature: float) -> None:
     assert (module.forward_train(train_batch(prompts, out))["logp"] - logp).abs().max() > 1e-3
 
 
+def test_sampled_log_probs_are_gathered_one_step_late_and_follow_undone_steps() -> None:
+    """The generate-time recorder: step t's token shows up in input_ids at step t + 1 (or at the end)."""
+    recorder = rl_module._SampledLogProbs()
+    scores = [torch.randn(2, 5) for _ in range(3)]
+    tokens = torch.tensor([[1, 4, 2], [0, 3, 3]])
+    prompt = torch.zeros((2, 4), dtype=torch.long)
+    for t, step_scores in enumerate(scores):
+        recorder(torch.cat([prompt, tokens[:, :t]], 1), step_scores)
+    expected = torch.stack(
+        [s.log_softmax(-1)[torch.arange(2), tokens[:, t]] for t, s in enumerate(scores)], dim=1
+    )
+    torch.testing.assert_close(recorder.logp(tokens), expected)
+    # generate may undo a deferred last step: the recorder follows the returned tokens.
+    torch.testing.assert_close(recorder.logp(tokens[:, :2]), expected[:, :2])
+
+
 def test_response_masks_end_at_the_first_eos() -> None:
     # The smallest vocab (259) makes EOS likely within 64 random-init steps in some of the 32 rows.
     module = build(tokenizer_vocab_size=259, max_new_tokens=64)

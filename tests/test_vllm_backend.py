@@ -53,8 +53,12 @@ def sample(module: LLMRLModule, **extra: Any) -> tuple[dict[str, Any], dict[str,
 
 
 def teacher_forced_gap(module: LLMRLModule, batch: dict[str, Any], out: dict[str, Any]) -> float:
-    """Max |sampler log-prob - HF teacher-forced log-prob| over the sampled tokens."""
-    train = module.forward_train({**batch, "resp_ids": out[Columns.ACTIONS], "resp_mask": out["resp_mask"]})
+    """Max |sampler log-prob - HF teacher-forced log-prob| over the sampled tokens.
+
+    The env runner's module is inference-only, so RLlib's ``forward_train`` refuses; its
+    ``_forward_train`` is the learner's computation on the runner's own HF copy of the weights.
+    """
+    train = module._forward_train({**batch, "resp_ids": out[Columns.ACTIONS], "resp_mask": out["resp_mask"]})
     mask = out["resp_mask"].bool()
     assert mask.sum() > 4
     return float((train["logp"].detach() - out["resp_logp"])[mask].abs().max())
@@ -76,7 +80,7 @@ def test_vllm_log_probs_equal_hf_teacher_forced_ones(algo: HGPO) -> None:
 
 def test_weight_sync_moves_the_engine_to_the_new_weights(algo: HGPO) -> None:
     module = runner_module(algo)
-    original = module.get_state()
+    original = {k: v.copy() for k, v in module.get_state().items()}  # the arrays alias the weights
     torch.manual_seed(1)
     batch, out = sample(module)
     old_weights_gap = teacher_forced_gap(module, batch, out)
@@ -88,7 +92,7 @@ def test_weight_sync_moves_the_engine_to_the_new_weights(algo: HGPO) -> None:
         batch, out = sample(module)
         assert teacher_forced_gap(module, batch, out) < 1e-4
         # The sampled tokens' log-probs under the old weights differ: the check above can fail.
-        module.lm.load_state_dict({k: torch.as_tensor(v) for k, v in original.items()})
+        module.load_state_dict({k: torch.as_tensor(v) for k, v in original.items()})
         assert teacher_forced_gap(module, batch, out) > 1e-2
     finally:
         module.set_state(original)
@@ -125,4 +129,5 @@ def test_a_failed_sync_raises_with_the_workers_error(algo: HGPO) -> None:
     )
     with pytest.raises(RuntimeError, match="vLLM weight sync failed") as info:
         module._vllm.load_weights(wrong.lm)
-    assert info.value.__cause__ is not None and "size" in str(info.value.__cause__).lower()
+    # The worker's error (a bare assert on the element counts) arrives with its type and place.
+    assert "AssertionError" in str(info.value.__cause__) and "numel" in str(info.value.__cause__)
