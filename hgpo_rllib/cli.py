@@ -340,6 +340,23 @@ def _evaluate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _incomplete_trials(results: Any) -> list[str]:
+    """Trials that reached their stop while their last iterations sampled too few groups to train
+    (below ``num_consecutive_env_runner_failures_tolerance``, so the algorithm did not raise): a
+    run that trains nothing must not exit 0."""
+    messages = []
+    for result in results:
+        metrics = result.metrics or {}
+        failed = int(metrics.get("num_consecutive_failed_iterations") or 0)
+        if not result.error and failed:
+            messages.append(
+                f"{result.path}: its last {failed} iteration(s) sampled only "
+                f"{int(metrics.get('num_groups_sampled') or 0)} rollout group(s), fewer than configured; "
+                "see the env runners' errors above and num_groups_sampled in progress.csv"
+            )
+    return messages
+
+
 def _user_error(exc: Exception) -> int:
     """One line on stderr, exit status 2."""
     message = str(exc).replace("\n", " ")
@@ -374,7 +391,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
         except (OSError, ValueError) as exc:
             return _user_error(exc)
-        errors = [r.error for r in results if r.error]
+        errors = [r.error for r in results if r.error] + _incomplete_trials(results)
         for error in errors:
             print(f"rllib: trial failed: {error}", file=sys.stderr)
         print(f"Finished {len(results)} trial(s) in {results.experiment_path}; errors: {len(errors)}")

@@ -161,6 +161,23 @@ def test_cli_exits_non_zero_when_every_runner_raises(
     assert "rllib: trial failed" in err and "simulated env failure everywhere" in err
 
 
+def test_cli_exits_non_zero_when_the_last_iteration_sampled_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """One iteration, every runner raising: below the failure tolerance, yet nothing was trained."""
+    raising = """
+    def raise_everywhere(**kwargs):
+        raise ValueError("simulated env failure everywhere")
+    config.callbacks(on_episode_start=raise_everywhere)
+    stop = {"training_iteration": 1}
+    """
+    path = write_experiment(tmp_path, textwrap.dedent(raising))
+    args = ["train", "file", str(path), "--storage-path", str(tmp_path / "out"), "--name", "run",
+            "--max-failures", "0"]
+    assert cli.main(args) == 1
+    assert "sampled only 0 rollout group(s)" in capsys.readouterr().err
+
+
 def test_crashed_trial_is_retried_from_the_default_checkpoint(tmp_path: Path) -> None:
     """No checkpoint flag: the default frequency (5) gives the retry a checkpoint to start from."""
     marker = tmp_path / "crashed"
