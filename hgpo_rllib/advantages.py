@@ -432,9 +432,10 @@ def _fixed_weights(
 def _simplex_quadratic_min(gram: FloatArray, linear: FloatArray) -> FloatArray:
     """argmin ``w' G w + 2 h' w`` over the probability simplex (G symmetric positive semi-definite).
 
-    Exact by enumeration: the minimiser solves the equality-constrained problem on its own
-    support, so every support (2**D - 1 of them for D <= K + 1 levels: 31 at K = 4) is solved
-    and the best one with non-negative weights kept. A ridge of 1e-10 (relative) keeps the
+    Exact: the minimiser solves the equality-constrained problem on its own support. The full
+    support is tried first (if its solution is >= 0 it is the optimum: the usual case); otherwise
+    every support (2**D - 1 of them for D <= K + 1 levels: 31 at K = 4) is solved and the best
+    one with non-negative weights kept. A ridge of 1e-10 (relative) keeps the
     solves finite when levels coincide (identical groups give identical columns); if G and h
     are both 0 (every item 0) any weights give the same advantage and uniform ones are returned.
     """
@@ -445,7 +446,7 @@ def _simplex_quadratic_min(gram: FloatArray, linear: FloatArray) -> FloatArray:
     gram = gram / size + 1e-10 * np.eye(dim)  # same minimiser, entries of order 1
     linear = linear / size
     best, best_value = np.eye(dim)[0], np.inf
-    for support_size in range(1, dim + 1):
+    for support_size in range(dim, 0, -1):  # a feasible full-support solution is the optimum
         for support in itertools.combinations(range(dim), support_size):
             idx = list(support)
             rhs = np.stack([np.ones(support_size), linear[idx]], axis=1)
@@ -458,6 +459,8 @@ def _simplex_quadratic_min(gram: FloatArray, linear: FloatArray) -> FloatArray:
             value = weights @ gram @ weights + 2.0 * linear @ weights
             if value < best_value:
                 best, best_value = weights, value
+        if support_size == dim and best_value < np.inf:
+            return best
     return best
 
 
