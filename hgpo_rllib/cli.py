@@ -1,4 +1,5 @@
-"""The ``rllib`` command: ``rllib train file <experiment.py>`` and ``rllib evaluate <checkpoint>``.
+"""The ``rllib`` command: ``rllib train file <experiment.py>``, ``rllib evaluate <checkpoint>`` and
+``rllib sft`` (a warm start from expert play, :mod:`hgpo_rllib.sft`).
 
 RLlib 2.60 ships no CLI any more; this one is hgpo-rllib's own.
 
@@ -21,6 +22,16 @@ from pathlib import Path
 from typing import Any
 
 DEFAULT_STOP = {"training_iteration": 10}
+#: Columns of Tune's progress table (result key -> header); keys a run does not report are left out.
+PROGRESS_COLUMNS = {
+    "training_iteration": "iter",
+    "time_total_s": "total time (s)",
+    "env_runners/success_rate": "success",
+    "env_runners/episode_len_mean": "episode len",
+    "env_runners/invalid_action_rate": "invalid actions",
+    "env_runners/score_mean": "score",
+    "env_runners/episode_return_mean": "return",
+}
 
 
 @dataclass
@@ -77,6 +88,24 @@ def _logger_callbacks(project: str) -> list[Any]:
     return [WandbLoggerCallback(project=project)]
 
 
+def experiment_runs(storage: Path, name: str) -> dict[int, Path]:
+    """The runs of experiment ``name`` under ``storage`` by number: 1 is ``name``, n is ``name_run<n>``."""
+    runs = {1: storage / name} if (storage / name).exists() else {}
+    for path in storage.glob(f"{name}_run*"):
+        suffix = path.name[len(name) + len("_run") :]
+        if suffix.isdigit():
+            runs[int(suffix)] = path
+    return dict(sorted(runs.items()))
+
+
+def _progress_reporter() -> Any:
+    """Tune's legacy console table with our columns (the newer console output takes no column list)."""
+    from ray import tune
+
+    os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
+    return tune.CLIReporter(metric_columns=dict(PROGRESS_COLUMNS), max_report_frequency=10)
+
+
 def train(
     experiment: Experiment,
     *,
@@ -90,7 +119,8 @@ def train(
 ):
     """Run an experiment through Ray Tune and return its ``ResultGrid``.
 
-    An existing experiment directory is never overwritten: pass ``resume=True`` to continue it.
+    An existing experiment directory is never overwritten: a new run of the same name goes to
+    ``<name>_run2``, ``<name>_run3``, ...; ``resume=True`` continues the latest of them.
     """
     import ray
     from ray import tune
@@ -103,20 +133,21 @@ def train(
     storage = Path(storage_path or os.environ.get("CHECKPOINTS_DIR") or Path.home() / "ray_results")
     storage = storage.expanduser().resolve()
     name = name or experiment.name or f"{experiment.config.algo_class.__name__}_{experiment.config.env}"
-    experiment_dir = storage / name
+    runs = experiment_runs(storage, name)
     trainable = experiment.config.algo_class
     if not ray.is_initialized():
         ray.init(include_dashboard=False)
     envs.register_all()  # Ray's registry forgets names across ray.shutdown()/ray.init()
     if resume:
-        if not experiment_dir.exists():
-            raise FileNotFoundError(f"nothing to resume at {experiment_dir}")
-        tuner = tune.Tuner.restore(str(experiment_dir), trainable=trainable, resume_errored=True)
+        if not runs:
+            raise FileNotFoundError(f"nothing to resume: no experiment {name!r} under {storage}")
+        latest = runs[max(runs)]
+        print(f"Resuming {latest}")
+        tuner = tune.Tuner.restore(str(latest), trainable=trainable, resume_errored=True)
         return tuner.fit()
-    if experiment_dir.exists():
-        raise FileExistsError(
-            f"{experiment_dir} already exists; pass --resume to continue it or --name for a new run"
-        )
+    if runs:
+        name = f"{name}_run{max(runs) + 1}"
+    print(f"Results go to {storage / name}")
     param_space = experiment.config.copy(copy_frozen=False)
     if experiment.param_space:
         param_space = {**param_space.to_dict(), **experiment.param_space}
@@ -133,6 +164,8 @@ def train(
             name=name,
             storage_path=str(storage),
             stop=stop or experiment.stop,
+            progress_reporter=_progress_reporter(),
+            verbose=1,  # the table only; not every result dict
             callbacks=_logger_callbacks(project=name),
             checkpoint_config=tune.CheckpointConfig(
                 checkpoint_frequency=checkpoint_freq, checkpoint_at_end=True
@@ -167,7 +200,7 @@ def build_parser() -> argparse.ArgumentParser:
     file_cmd.add_argument("--checkpoint-freq", type=int, default=0, help="checkpoint every N iterations")
     file_cmd.add_argument("--num-samples", type=int, default=1, help="Tune samples of the param space")
     file_cmd.add_argument("--max-concurrent-trials", type=int, help="trials running at once")
-    file_cmd.add_argument("--resume", action="store_true", help="continue an existing experiment")
+    file_cmd.add_argument("--resume", action="store_true", help="continue the latest run of the experiment")
 
     eval_cmd = commands.add_parser("evaluate", help="evaluate a checkpoint and the baselines")
     eval_cmd.add_argument("checkpoint", nargs="?", help="algorithm checkpoint dir (omit: baselines only)")
@@ -181,6 +214,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     eval_cmd.add_argument("--env-config", type=_json_dict, default={}, help="env settings as JSON")
     eval_cmd.add_argument("--batch-size", type=int, default=16, help="episodes played in lock-step")
+
+    from hgpo_rllib import sft
+
+    sft.add_arguments(commands.add_parser("sft", help="warm-start a model on expert play"), _json_dict)
     return parser
 
 
@@ -209,6 +246,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         try:
             return _evaluate(args)
         except (FileNotFoundError, FileExistsError, ValueError) as exc:
+            print(f"rllib: error: {exc}", file=sys.stderr)
+            return 2
+    if args.command == "sft":
+        from hgpo_rllib import sft
+
+        try:
+            return sft.run_from_args(args)
+        except (FileExistsError, ValueError, RuntimeError) as exc:
             print(f"rllib: error: {exc}", file=sys.stderr)
             return 2
     if args.command == "train" and args.source == "file":
