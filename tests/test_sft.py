@@ -98,7 +98,8 @@ def test_warm_start_is_a_model_dir_for_rl_and_evaluate(warm_start: Path, tmp_pat
     assert out["actions"].shape == (1, 96) and isinstance(out["action_text"][0], str)
     assert torch.equal(module.lm.get_input_embeddings().weight, module.lm.get_output_embeddings().weight)
     out_dir = tmp_path / "eval"
-    summary = evaluate(warm_start, env="keychest", seeds=[1], episodes=2, output=out_dir, baselines=[])
+    summary = evaluate(warm_start, env="keychest", seeds=[1], episodes=2, output=out_dir, baselines=[],
+                       env_config={"max_steps": 2})
     assert list(summary["policy"]) == ["checkpoint"]
     assert len(pd.read_csv(out_dir / "episodes.csv")) == 2
 
@@ -184,3 +185,31 @@ def test_searcher_wins_a_real_game_and_shows_searching() -> None:
         done = terminated or truncated
     assert info["won"] and info["is_action_valid"]
     assert any("have not seen" in t for t in thoughts)
+
+
+def test_alfworld_cpu_run_can_start_from_a_warm_start(
+    warm_start: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``HGPO_WARM_START`` switches the main job's CPU default to the warm start, in free text."""
+    monkeypatch.setenv("HGPO_WARM_START", str(warm_start))
+    example = Path(__file__).parents[1] / "tuned_examples" / "hgpo_alfworld.py"
+    experiment = cli.load_experiment_file(example)
+    config = experiment.config
+    config.validate()
+    assert config.model_config["model"] == str(warm_start.resolve())
+    assert not config.model_config.get("constrain_to_admissible")
+    assert "action_vocabulary" not in config.model_config
+    assert "require_tags" not in config.env_config and config.history_length == 2
+    assert experiment.stop == {"time_total_s": 1800}
+    monkeypatch.setenv("HGPO_K", "4")
+    with pytest.raises(ValueError, match="warm start's K=2"):
+        cli.load_experiment_file(example)
+
+
+def test_the_suite_runs_with_a_temporary_home() -> None:
+    """conftest.py points HOME at a temporary directory before Ray is imported, so algorithms built
+    outside Tune log there, not into the user's ~/ray_results."""
+    from ray.train.constants import DEFAULT_STORAGE_PATH
+
+    home = Path.home()
+    assert home.name.startswith("hgpo-tests-home-") and Path(DEFAULT_STORAGE_PATH).parent == home
