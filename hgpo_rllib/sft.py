@@ -431,6 +431,7 @@ def add_arguments(parser: argparse.ArgumentParser, json_dict: Callable[[str], di
     parser.add_argument("--lr", type=float, default=1e-3)
     parser.add_argument("--max-minutes", type=float, help="stop training after this many minutes")
     parser.add_argument("--max-prompt-tokens", type=int, default=1024)
+    parser.add_argument("--max-new-tokens", type=int, default=96, help="longest response the policy writes")
     parser.add_argument("--vocab-size", type=int, default=2048, help="size of the locally trained tokenizer")
     parser.add_argument("--model", type=json_dict, default={}, help="Qwen2Config overrides as JSON")
     parser.add_argument("--save-steps", type=int, default=200, help="checkpoint every N optimiser steps")
@@ -448,6 +449,7 @@ def run_from_args(args: argparse.Namespace) -> int:
         demonstrator=args.demonstrator or ("searcher" if args.env == "alfworld" else "expert"),
         seed=args.seed,
         max_prompt_tokens=args.max_prompt_tokens,
+        max_new_tokens=args.max_new_tokens,
         vocab_size=args.vocab_size,
         model=args.model,
         epochs=args.epochs,

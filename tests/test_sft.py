@@ -22,7 +22,8 @@ MICRO = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 1, "nu
 
 def sft_args(out: Path, *extra: str) -> list[str]:
     return ["sft", "--env", "keychest", "--episodes", "2", "--output", str(out), "--model", json.dumps(MICRO),
-            "--vocab-size", "300", "--batch-size", "4", "--epochs", "1", "--save-steps", "1", *extra]
+            "--vocab-size", "300", "--max-new-tokens", "16", "--batch-size", "4", "--epochs", "1",
+            "--save-steps", "1", *extra]
 
 
 @pytest.fixture(scope="module")
@@ -95,7 +96,7 @@ def test_warm_start_is_a_model_dir_for_rl_and_evaluate(warm_start: Path, tmp_pat
     module = sft.warm_start_module(sft.warm_start_config(warm_start))
     prompts = module.encode_prompts(["You are in room 1."])
     out = module.forward_inference(prompts)
-    assert out["actions"].shape == (1, 96) and isinstance(out["action_text"][0], str)
+    assert out["actions"].shape == (1, 16) and isinstance(out["action_text"][0], str)
     assert torch.equal(module.lm.get_input_embeddings().weight, module.lm.get_output_embeddings().weight)
     out_dir = tmp_path / "eval"
     summary = evaluate(warm_start, env="keychest", seeds=[1], episodes=2, output=out_dir, baselines=[],
