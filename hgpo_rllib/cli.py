@@ -165,7 +165,6 @@ def train(
             storage_path=str(storage),
             stop=stop or experiment.stop,
             progress_reporter=_progress_reporter(),
-            verbose=1,  # the table only; not every result dict
             callbacks=_logger_callbacks(project=name),
             checkpoint_config=tune.CheckpointConfig(
                 checkpoint_frequency=checkpoint_freq, checkpoint_at_end=True
