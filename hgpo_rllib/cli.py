@@ -1,4 +1,5 @@
-"""The ``rllib`` command: ``rllib train file <experiment.py>`` and ``rllib evaluate <checkpoint>``.
+"""The ``rllib`` command: ``rllib train file <experiment.py>``, ``rllib evaluate <checkpoint>`` and
+``rllib sft`` (a warm start from expert play, :mod:`hgpo_rllib.sft`).
 
 RLlib 2.60 ships no CLI any more; this one is hgpo-rllib's own.
 
@@ -32,6 +33,16 @@ DEFAULT_CHECKPOINT_FREQ = 5
 DEFAULT_MAX_FAILURES = 3
 #: What ``rllib train file`` started a run with, in its experiment directory (checked by --resume).
 RUN_RECORD = "rllib_train_args.json"
+#: Columns of Tune's progress table (result key -> header); keys a run does not report are left out.
+PROGRESS_COLUMNS = {
+    "training_iteration": "iter",
+    "time_total_s": "total time (s)",
+    "env_runners/success_rate": "success",
+    "env_runners/episode_len_mean": "episode len",
+    "env_runners/invalid_action_rate": "invalid actions",
+    "env_runners/score_mean": "score",
+    "env_runners/episode_return_mean": "return",
+}
 
 
 @dataclass
@@ -156,6 +167,24 @@ def _logger_callbacks(project: str) -> list[Any]:
     return [WandbLoggerCallback(project=project)]
 
 
+def experiment_runs(storage: Path, name: str) -> dict[int, Path]:
+    """The runs of experiment ``name`` under ``storage`` by number: 1 is ``name``, n is ``name_run<n>``."""
+    runs = {1: storage / name} if (storage / name).exists() else {}
+    for path in storage.glob(f"{name}_run*"):
+        suffix = path.name[len(name) + len("_run") :]
+        if suffix.isdigit():
+            runs[int(suffix)] = path
+    return dict(sorted(runs.items()))
+
+
+def _progress_reporter() -> Any:
+    """Tune's legacy console table with our columns (the newer console output takes no column list)."""
+    from ray import tune
+
+    os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
+    return tune.CLIReporter(metric_columns=dict(PROGRESS_COLUMNS), max_report_frequency=10)
+
+
 def train(
     experiment: Experiment,
     *,
@@ -170,7 +199,8 @@ def train(
 ):
     """Run an experiment through Ray Tune and return its ``ResultGrid``.
 
-    An existing experiment directory is never overwritten: pass ``resume=True`` to continue it.
+    An existing experiment directory is never overwritten: a new run of the same name goes to
+    ``<name>_run2``, ``<name>_run3``, ...; ``resume=True`` continues the latest of them.
     ``checkpoint_freq`` None takes the experiment file's; a checkpoint is always written at the end.
     """
     import ray
@@ -189,7 +219,7 @@ def train(
     storage = Path(storage_path or os.environ.get("CHECKPOINTS_DIR") or Path.home() / "ray_results")
     storage = storage.expanduser().resolve()
     name = name or experiment.name or f"{experiment.config.algo_class.__name__}_{experiment.config.env}"
-    experiment_dir = storage / name
+    runs = experiment_runs(storage, name)
     trainable = experiment.config.algo_class
     if not ray.is_initialized():
         ray.init(include_dashboard=False)
@@ -199,19 +229,21 @@ def train(
          "experiment_file_sha256": experiment.source_sha256}, default=repr,
     ))
     if resume:
-        if not experiment_dir.exists():
-            raise FileNotFoundError(f"nothing to resume at {experiment_dir}")
-        _check_resume(experiment_dir, record)
-        tuner = tune.Tuner.restore(str(experiment_dir), trainable=trainable, resume_errored=True)
+        if not runs:
+            raise FileNotFoundError(f"nothing to resume: no experiment {name!r} under {storage}")
+        latest = runs[max(runs)]
+        _check_resume(latest, record)
+        print(f"Resuming {latest}")
+        tuner = tune.Tuner.restore(str(latest), trainable=trainable, resume_errored=True)
         return tuner.fit()
-    if experiment_dir.exists():
-        raise FileExistsError(
-            f"{experiment_dir} already exists; pass --resume to continue it or --name for a new run"
-        )
+    if runs:
+        name = f"{name}_run{max(runs) + 1}"
     check_param_space(experiment.config, experiment.param_space)
     experiment.config.copy(copy_frozen=False).validate()  # fail here, not inside a trial
+    experiment_dir = storage / name
     experiment_dir.mkdir(parents=True)
     (experiment_dir / RUN_RECORD).write_text(json.dumps(record, indent=2))
+    print(f"Results go to {experiment_dir}")
     param_space = experiment.config.copy(copy_frozen=False)
     if experiment.param_space:
         param_space = {**param_space.to_dict(), **experiment.param_space}
@@ -228,6 +260,7 @@ def train(
             name=name,
             storage_path=str(storage),
             stop=stop or experiment.stop,
+            progress_reporter=_progress_reporter(),
             callbacks=_logger_callbacks(project=name),
             failure_config=tune.FailureConfig(max_failures=max_failures),
             checkpoint_config=tune.CheckpointConfig(
@@ -296,7 +329,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     file_cmd.add_argument("--num-samples", type=_count(1), default=1, help="Tune samples of the param space")
     file_cmd.add_argument("--max-concurrent-trials", type=_count(1), help="trials running at once")
-    file_cmd.add_argument("--resume", action="store_true", help="continue an existing experiment")
+    file_cmd.add_argument("--resume", action="store_true", help="continue the latest run of the experiment")
 
     eval_cmd = commands.add_parser("evaluate", help="evaluate a checkpoint and the baselines")
     eval_cmd.add_argument("checkpoint", nargs="?", help="algorithm checkpoint dir (omit: baselines only)")
@@ -318,6 +351,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     eval_cmd.add_argument("--env-config", type=_json_dict, default={}, help="env settings as JSON")
     eval_cmd.add_argument("--batch-size", type=_count(1), default=16, help="episodes played in lock-step")
+
+    from hgpo_rllib import sft
+
+    sft.add_arguments(commands.add_parser("sft", help="warm-start a model on expert play"), _json_dict)
     return parser
 
 
@@ -370,6 +407,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         try:
             return _evaluate(args)
         except (OSError, ValueError) as exc:
+            return _user_error(exc)
+    if args.command == "sft":
+        from hgpo_rllib import sft
+
+        try:
+            return sft.run_from_args(args)
+        except (OSError, ValueError, RuntimeError) as exc:
             return _user_error(exc)
     if args.command == "train" and args.source == "file":
         try:

@@ -79,18 +79,29 @@ def random_policy(seed: int) -> Policy:
 
 
 class CheckpointPolicy:
-    """A trained HGPO policy: the checkpoint's RLModule behind its own prompt connector."""
+    """A trained HGPO policy: the checkpoint's RLModule behind its own prompt connector (or a warm-start
+    model directory of ``rllib sft`` behind the prompt settings it was trained with)."""
 
     def __init__(self, checkpoint: str | Path, env_config: dict[str, Any] | None = None):
         """``env_config`` entries override the checkpoint's; prompts and the caller's env both use
         the merged ``self.env_config``, so the two cannot disagree (e.g. on ``require_tags``)."""
         from ray.rllib.core.rl_module.rl_module import RLModule
 
+        from hgpo_rllib.sft import SFT_CONFIG, warm_start_config, warm_start_module
+
         path = Path(checkpoint).expanduser().resolve()
+        if (path / SFT_CONFIG).is_file():  # a warm-start model directory (``rllib sft``)
+            self.config = warm_start_config(path)
+            self.module = warm_start_module(self.config)
+            self.prompt_pipeline = self.config.build_env_to_module_connector()
+            return
         ctor_file = path / "class_and_ctor_args.pkl"
         module_dir = path / "learner_group" / "learner" / "rl_module" / "default_policy"
         if not ctor_file.is_file() or not module_dir.is_dir():
-            raise FileNotFoundError(f"{path} is not an HGPO algorithm checkpoint (no {ctor_file.name})")
+            raise FileNotFoundError(
+                f"{path} is not an HGPO algorithm checkpoint (no {ctor_file.name}) nor an `rllib sft` "
+                f"model directory (no {SFT_CONFIG})"
+            )
         with ctor_file.open("rb") as f:
             config = _config_from_ctor_args(pickle.load(f)["ctor_args_and_kwargs"])
         self.env_config = {**dict(config.env_config), **(env_config or {})}

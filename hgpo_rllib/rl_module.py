@@ -271,6 +271,16 @@ def _load_lm(
     return tokenizer, lm.eval(), str(path)
 
 
+def chat_prompt(tokenizer: PreTrainedTokenizerBase, text: str) -> str:
+    """A rendered prompt as the model reads it: one user turn in the chat template, if it has one
+    (supervised warm starts format their prompts with this too)."""
+    if not tokenizer.chat_template:
+        return text
+    return tokenizer.apply_chat_template(
+        [{"role": "user", "content": text}], tokenize=False, add_generation_prompt=True
+    )
+
+
 def _trim_left_padding(ids: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Drop leading columns that are padding in every row (prompts may arrive padded to a fixed width)."""
     used = mask.any(dim=0).nonzero()
@@ -441,13 +451,7 @@ class LLMRLModule(TorchRLModule, InferenceOnlyAPI):
     # ----------------------------------------------------------------------------------- prompts
     def encode_prompts(self, texts: list[str]) -> dict[str, torch.Tensor]:
         """Chat-format (single user turn), tokenize, keep the last max_prompt_tokens, left-pad."""
-        if self.tokenizer.chat_template:
-            texts = [
-                self.tokenizer.apply_chat_template(
-                    [{"role": "user", "content": text}], tokenize=False, add_generation_prompt=True
-                )
-                for text in texts
-            ]
+        texts = [chat_prompt(self.tokenizer, text) for text in texts]
         limit = self.llm_config.max_prompt_tokens
         rows = [ids[-limit:] for ids in self.tokenizer(texts, add_special_tokens=False)["input_ids"]]
         width = max((len(r) for r in rows), default=0)

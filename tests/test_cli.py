@@ -94,12 +94,31 @@ def test_train_file_writes_tensorboard_events_and_a_checkpoint(trained_run: Path
     assert list(trial.glob("checkpoint_*/class_and_ctor_args.pkl"))
 
 
-def test_existing_experiment_is_never_overwritten(trained_run: Path) -> None:
+def test_a_second_run_goes_to_a_new_directory_and_shows_success_in_the_table(
+    trained_run: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     experiment = trained_run.parent.parent / "experiment.py"
     before = sorted(p.name for p in trained_run.rglob("*"))
-    args = ["train", "file", str(experiment), "--storage-path", str(trained_run.parent), "--name", "run"]
-    assert cli.main(args) == 2
+    capsys.readouterr()
+    args = ["train", "file", str(experiment), "--storage-path", str(trained_run.parent), "--name", "run",
+            "--stop", '{"training_iteration": 1}']
+    assert cli.main(args) == 0
     assert sorted(p.name for p in trained_run.rglob("*")) == before
+    second = trained_run.parent / "run_run2"
+    assert cli.experiment_runs(trained_run.parent, "run") == {1: trained_run, 2: second}
+    (trial,) = [d for d in second.iterdir() if d.is_dir()]
+    assert pd.read_csv(trial / "progress.csv")["training_iteration"].tolist() == [1]
+    table = capsys.readouterr().out
+    for header in ("success", "episode len", "invalid actions"):
+        assert re.search(rf"\|\s+{header}\s+\|", table), table[-3000:]
+
+
+def test_experiment_runs_are_numbered(tmp_path: Path) -> None:
+    for name in ("exp", "exp_run2", "exp_run10", "exp_runx", "exp2", "other"):
+        (tmp_path / name).mkdir()
+    runs = cli.experiment_runs(tmp_path, "exp")
+    assert runs == {1: tmp_path / "exp", 2: tmp_path / "exp_run2", 10: tmp_path / "exp_run10"}
+    assert cli.experiment_runs(tmp_path, "missing") == {}
 
 
 def test_resume_continues_a_crashed_run_from_its_checkpoint(tmp_path: Path) -> None:
