@@ -30,6 +30,7 @@ from ray.rllib.utils.metrics import (
     WEIGHTS_SEQ_NO,
 )
 
+import envs
 from hgpo_rllib.env_pool import EnvCrash, EnvWorkerPool
 
 #: Keys the runner adds to the reset ``info`` of every episode.
@@ -67,6 +68,9 @@ class GroupedEnvRunner(SingleAgentEnvRunner):
 
     @override(SingleAgentEnvRunner)
     def __init__(self, *, config: Any, **kwargs: Any):
+        # Tune's env registry is per Ray session: after ray.shutdown()/ray.init() (tests, notebooks,
+        # Tune retries) the package's env names must be registered again before make_env looks them up.
+        envs.register_all()
         super().__init__(config=config, **kwargs)
         # self._seed is config.seed + worker_index (+ 1e6 on evaluation runners), or None.
         self._task_rng = np.random.default_rng(self._seed)

@@ -33,10 +33,14 @@ from hgpo_rllib.connectors.history_window import episode_prompt_text
 from hgpo_rllib.env_runner import GROUP_ID, PROMPT_IDS, RESP_LOGP, RESP_MASK
 from hgpo_rllib.hgpo_learner import estimator_settings
 from hgpo_rllib.learner_group import shard_whole_groups
+from hgpo_rllib.memory import MODEL_CONFIGS_DIR
 from hgpo_rllib.torch.hgpo_torch_learner import token_loss_terms
 
 PAD = 0
 WIDTH = 6  # response width as stored by the sampler (max_new_tokens)
+
+#: A Qwen2.5-1.5B model directory holding only its config.json (enough for validate()).
+QWEN_1_5B = str(MODEL_CONFIGS_DIR / "qwen2.5-1.5b")
 
 
 # ------------------------------------------------------------------------------------ helpers
@@ -435,7 +439,7 @@ def test_validate_names_the_bad_setting(settings: dict[str, Any], name: str) -> 
         (lambda c: c.learners(num_learners=2).training(groups_per_iteration=1), "groups_per_iteration"),
         (lambda c: c.multi_agent(policies={"a", "b"}, policy_mapping_fn=lambda *a, **k: "a"), "multi-agent"),
         (lambda c: c.rl_module(model_config={"temperature": 0.7}), "model_config"),
-        (lambda c: c.rl_module(model_config={"model": "/models/Qwen2.5-1.5B-Instruct"})
+        (lambda c: c.rl_module(model_config={"model": QWEN_1_5B})
          .evaluation(evaluation_interval=5), "evaluation_num_env_runners=0"),
         (lambda c: c.env_runners(add_default_connectors_to_module_to_env_pipeline=True),
          "add_default_connectors_to_module_to_env_pipeline"),
@@ -448,7 +452,7 @@ def test_validate_names_bad_rllib_settings(change: Any, name: str) -> None:
 
 def test_evaluation_of_the_tiny_model_or_on_env_runners_is_valid() -> None:
     _valid_config().evaluation(evaluation_interval=5).validate()  # tiny model in the driver: fine
-    big = _valid_config().rl_module(model_config={"model": "/models/Qwen2.5-1.5B-Instruct"})
+    big = _valid_config().rl_module(model_config={"model": QWEN_1_5B})
     big.evaluation(evaluation_interval=5, evaluation_num_env_runners=1).validate()
 
 

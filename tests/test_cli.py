@@ -232,7 +232,7 @@ def test_resume_refuses_changed_flags_or_file(trained_run: Path, capsys: pytest.
     assert cli.main([*args, "--stop", '{"training_iteration": 5}']) == 2
     assert "stop was {'training_iteration': 2}, now {'training_iteration': 5}" in capsys.readouterr().err
     assert cli.main([*args, "--checkpoint-freq", "3"]) == 2
-    assert "checkpoint_freq was 0, now 3" in capsys.readouterr().err
+    assert "checkpoint_freq was 5, now 3" in capsys.readouterr().err
     edited = experiment.with_name("edited.py")
     edited.write_text(experiment.read_text() + "\n# edited\n")
     args[2] = str(edited)
@@ -413,10 +413,12 @@ def test_rllib_evaluate_alfworld_split_has_per_task_columns(tmp_path: Path) -> N
             "--episodes", "2", "--env-config", json.dumps(env_config), "--output", str(out)]
     assert cli.main(args) == 0
     recorded = json.loads((out / "evaluation.json").read_text())
-    assert recorded["env_config"] == {**env_config, "split": "eval_out_of_distribution"}
+    assert recorded["env_config"] == env_config and recorded["splits"] == ["eval_out_of_distribution"]
     per_seed = pd.read_csv(out / "per_seed.csv")
+    assert (per_seed.split == "eval_out_of_distribution").all()
     assert list(per_seed.columns) == [
-        "policy", "seed", "success", "steps", "invalid_rate", "Pick", "Look", "Clean", "Heat", "Cool", "Pick2"
+        "split", "policy", "seed", "success", "steps", "invalid_rate",
+        "Pick", "Look", "Clean", "Heat", "Cool", "Pick2",
     ]
     assert (per_seed.success == 100).all()
     episodes = pd.read_csv(out / "episodes.csv")
