@@ -91,23 +91,23 @@ class CheckpointPolicy:
 
         path = Path(checkpoint).expanduser().resolve()
         if (path / SFT_CONFIG).is_file():  # a warm-start model directory (``rllib sft``)
-            self.config = warm_start_config(path)
-            self.module = warm_start_module(self.config)
-            self.prompt_pipeline = self.config.build_env_to_module_connector()
-            return
-        ctor_file = path / "class_and_ctor_args.pkl"
-        module_dir = path / "learner_group" / "learner" / "rl_module" / "default_policy"
-        if not ctor_file.is_file() or not module_dir.is_dir():
-            raise FileNotFoundError(
-                f"{path} is not an HGPO algorithm checkpoint (no {ctor_file.name}) nor an `rllib sft` "
-                f"model directory (no {SFT_CONFIG})"
-            )
-        with ctor_file.open("rb") as f:
-            config = _config_from_ctor_args(pickle.load(f)["ctor_args_and_kwargs"])
+            config = warm_start_config(path)
+            module = warm_start_module(config)
+        else:
+            ctor_file = path / "class_and_ctor_args.pkl"
+            module_dir = path / "learner_group" / "learner" / "rl_module" / "default_policy"
+            if not ctor_file.is_file() or not module_dir.is_dir():
+                raise FileNotFoundError(
+                    f"{path} is not an HGPO algorithm checkpoint (no {ctor_file.name}) nor an `rllib sft` "
+                    f"model directory (no {SFT_CONFIG})"
+                )
+            with ctor_file.open("rb") as f:
+                config = _config_from_ctor_args(pickle.load(f)["ctor_args_and_kwargs"])
+            module = RLModule.from_checkpoint(module_dir, inference_only=True)
+            module.eval()
         self.env_config = {**dict(config.env_config), **(env_config or {})}
         self.config = config.copy(copy_frozen=False).environment(env_config=self.env_config)
-        self.module = RLModule.from_checkpoint(module_dir, inference_only=True)
-        self.module.eval()
+        self.module = module
         self.prompt_pipeline = self.config.build_env_to_module_connector()
 
     def reseed(self, seed: int) -> CheckpointPolicy:
