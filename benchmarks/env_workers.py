@@ -22,8 +22,10 @@ GROUP_SIZE = 8
 
 
 def _actions(rng: random.Random, infos: list[dict]) -> list[str]:
-    """A random admissible command per env (seeded, so every worker count replays the same wave)."""
-    return [rng.choice(info.get("admissible_actions") or ["look"]) for info in infos]
+    """A random admissible command per env (seeded, so every worker count replays the same wave), in
+    the policy's output format: a bare command is format-invalid and the env would not execute it."""
+    commands = [rng.choice(info.get("admissible_actions") or ["look"]) for info in infos]
+    return [f"<think>benchmark</think><action>{command}</action>" for command in commands]
 
 
 def measure(env: str, num_envs: int, num_steps: int, workers: int, seed: int) -> dict[str, float]:
