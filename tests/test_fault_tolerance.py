@@ -144,19 +144,24 @@ def trial_iterations(experiment_dir: Path) -> list[int]:
     return pd.read_json(trial / "result.json", lines=True)["training_iteration"].tolist()
 
 
-def test_cli_exits_non_zero_when_every_runner_raises(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    raising = """
+def train_with_every_runner_raising(tmp_path: Path, iterations: int) -> int:
+    """``rllib train file`` of an experiment whose every episode start raises; its exit status."""
+    raising = f"""
     def raise_everywhere(**kwargs):
         raise ValueError("simulated env failure everywhere")
     config.callbacks(on_episode_start=raise_everywhere)
-    stop = {"training_iteration": 5}
+    stop = {{"training_iteration": {iterations}}}
     """
     path = write_experiment(tmp_path, textwrap.dedent(raising))
     args = ["train", "file", str(path), "--storage-path", str(tmp_path / "out"), "--name", "run",
             "--max-failures", "0"]
-    assert cli.main(args) == 1
+    return cli.main(args)
+
+
+def test_cli_exits_non_zero_when_every_runner_raises(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert train_with_every_runner_raising(tmp_path, iterations=5) == 1
     err = capsys.readouterr().err
     assert "rllib: trial failed" in err and "simulated env failure everywhere" in err
 
@@ -165,16 +170,7 @@ def test_cli_exits_non_zero_when_the_last_iteration_sampled_nothing(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """One iteration, every runner raising: below the failure tolerance, yet nothing was trained."""
-    raising = """
-    def raise_everywhere(**kwargs):
-        raise ValueError("simulated env failure everywhere")
-    config.callbacks(on_episode_start=raise_everywhere)
-    stop = {"training_iteration": 1}
-    """
-    path = write_experiment(tmp_path, textwrap.dedent(raising))
-    args = ["train", "file", str(path), "--storage-path", str(tmp_path / "out"), "--name", "run",
-            "--max-failures", "0"]
-    assert cli.main(args) == 1
+    assert train_with_every_runner_raising(tmp_path, iterations=1) == 1
     assert "sampled only 0 rollout group(s)" in capsys.readouterr().err
 
 

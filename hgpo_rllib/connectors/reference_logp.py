@@ -40,7 +40,10 @@ def logp_in_chunks(
 
 
 class _ChunkedLogp(ConnectorV2):
-    """Base of the two: the chunk size of their no-grad passes."""
+    """Base of the two: one timed no-grad pass over the module's rows; subclasses fill the columns."""
+
+    #: Learner metric (seconds of this pass).
+    timer_key: str = ""
 
     def __init__(
         self,
@@ -53,21 +56,27 @@ class _ChunkedLogp(ConnectorV2):
         super().__init__(input_observation_space, input_action_space, **kwargs)
         self.chunk_rows = chunk_rows
 
-
-class ReferenceLogp(_ChunkedLogp):
-    """Adds ``ref_logp`` ``[N, T]`` (float32 tensor) next to the token columns."""
-
     @override(ConnectorV2)
     def __call__(
         self, *, rl_module: Any, batch: dict[str, Any], episodes: Any, metrics: Any = None, **kwargs: Any
     ) -> dict:
         start = time.perf_counter()
-        module = rl_module[DEFAULT_MODULE_ID].unwrapped()
-        rows = batch[DEFAULT_MODULE_ID]
-        rows[REF_LOGP] = logp_in_chunks(module.compute_ref_logp, rows, self.chunk_rows)
+        self.fill(rl_module[DEFAULT_MODULE_ID].unwrapped(), batch[DEFAULT_MODULE_ID])
         if metrics is not None:
-            metrics.log_value((DEFAULT_MODULE_ID, "reference_logp_s"), time.perf_counter() - start, window=1)
+            metrics.log_value((DEFAULT_MODULE_ID, self.timer_key), time.perf_counter() - start, window=1)
         return batch
+
+    def fill(self, module: Any, rows: dict[str, Any]) -> None:
+        raise NotImplementedError
+
+
+class ReferenceLogp(_ChunkedLogp):
+    """Adds ``ref_logp`` ``[N, T]`` (float32 tensor) next to the token columns."""
+
+    timer_key = "reference_logp_s"
+
+    def fill(self, module: Any, rows: dict[str, Any]) -> None:
+        rows[REF_LOGP] = logp_in_chunks(module.compute_ref_logp, rows, self.chunk_rows)
 
 
 class RecomputeOldLogp(_ChunkedLogp):
@@ -77,15 +86,8 @@ class RecomputeOldLogp(_ChunkedLogp):
     size, same compute dtype), so before the first optimiser step the ratio is exactly 1.
     """
 
-    @override(ConnectorV2)
-    def __call__(
-        self, *, rl_module: Any, batch: dict[str, Any], episodes: Any, metrics: Any = None, **kwargs: Any
-    ) -> dict:
-        start = time.perf_counter()
-        module = rl_module[DEFAULT_MODULE_ID].unwrapped()
-        rows = batch[DEFAULT_MODULE_ID]
+    timer_key = "old_logp_s"
+
+    def fill(self, module: Any, rows: dict[str, Any]) -> None:
         rows[SAMPLER_LOGP] = rows[OLD_LOGP]
         rows[OLD_LOGP] = logp_in_chunks(lambda b: module.forward_train(b)["logp"], rows, self.chunk_rows)
-        if metrics is not None:
-            metrics.log_value((DEFAULT_MODULE_ID, "old_logp_s"), time.perf_counter() - start, window=1)
-        return batch
