@@ -17,8 +17,10 @@ Everything is resumable: demonstrations are appended per episode to ``demonstrat
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import math
+import os
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -50,6 +52,11 @@ DEFAULT_ENV_CONFIG = {
     "alfworld": {"split": "train", "max_steps": 50},
     "webshop": {"max_steps": 15},
     "keychest": {"max_steps": 10},
+}
+#: The CPU main job's warm start (issue 11): the searcher's play of 400 training games, 3 epochs of
+#: the default model. ``rllib train file tuned_examples/hgpo_alfworld.py`` builds it on first use.
+ALFWORLD_WARM_START: dict[str, Any] = {
+    "env": "alfworld", "episodes": 400, "epochs": 3.0, "demonstrator": "searcher",
 }
 # Task seeds of training seed s are s * stride + i (as rllib evaluate does for its seeds).
 TASK_SEED_STRIDE = 1_000_003
@@ -353,6 +360,20 @@ def train_warm_start(
         "final_loss": losses[-1] if losses else math.nan,
         "train_loss": result.training_loss,
     }, indent=2))
+    return out
+
+
+def cached_warm_start(recipe: dict[str, Any], cache_dir: str | Path | None = None) -> Path:
+    """The finished warm start of ``recipe`` (keyword arguments of :func:`train_warm_start`), built
+    first, or finished if an earlier build was interrupted. It lives under ``cache_dir`` (default
+    ``$HGPO_CACHE`` or ``~/.cache/hgpo_rllib``) in a directory named after the recipe's digest."""
+    root = Path(cache_dir or os.environ.get("HGPO_CACHE") or "~/.cache/hgpo_rllib").expanduser()
+    digest = hashlib.sha256(json.dumps(recipe, sort_keys=True).encode()).hexdigest()[:10]
+    out = root / "warm_starts" / f"{recipe['env']}-{digest}"
+    settings = out / SFT_CONFIG
+    if not (settings.is_file() and json.loads(settings.read_text()).get("finished")):
+        print(f"Building the warm start {out} (first use only; interrupted builds resume) ...", flush=True)
+        train_warm_start(out, workers=os.cpu_count() or 1, **recipe)
     return out
 
 

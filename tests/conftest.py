@@ -18,6 +18,9 @@ _HOME = tempfile.mkdtemp(prefix="hgpo-tests-home-")
 os.environ["HOME"] = _HOME
 os.environ.pop("CHECKPOINTS_DIR", None)
 os.environ.pop("ALFWORLD_DATA", None)
+# The main job's CPU default builds a 45-minute warm start on first use; tests run its random-init
+# pipeline demo instead (tests of the warm-start path set the variable themselves).
+os.environ["HGPO_WARM_START"] = "none"
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

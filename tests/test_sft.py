@@ -207,6 +207,32 @@ def test_alfworld_cpu_run_can_start_from_a_warm_start(
         cli.load_experiment_file(example)
 
 
+def test_the_main_job_builds_its_warm_start_on_first_use(
+    warm_start: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without ``HGPO_WARM_START`` the CPU main job starts from the cached ALFWorld warm start."""
+    recipes = []
+    monkeypatch.setattr(sft, "cached_warm_start", lambda recipe: recipes.append(recipe) or warm_start)
+    monkeypatch.delenv("HGPO_WARM_START")
+    experiment = cli.load_experiment_file(Path(__file__).parents[1] / "tuned_examples" / "hgpo_alfworld.py")
+    assert recipes == [sft.ALFWORLD_WARM_START]
+    assert experiment.config.model_config["model"] == str(warm_start.resolve())
+    assert experiment.stop == {"time_total_s": 1800}
+
+
+def test_cached_warm_start_is_built_once_per_recipe(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    recipe = {"env": "keychest", "episodes": 2, "model": MICRO, "vocab_size": 300, "max_new_tokens": 16,
+              "batch_size": 4, "epochs": 1.0}
+    built = sft.cached_warm_start(recipe, cache_dir=tmp_path)
+    assert json.loads((built / sft.SFT_CONFIG).read_text())["finished"]
+    monkeypatch.setattr(sft, "train_warm_start", lambda *a, **k: pytest.fail("rebuilt a cached warm start"))
+    assert sft.cached_warm_start(recipe, cache_dir=tmp_path) == built
+    monkeypatch.setenv("HGPO_CACHE", str(tmp_path))  # the variable names the same cache
+    assert sft.cached_warm_start(recipe) == built
+    with pytest.raises(pytest.fail.Exception, match="rebuilt"):  # another recipe is another directory
+        sft.cached_warm_start({**recipe, "epochs": 2.0}, cache_dir=tmp_path)
+
+
 def test_the_suite_runs_with_a_temporary_home() -> None:
     """conftest.py points HOME at a temporary directory before Ray is imported, so algorithms built
     outside Tune log there, not into the user's ~/ray_results."""
