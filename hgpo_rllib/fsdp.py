@@ -1,0 +1,82 @@
+"""Sharded learners (``learner_sharding="fsdp"``) with torch's FSDP2 ``fully_shard``.
+
+Each decoder layer of the policy and of the frozen reference is one FSDP unit; the RLModule itself is
+the root unit (embeddings, final norms and LM heads, tied or not). Between uses every learner holds
+1/N of each float32 master weight (a DTensor sharded on dim 0), its gradient and its AdamW moments;
+a unit's full weights exist only while it runs. With a ``torch_dtype`` below float32 the gathered
+weights are in that dtype and gradients are reduced in float32 (FSDP2's ``MixedPrecisionPolicy``),
+matching the replicated learner's float32 masters + autocast.
+
+The module is entered through ``forward_train`` and ``compute_ref_logp`` (never ``forward``), so both
+are registered as FSDP forward methods: the root gathers its weights there and the layer units
+gather theirs inside. Full (unsharded) weights and optimizer state come from
+``torch.distributed.checkpoint.state_dict``: gathering is a collective that every learner must join
+(``GroupShardingLearnerGroup.get_state``); the full result lands on rank 0 only, the others get {}.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch.distributed.checkpoint.state_dict import (
+    StateDictOptions,
+    get_model_state_dict,
+    get_optimizer_state_dict,
+    set_model_state_dict,
+    set_optimizer_state_dict,
+)
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard, register_fsdp_forward_method
+
+#: The RLModule methods that run the model (the root unit gathers its weights when they start).
+FORWARD_METHODS = ("forward_train", "compute_ref_logp")
+_GATHER = StateDictOptions(full_state_dict=True, cpu_offload=True)
+_LOAD_FULL = StateDictOptions(full_state_dict=True)
+
+
+def is_sharded(module: torch.nn.Module) -> bool:
+    return isinstance(module, FSDPModule)
+
+
+def shard_module(module: torch.nn.Module, models: list[torch.nn.Module], compute_dtype: torch.dtype,
+                 device: torch.device) -> None:
+    """Shard ``module`` in place over all ranks: every decoder layer of each of ``models`` (Hugging Face
+    causal LMs held by ``module``), then ``module`` as the root unit."""
+    mesh = init_device_mesh(device.type, (dist.get_world_size(),))
+    low_precision = compute_dtype != torch.float32
+    policy = MixedPrecisionPolicy(
+        param_dtype=compute_dtype if low_precision else None,
+        reduce_dtype=torch.float32 if low_precision else None,
+    )
+    for model in models:
+        backbone = getattr(model, model.base_model_prefix)
+        for layer in backbone.layers:
+            fully_shard(layer, mesh=mesh, mp_policy=policy)
+    fully_shard(module, mesh=mesh, mp_policy=policy)
+    for name in FORWARD_METHODS:
+        register_fsdp_forward_method(module, name)
+
+
+def full_state_dict(module: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """All of the module's weights as full CPU tensors on rank 0 ({} on the others); a collective."""
+    return get_model_state_dict(module, options=_GATHER)
+
+
+def load_full_state_dict(module: torch.nn.Module, state: Mapping[str, Any]) -> None:
+    """Each rank keeps its shard of the full ``state`` (every rank is given all of it)."""
+    tensors = {k: torch.as_tensor(v) for k, v in state.items()}
+    set_model_state_dict(module, tensors, options=_LOAD_FULL)
+
+
+def full_optimizer_state(module: torch.nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
+    """The optimizer's state with full tensors, keyed by parameter names, on rank 0 ({} on the others)."""
+    return get_optimizer_state_dict(module, optimizer, options=_GATHER)
+
+
+def load_full_optimizer_state(
+    module: torch.nn.Module, optimizer: torch.optim.Optimizer, state: Mapping[str, Any]
+) -> None:
+    set_optimizer_state_dict(module, optimizer, optim_state_dict=dict(state), options=_LOAD_FULL)
