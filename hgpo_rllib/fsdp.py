@@ -21,6 +21,7 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
+from ray.rllib.utils.torch_utils import convert_to_torch_tensor
 from torch.distributed.checkpoint.state_dict import (
     StateDictOptions,
     get_model_state_dict,
@@ -67,8 +68,7 @@ def full_state_dict(module: torch.nn.Module) -> dict[str, torch.Tensor]:
 
 def load_full_state_dict(module: torch.nn.Module, state: Mapping[str, Any]) -> None:
     """Each rank keeps its shard of the full ``state`` (every rank is given all of it)."""
-    tensors = {k: torch.as_tensor(v) for k, v in state.items()}
-    set_model_state_dict(module, tensors, options=_LOAD_FULL)
+    set_model_state_dict(module, convert_to_torch_tensor(dict(state)), options=_LOAD_FULL)
 
 
 def full_optimizer_state(module: torch.nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, Any]:

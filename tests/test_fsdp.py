@@ -20,10 +20,10 @@ from test_algorithm import (
 
 import envs
 from hgpo_rllib import HGPO, HGPOConfig
-from hgpo_rllib.env_runner import GroupedEnvRunner
 
 # Two learners, minibatches of 4 rows each in micro-batches of 2 (gradient accumulation runs too).
-TWO_LEARNERS = {"groups_per_iteration": 4, "minibatch_size": 8, "micro_batch_size": 2}
+# grad_clip 0.1 is below the tiny model's gradient norm: clipping acts on the (sharded) gradients.
+TWO_LEARNERS = {"groups_per_iteration": 4, "minibatch_size": 8, "micro_batch_size": 2, "grad_clip": 0.1}
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -35,10 +35,49 @@ def ray_session() -> Any:
 
 def sharded_config(sharding: str = "fsdp", **training: Any) -> HGPOConfig:
     config = keychest_config(**{**TWO_LEARNERS, **training, "learner_sharding": sharding})
-    return config.learners(num_learners=2)
+    # Half a CPU each: the DDP learners of the comparison fit next to the FSDP algorithm's (4 CPUs).
+    return config.learners(num_learners=2, num_cpus_per_learner=0.5)
 
 
-def test_fsdp_learners_shard_train_sync_and_checkpoint_exactly(tmp_path: Any) -> None:
+@pytest.fixture(scope="module")
+def fsdp_algo() -> Any:
+    algo = sharded_config().build_algo()
+    yield algo
+    algo.stop()
+
+
+def policy_weights(group: Any) -> dict[str, np.ndarray]:
+    return group.get_state(components="learner/rl_module")["learner"]["rl_module"]["default_policy"]
+
+
+def test_one_fsdp_update_matches_one_ddp_update(fsdp_algo: HGPO) -> None:
+    """Same initial weights, same batch, same dealing of groups: the sharded update equals DDP's to
+    float rounding. Two micro-batches per minibatch (accumulation) and active clipping (grad_clip
+    0.1 is below the tiny model's gradient norm)."""
+    (episodes,) = fsdp_algo.env_runner_group.foreach_env_runner(
+        lambda er: er.sample(num_episodes=TWO_LEARNERS["groups_per_iteration"] * GROUP_SIZE),
+        local_env_runner=False,
+    )
+    config = sharded_config("none")
+    ddp = config.build_learner_group(env=envs.make_env(config.env, config.env_config))
+    update = {"episodes": episodes, "minibatch_size": config.minibatch_size_per_learner, "num_epochs": 1}
+    try:
+        before = policy_weights(ddp)
+        ddp.update(**update)
+        ddp_after = policy_weights(ddp)
+    finally:
+        ddp.shutdown()
+    fsdp = fsdp_algo.learner_group
+    assert_same_tree(policy_weights(fsdp), before)
+    fsdp.update(**update)
+    fsdp_after = policy_weights(fsdp)
+    moved = max(float(np.abs(ddp_after[k] - before[k]).max()) for k in before)
+    gap = max(float(np.abs(ddp_after[k] - fsdp_after[k]).max()) for k in before)
+    print(f"largest weight change {moved:.3g}, largest FSDP - DDP difference {gap:.3g}")
+    assert moved > 1e-4 and gap < 1e-3 * moved, (moved, gap)
+
+
+def test_fsdp_learners_shard_train_sync_and_checkpoint_exactly(fsdp_algo: HGPO, tmp_path: Any) -> None:
     def local_shards(learner: Any) -> dict[str, tuple[int, int, int, str]]:
         """Per parameter: (elements held here, elements in all, rows, type); nested, so Ray pickles
         it by value (the learner actors cannot import this test module)."""
@@ -48,66 +87,32 @@ def test_fsdp_learners_shard_train_sync_and_checkpoint_exactly(tmp_path: Any) ->
             for name, p in learner.module["default_policy"].named_parameters()
         }
 
-    algo = sharded_config().build_algo()
-    try:
-        result = algo.train()
-        learner = result["learners"]["default_policy"]
-        assert learner["num_groups"] == TWO_LEARNERS["groups_per_iteration"]
-        assert np.isfinite(learner["policy_loss"]) and learner["num_optimizer_steps"] >= 1
-        shards = [r.get() for r in algo.learner_group.foreach_learner(local_shards).result_or_errors]
-        assert len(shards) == 2 and shards[0].keys() == shards[1].keys()
-        for name in shards[0]:
-            (held0, total, rows, kind), (held1, *_) = shards[0][name], shards[1][name]
-            # Each learner holds half of the rows (one more on rank 0 if their number is odd).
-            assert kind == "DTensor" and held0 + held1 == total and held0 - held1 in (0, total // rows), name
-        full = learner_weights(algo)  # gathered from the two shards
-        (synced,) = algo.env_runner_group.foreach_env_runner(
-            lambda er: er.module.get_state(), local_env_runner=False
-        )
-        assert synced.keys() == {k for k in full if not k.startswith("ref_lm.")}
-        assert_same_tree(synced, {k: full[k] for k in synced})  # the runners got exactly these weights
-        path = algo.save_to_path(str(tmp_path / "ckpt"))
-        saved_weights, saved_optim = full, optimizer_state(algo)
-    finally:
-        algo.stop()
+    algo = fsdp_algo
+    learner = algo.train()["learners"]["default_policy"]
+    assert learner["num_groups"] == TWO_LEARNERS["groups_per_iteration"]
+    assert np.isfinite(learner["policy_loss"]) and learner["num_optimizer_steps"] >= 1
+    shards = [r.get() for r in algo.learner_group.foreach_learner(local_shards).result_or_errors]
+    assert len(shards) == 2 and shards[0].keys() == shards[1].keys()
+    for name in shards[0]:
+        (held0, total, rows, kind), (held1, *_) = shards[0][name], shards[1][name]
+        # Each learner holds half of the rows (one more on rank 0 if their number is odd).
+        assert kind == "DTensor" and held0 + held1 == total and held0 - held1 in (0, total // rows), name
+    full = learner_weights(algo)  # gathered from the two shards
+    (synced,) = algo.env_runner_group.foreach_env_runner(
+        lambda er: er.module.get_state(), local_env_runner=False
+    )
+    assert synced.keys() == {k for k in full if not k.startswith("ref_lm.")}
+    assert_same_tree(synced, {k: full[k] for k in synced})  # the runners got exactly these weights
+    path = algo.save_to_path(str(tmp_path / "ckpt"))
+    saved_optim = optimizer_state(algo)
     assert saved_optim["default_policy_default_optimizer"]["state"]["state"]  # moments were saved
     restored = HGPO.from_checkpoint(path)
     try:
-        assert_same_tree(learner_weights(restored), saved_weights)
+        assert_same_tree(learner_weights(restored), full)
         assert_same_tree(optimizer_state(restored), saved_optim)
-        assert restored.train()["training_iteration"] == 2
+        assert restored.train()["training_iteration"] == algo.iteration + 1
     finally:
         restored.stop()
-
-
-def _sampled_episodes() -> list[Any]:
-    sampler = GroupedEnvRunner(config=keychest_config(remote_runners=0, **TWO_LEARNERS), worker_index=1)
-    try:
-        return sampler.sample(num_episodes=TWO_LEARNERS["groups_per_iteration"] * GROUP_SIZE)
-    finally:
-        sampler.stop()
-
-
-def test_one_fsdp_update_matches_one_ddp_update() -> None:
-    """Same seed, same batch, same dealing of groups: the sharded update equals DDP's to float
-    rounding (gradient clipping is active: the tiny model's gradient norm exceeds grad_clip)."""
-    episodes = _sampled_episodes()
-    weights = {}
-    for sharding in ("none", "fsdp"):
-        config = sharded_config(sharding, grad_clip=0.1)
-        group = config.build_learner_group(env=envs.make_env(config.env, config.env_config))
-        try:
-            before = group.get_state(components="learner/rl_module")["learner"]["rl_module"]["default_policy"]
-            group.update(episodes=episodes, minibatch_size=config.minibatch_size_per_learner, num_epochs=1)
-            after = group.get_state(components="learner/rl_module")["learner"]["rl_module"]["default_policy"]
-        finally:
-            group.shutdown()
-        weights[sharding] = (before, after)
-    (ddp_before, ddp_after), (fsdp_before, fsdp_after) = weights["none"], weights["fsdp"]
-    assert_same_tree(ddp_before, fsdp_before)
-    moved = max(float(np.abs(ddp_after[k] - ddp_before[k]).max()) for k in ddp_after)
-    gap = max(float(np.abs(ddp_after[k] - fsdp_after[k]).max()) for k in ddp_after)
-    assert moved > 1e-4 and gap < 1e-3 * moved, (moved, gap)
 
 
 @pytest.mark.parametrize(
