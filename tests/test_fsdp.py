@@ -9,6 +9,8 @@ from typing import Any
 import numpy as np
 import pytest
 import ray
+import torch
+import torch.distributed as dist
 from test_algorithm import (
     GROUP_SIZE,
     TINY_MODEL,
@@ -20,6 +22,7 @@ from test_algorithm import (
 
 import envs
 from hgpo_rllib import HGPO, HGPOConfig
+from hgpo_rllib.env_runner import GroupedEnvRunner
 
 # Two learners, minibatches of 4 rows each in micro-batches of 2 (gradient accumulation runs too).
 # grad_clip 0.1 is below the tiny model's gradient norm: clipping acts on the (sharded) gradients.
@@ -127,3 +130,48 @@ def test_validate_refuses_fsdp_without_two_learners_or_with_lora(change: Any, me
     with pytest.raises(ValueError, match=message):
         change(sharded_config()).validate()
 
+
+
+@pytest.fixture
+def one_rank_group() -> Any:
+    """A gloo process group of this process alone: a learner built here shards over one rank."""
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    yield
+    dist.destroy_process_group()
+
+
+def test_bf16_sharded_learner_keeps_float32_shards_and_computes_like_the_bf16_sampler(
+    one_rank_group: None,
+) -> None:
+    """bf16 with FSDP2's MixedPrecisionPolicy: float32 master shards and AdamW state (lr 1e-6 still
+    moves nearly every weight), compute on bf16 gathered weights, as the bf16 env runner samples, so
+    the learner's log-probs are closer to the sampler's than the replicated learner's (float32
+    weights under autocast). Gradient checkpointing runs inside the sharded layers."""
+    model_config = {**TINY_MODEL, "torch_dtype": "bfloat16", "gradient_checkpointing": True}
+
+    def config(sharding: str) -> HGPOConfig:
+        return keychest_config(remote_runners=0, groups_per_iteration=2, lr=1e-6, learner_sharding=sharding
+                               ).rl_module(model_config=model_config)
+
+    sampler = GroupedEnvRunner(config=config("none"), worker_index=1)
+    try:
+        episodes = sampler.sample(num_episodes=2 * GROUP_SIZE)
+    finally:
+        sampler.stop()
+    gaps = {}
+    for sharding in ("none", "fsdp"):
+        learner = config(sharding).build_learner(env=envs.make_env("keychest", {"max_steps": 4}))
+        module = learner.module["default_policy"]
+        before = {k: v.copy() for k, v in module.get_state().items() if not k.startswith("ref_lm.")}
+        metrics = learner.update(episodes=episodes, num_epochs=1)["default_policy"]
+        gaps[sharding] = metrics["logp_gap_vs_sampler"]
+        after = module.get_state()
+        changed = sum(int((before[k] != after[k]).sum()) for k in before)
+        assert changed > 0.9 * sum(v.size for v in before.values()), (sharding, changed)
+        (optim,) = learner._named_optimizers.values()
+        moments = {t.dtype for state in optim.state.values() for t in state.values() if t.dim() > 0}
+        assert moments == {torch.float32}
+    kinds = {type(p).__name__ for p in module.parameters()}
+    assert kinds == {"DTensor"} and {p.to_local().dtype for p in module.lm.parameters()} == {torch.float32}
+    print(f"log-prob gap to the bf16 sampler: replicated {gaps['none']:.3g}, sharded {gaps['fsdp']:.3g}")
+    assert gaps["fsdp"] < gaps["none"]
