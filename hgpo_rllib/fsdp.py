@@ -71,12 +71,30 @@ def load_full_state_dict(module: torch.nn.Module, state: Mapping[str, Any]) -> N
     set_model_state_dict(module, convert_to_torch_tensor(dict(state)), options=_LOAD_FULL)
 
 
+def _param_names(module: torch.nn.Module, optimizer: torch.optim.Optimizer) -> list[str]:
+    """The names of the optimizer's parameters in ``Optimizer.state_dict()``'s numbering."""
+    names = {id(p): name for name, p in module.named_parameters()}
+    return [names[id(p)] for group in optimizer.param_groups for p in group["params"]]
+
+
 def full_optimizer_state(module: torch.nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
-    """The optimizer's state with full tensors, keyed by parameter names, on rank 0 ({} on the others)."""
-    return get_optimizer_state_dict(module, optimizer, options=_GATHER)
+    """The optimizer's state with full tensors on rank 0 ({} on the others; a collective), numbered as
+    ``Optimizer.state_dict()`` numbers parameters, so replicated and sharded runs share checkpoints."""
+    full = get_optimizer_state_dict(module, optimizer, options=_GATHER)
+    if not full:
+        return full
+    index = {name: i for i, name in enumerate(_param_names(module, optimizer))}
+    return {
+        "state": {index[name]: value for name, value in full["state"].items()},
+        "param_groups": [{**g, "params": [index[n] for n in g["params"]]} for g in full["param_groups"]],
+    }
 
 
 def load_full_optimizer_state(
     module: torch.nn.Module, optimizer: torch.optim.Optimizer, state: Mapping[str, Any]
 ) -> None:
-    set_optimizer_state_dict(module, optimizer, optim_state_dict=dict(state), options=_LOAD_FULL)
+    """Each rank keeps its shard of a full state numbered as ``Optimizer.state_dict()``'s."""
+    names = _param_names(module, optimizer)
+    groups = [{**g, "params": [names[int(i)] for i in g["params"]]} for g in state["param_groups"]]
+    by_name = {"state": {names[int(i)]: value for i, value in state["state"].items()}, "param_groups": groups}
+    set_optimizer_state_dict(module, optimizer, optim_state_dict=by_name, options=_LOAD_FULL)

@@ -53,6 +53,11 @@ def policy_weights(group: Any) -> dict[str, np.ndarray]:
     return group.get_state(components="learner/rl_module")["learner"]["rl_module"]["default_policy"]
 
 
+def adam_state(group: Any) -> dict[str, Any]:
+    return group.get_state(components="learner/optimizer")["learner"]["optimizer"][
+        "default_policy_default_optimizer"]["state"]
+
+
 def test_one_fsdp_update_matches_one_ddp_update(fsdp_algo: HGPO) -> None:
     """Same initial weights, same batch, same dealing of groups: the sharded update equals DDP's to
     float rounding. Two micro-batches per minibatch (accumulation) and active clipping (grad_clip
@@ -67,17 +72,23 @@ def test_one_fsdp_update_matches_one_ddp_update(fsdp_algo: HGPO) -> None:
     try:
         before = policy_weights(ddp)
         ddp.update(**update)
-        ddp_after = policy_weights(ddp)
+        ddp_after, ddp_optim = policy_weights(ddp), adam_state(ddp)
     finally:
         ddp.shutdown()
     fsdp = fsdp_algo.learner_group
     assert_same_tree(policy_weights(fsdp), before)
     fsdp.update(**update)
-    fsdp_after = policy_weights(fsdp)
+    fsdp_after, fsdp_optim = policy_weights(fsdp), adam_state(fsdp)
     moved = max(float(np.abs(ddp_after[k] - before[k]).max()) for k in before)
     gap = max(float(np.abs(ddp_after[k] - fsdp_after[k]).max()) for k in before)
     print(f"largest weight change {moved:.3g}, largest FSDP - DDP difference {gap:.3g}")
     assert moved > 1e-4 and gap < 1e-3 * moved, (moved, gap)
+    # The gathered AdamW state is numbered as DDP's (checkpoints are interchangeable) and holds the same
+    # moments; the second moments are squares of gradients, so they get a relative tolerance.
+    assert ddp_optim.keys() == fsdp_optim.keys() and ddp_optim["param_groups"] == fsdp_optim["param_groups"]
+    for i, moments in ddp_optim["state"].items():
+        for name, value in moments.items():
+            np.testing.assert_allclose(fsdp_optim["state"][i][name], value, rtol=1e-3, atol=1e-9)
 
 
 def test_fsdp_learners_shard_train_sync_and_checkpoint_exactly(fsdp_algo: HGPO, tmp_path: Any) -> None:
