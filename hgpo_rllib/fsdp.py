@@ -4,8 +4,10 @@ Each decoder layer of the policy and of the frozen reference is one FSDP unit; t
 the root unit (embeddings, final norms and LM heads, tied or not). Between uses every learner holds
 1/N of each float32 master weight (a DTensor sharded on dim 0), its gradient and its AdamW moments;
 a unit's full weights exist only while it runs. With a ``torch_dtype`` below float32 the gathered
-weights are in that dtype and gradients are reduced in float32 (FSDP2's ``MixedPrecisionPolicy``),
-matching the replicated learner's float32 masters + autocast.
+weights are in that dtype and gradients are reduced in float32 (FSDP2's ``MixedPrecisionPolicy``):
+float32 masters and AdamW state as on a replicated learner, but the forward runs on bf16 weights as
+the bf16 env runners' does, where the replicated learner's autocast keeps float32 activations
+between matmuls; the learner's log-probs are then closer to the sampler's (tests/test_fsdp.py).
 
 The module is entered through ``forward_train`` and ``compute_ref_logp`` (never ``forward``), so both
 are registered as FSDP forward methods: the root gathers its weights there and the layer units
