@@ -25,8 +25,9 @@ from hgpo_rllib import HGPO, HGPOConfig
 from hgpo_rllib.env_runner import GroupedEnvRunner
 
 # Two learners, minibatches of 4 rows each in micro-batches of 2 (gradient accumulation runs too).
-# grad_clip 0.1 is below the tiny model's gradient norm: clipping acts on the (sharded) gradients.
-TWO_LEARNERS = {"groups_per_iteration": 4, "minibatch_size": 8, "micro_batch_size": 2, "grad_clip": 0.1}
+# grad_clip below the tiny model's gradient norm (about 1e-4): clipping acts on the (sharded) gradients.
+TWO_LEARNERS = {"groups_per_iteration": 4, "minibatch_size": 8, "micro_batch_size": 2, "grad_clip": 2e-5}
+GRAD_NORM = "gradients_default_optimizer_global_norm"
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -60,8 +61,8 @@ def adam_state(group: Any) -> dict[str, Any]:
 
 def test_one_fsdp_update_matches_one_ddp_update(fsdp_algo: HGPO) -> None:
     """Same initial weights, same batch, same dealing of groups: the sharded update equals DDP's to
-    float rounding. Two micro-batches per minibatch (accumulation) and active clipping (grad_clip
-    0.1 is below the tiny model's gradient norm)."""
+    float rounding, with two micro-batches per minibatch (accumulation) and active clipping: the
+    global norm of the sharded gradients is the full one, and clipping scales AdamW's first moments."""
     (episodes,) = fsdp_algo.env_runner_group.foreach_env_runner(
         lambda er: er.sample(num_episodes=TWO_LEARNERS["groups_per_iteration"] * GROUP_SIZE),
         local_env_runner=False,
@@ -71,14 +72,17 @@ def test_one_fsdp_update_matches_one_ddp_update(fsdp_algo: HGPO) -> None:
     update = {"episodes": episodes, "minibatch_size": config.minibatch_size_per_learner, "num_epochs": 1}
     try:
         before = policy_weights(ddp)
-        ddp.update(**update)
+        ddp_norms = [float(r["default_policy"][GRAD_NORM]) for r in ddp.update(**update)]
         ddp_after, ddp_optim = policy_weights(ddp), adam_state(ddp)
     finally:
         ddp.shutdown()
     fsdp = fsdp_algo.learner_group
     assert_same_tree(policy_weights(fsdp), before)
-    fsdp.update(**update)
+    fsdp_norms = [float(r["default_policy"][GRAD_NORM]) for r in fsdp.update(**update)]
     fsdp_after, fsdp_optim = policy_weights(fsdp), adam_state(fsdp)
+    print(f"global gradient norms: DDP {ddp_norms}, FSDP {fsdp_norms}")
+    assert min(ddp_norms) > 2 * TWO_LEARNERS["grad_clip"]  # clipping halves the gradients at least
+    np.testing.assert_allclose(fsdp_norms, ddp_norms, rtol=1e-4)
     moved = max(float(np.abs(ddp_after[k] - before[k]).max()) for k in before)
     gap = max(float(np.abs(ddp_after[k] - fsdp_after[k]).max()) for k in before)
     print(f"largest weight change {moved:.3g}, largest FSDP - DDP difference {gap:.3g}")
