@@ -4,6 +4,7 @@ item 2)."""
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import numpy as np
@@ -11,6 +12,7 @@ import pytest
 import ray
 import torch
 import torch.distributed as dist
+from ray.rllib.utils.metrics import WEIGHTS_SEQ_NO
 from test_algorithm import (
     GROUP_SIZE,
     TINY_MODEL,
@@ -155,13 +157,14 @@ def one_rank_group() -> Any:
     dist.destroy_process_group()
 
 
-def test_bf16_sharded_learner_keeps_float32_shards_and_computes_like_the_bf16_sampler(
+def test_bf16_sharded_learner_keeps_float32_shards_computes_like_the_sampler_and_shares_state(
     one_rank_group: None,
 ) -> None:
     """bf16 with FSDP2's MixedPrecisionPolicy: float32 master shards and AdamW state (lr 1e-6 still
     moves nearly every weight), compute on bf16 gathered weights, as the bf16 env runner samples, so
     the learner's log-probs are closer to the sampler's than the replicated learner's (float32
-    weights under autocast). Gradient checkpointing runs inside the sharded layers."""
+    weights under autocast). Gradient checkpointing runs inside the sharded layers. Replicated and
+    sharded learners load each other's weights and optimizer state exactly."""
     model_config = {**TINY_MODEL, "torch_dtype": "bfloat16", "gradient_checkpointing": True}
 
     def config(sharding: str) -> HGPOConfig:
@@ -173,9 +176,10 @@ def test_bf16_sharded_learner_keeps_float32_shards_and_computes_like_the_bf16_sa
         episodes = sampler.sample(num_episodes=2 * GROUP_SIZE)
     finally:
         sampler.stop()
-    gaps = {}
+    gaps, learners = {}, {}
     for sharding in ("none", "fsdp"):
-        learner = config(sharding).build_learner(env=envs.make_env("keychest", {"max_steps": 4}))
+        env = envs.make_env("keychest", {"max_steps": 4})
+        learner = learners[sharding] = config(sharding).build_learner(env=env)
         module = learner.module["default_policy"]
         before = {k: v.copy() for k, v in module.get_state().items() if not k.startswith("ref_lm.")}
         metrics = learner.update(episodes=episodes, num_epochs=1)["default_policy"]
@@ -190,3 +194,12 @@ def test_bf16_sharded_learner_keeps_float32_shards_and_computes_like_the_bf16_sa
     assert kinds == {"DTensor"} and {p.to_local().dtype for p in module.lm.parameters()} == {torch.float32}
     print(f"log-prob gap to the bf16 sampler: replicated {gaps['none']:.3g}, sharded {gaps['fsdp']:.3g}")
     assert gaps["fsdp"] < gaps["none"]
+
+    components = ["rl_module", "optimizer"]
+    states = {name: copy.deepcopy(lr.get_state(components=components)) for name, lr in learners.items()}
+    for state in states.values():  # equal sequence numbers would make set_state() keep its own weights
+        del state[WEIGHTS_SEQ_NO]
+    for source, target in (("none", "fsdp"), ("fsdp", "none")):
+        learners[target].set_state(states[source])
+        loaded = learners[target].get_state(components=components)
+        assert_same_tree({k: v for k, v in loaded.items() if k != WEIGHTS_SEQ_NO}, states[source])
