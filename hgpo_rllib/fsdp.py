@@ -81,7 +81,7 @@ def _param_names(module: torch.nn.Module, optimizer: torch.optim.Optimizer) -> l
 
 def full_optimizer_state(module: torch.nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
     """The optimizer's state with full tensors on rank 0 ({} on the others; a collective), numbered as
-    ``Optimizer.state_dict()`` numbers parameters, so replicated and sharded runs share checkpoints."""
+    ``Optimizer.state_dict()`` numbers parameters: a replicated learner's layout, which either loads."""
     full = get_optimizer_state_dict(module, optimizer, options=_GATHER)
     if not full:
         return full
