@@ -1,6 +1,6 @@
 """Sharded learners (``learner_sharding="fsdp"``, FSDP2 on CPU/gloo): the weights really are sharded,
-training and weight sync work, one update equals DDP's, checkpoints round-trip exactly (issue 12,
-item 2)."""
+training and weight sync work, one update equals DDP's, checkpoints round-trip exactly; bf16 mixed
+precision and state exchange with replicated learners on a one-rank group (issue 12, item 2)."""
 
 from __future__ import annotations
 
@@ -39,8 +39,8 @@ def ray_session() -> Any:
     ray.shutdown()
 
 
-def sharded_config(sharding: str = "fsdp", **training: Any) -> HGPOConfig:
-    config = keychest_config(**{**TWO_LEARNERS, **training, "learner_sharding": sharding})
+def sharded_config(sharding: str = "fsdp") -> HGPOConfig:
+    config = keychest_config(**TWO_LEARNERS, learner_sharding=sharding)
     # Half a CPU each: the DDP learners of the comparison fit next to the FSDP algorithm's (4 CPUs).
     return config.learners(num_learners=2, num_cpus_per_learner=0.5)
 
