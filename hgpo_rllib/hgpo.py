@@ -243,9 +243,11 @@ class HGPOConfig(AlgorithmConfig):
             temperature: Sampling temperature while training (default 1.0); the learner scores
                 tokens at the same temperature.
             eval_temperature: Sampling temperature with ``explore=False`` (default 0.4; 0 = greedy).
-            learner_sharding: "none" (default: every learner holds the whole model, DDP). "fsdp"
-                (weights, gradients and optimizer state sharded over the learners) is understood by the
-                memory plan but refused by ``validate()``: the learner does not shard yet.
+            learner_sharding: "none" (default: every learner holds the whole model, DDP) or "fsdp"
+                (FSDP2: the float32 master weights, gradients, AdamW state and the GPU reference
+                sharded over ``num_learners`` >= 2 learners, each decoder layer gathered only while
+                it runs; full fine-tuning only, not with ``model_config['lora']``), see
+                :mod:`hgpo_rllib.fsdp`. The memory plan divides accordingly.
 
         ``minibatch_size`` (RLlib) is rows per optimiser step summed over all learners (default
         256, must divide evenly among ``num_learners``); ``num_epochs`` passes over the batch.
@@ -429,10 +431,13 @@ class HGPOConfig(AlgorithmConfig):
         need(_is_int(self.num_epochs) and self.num_epochs >= 1, "num_epochs", "an int >= 1")
         need(_is_int(self.num_env_workers) and self.num_env_workers >= 0, "num_env_workers", "an int >= 0")
         need(self.learner_sharding in LEARNER_SHARDING, "learner_sharding", f"one of {LEARNER_SHARDING}")
-        # Planned (python -m hgpo_rllib.memory) but not built: FSDP2's fully_shard runs on CPU/gloo here,
-        # yet the learner's weight sync, checkpoints and micro-batch no_sync still assume whole replicas.
-        need(self.learner_sharding != "fsdp", "learner_sharding",
-             "'none': 'fsdp' is not implemented in the learner yet; model_config['lora'] fits big models")
+        if self.learner_sharding == "fsdp":
+            need(_is_int(self.num_learners) and self.num_learners >= 2, "learner_sharding",
+                 f"'none' with num_learners={self.num_learners}: 'fsdp' shards over >= 2 learners "
+                 "(a single learner holds the whole model either way)")
+            need(not self._user_model_config().get("lora"), "learner_sharding",
+                 "'none' with model_config['lora']: only the small adapters train, each learner "
+                 "holds them whole (sharding them would save almost nothing)")
         need(self.sample_timeout_s is None
              or (_is_number(self.sample_timeout_s) and 0 < self.sample_timeout_s < math.inf),
              "sample_timeout_s", "None (no limit) or a finite number of seconds > 0")

@@ -5,6 +5,10 @@ episodes, so each learner would normalise advantages over fragments of groups (o
 4 arriving as 2 + 2). Here whole groups are dealt to the learners, largest first onto the learner
 with the fewest steps, and every learner runs the same number of optimiser steps (DDP all-reduces
 each step, so a learner with an extra step would wait forever).
+
+Sharded learners (``learner_sharding="fsdp"``) gather their full state with a collective, so a state
+request (weight sync, checkpoint) goes to all of them and rank 0's answer is kept; RLlib's
+LearnerGroup asks the first learner only, which would wait forever for the others.
 """
 
 from __future__ import annotations
@@ -14,6 +18,9 @@ from collections import defaultdict
 from collections.abc import Sequence
 from typing import Any
 
+import torch.distributed as dist
+from ray.rllib.core import COMPONENT_LEARNER
+from ray.rllib.core.learner.learner import Learner
 from ray.rllib.core.learner.learner_group import LearnerGroup
 from ray.rllib.core.learner.training_data import TrainingData
 from ray.rllib.env.single_agent_episode import SingleAgentEpisode
@@ -38,8 +45,44 @@ def shard_whole_groups(
     return shards
 
 
+def _rank_and_state(learner: Learner, **kwargs: Any) -> tuple[int, dict[str, Any]]:
+    return dist.get_rank(), learner.get_state(**kwargs)
+
+
 class GroupShardingLearnerGroup(LearnerGroup):
-    """``update(episodes=...)`` with remote learners deals out whole rollout groups."""
+    """``update(episodes=...)`` with remote learners deals out whole rollout groups; sharded
+    learners are all asked for their state."""
+
+    @property
+    def sharded(self) -> bool:
+        """Remote learners that shard the model: every state request is a collective."""
+        return not self.is_local and self.config.learner_sharding == "fsdp"
+
+    @override(LearnerGroup)
+    def get_state(
+        self, components: Any = None, *, not_components: Any = None, **kwargs: Any
+    ) -> dict[str, Any]:
+        if not (self.sharded and self._check_component(COMPONENT_LEARNER, components, not_components)):
+            return super().get_state(components, not_components=not_components, **kwargs)
+        results = self._get_results(
+            self._worker_manager.foreach_actor(
+                _rank_and_state,
+                kwargs={
+                    "components": self._get_subcomponents(COMPONENT_LEARNER, components),
+                    "not_components": self._get_subcomponents(COMPONENT_LEARNER, not_components),
+                    **kwargs,
+                },
+            )
+        )
+        return {COMPONENT_LEARNER: next(state for rank, state in results if rank == 0)}
+
+    @override(LearnerGroup)
+    def save_to_path(self, path: Any = None, *, state: dict[str, Any] | None = None, **kwargs: Any) -> str:
+        """RLlib saves a remote learner's state by asking the first learner alone; sharded learners
+        hand it the state gathered from all of them."""
+        if self.sharded and state is None:
+            state = self.get_state()
+        return super().save_to_path(path, state=state, **kwargs)
 
     @override(LearnerGroup)
     def update(
@@ -76,7 +119,7 @@ class GroupShardingLearnerGroup(LearnerGroup):
                 dict(
                     training_data=TrainingData(episodes=shard),
                     timesteps=timesteps,
-                    return_state=return_state and i == 0,
+                    return_state=return_state and (i == 0 or self.sharded),  # a collective if sharded
                     **kwargs,
                 )
                 for i, shard in enumerate(shards)

@@ -18,8 +18,8 @@ Per role and GPU, in bytes:
   tokens per row (every decoder layer's saved tensors, or with gradient checkpointing each layer's
   input plus one layer recomputed); the vocabulary-wide log-prob and entropy tensors of the response
   tokens (all at once, or ``logprob_chunk_tokens`` at a time). ``learner_sharding="fsdp"`` divides
-  weights, master, gradients and optimizer state by the number of learners (FSDP2 keeps fp32
-  shards and gathers one layer at a time in ``torch_dtype``).
+  weights, master, gradients, optimizer state and a GPU reference by the number of learners (FSDP2
+  keeps fp32 shards and gathers in ``torch_dtype`` one layer at a time, plus the embeddings and heads).
 * **env runner**: the module's own copy of the weights and, with vLLM, the engine's share of the GPU
   (``vllm_gpu_memory_utilization``): its weights, a working reserve, and the KV cache that is left,
   which must hold at least one full-length sequence; the plan reports how many fit at once.
@@ -208,19 +208,25 @@ def learner_items(shape: ModelShape, s: LearnerSettings) -> list[Item]:
     elif a < 4 and shards == 1:
         items.append(Item("weights", total * a, f"{total / 1e9:.2f}B x {a} B ({s.torch_dtype})"))
         items.append(Item("fp32 master weights", total * 4, "the optimizer's copy"))
-    elif a < 4:
+    elif shards > 1:
         note = f"1/{shards} of {total / 1e9:.2f}B x 4 B"
         items.append(Item("weights (fp32 shards)", total * 4 // shards, note))
-        items.append(Item(f"gathered layers ({s.torch_dtype})", 2 * shape.layer_params() * a,
-                          "two decoder layers unsharded at a time"))
+        # hgpo_rllib/fsdp.py: one unit per decoder layer; the root unit (embeddings, head, final norm
+        # of the policy and of a GPU reference) stays gathered from the first forward to the backward's end.
+        models = 2 if s.reference and not s.reference_on_cpu else 1
+        root = total - shape.num_layers * shape.layer_params()
+        gathered = (2 * shape.layer_params() + models * root) * a
+        items.append(Item(f"gathered weights ({s.torch_dtype})", gathered,
+                          f"two decoder layers, and the embeddings and head of {models} model(s)"))
     else:
-        items.append(Item("weights", total * 4 // shards, f"{total / 1e9:.2f}B x 4 B"))
+        items.append(Item("weights", total * 4, f"{total / 1e9:.2f}B x 4 B"))
     items.append(Item("gradients (fp32)", trained * 4 // shards, ""))
     items.append(Item("optimizer (AdamW, fp32)", trained * 8 // shards, "two moments"))
     if s.reference and not lora:
         on_gpu = not s.reference_on_cpu
-        items.append(Item("reference model", total * a if on_gpu else 0,
-                          "frozen copy" if on_gpu else "on CPU (reference_on_cpu)"))
+        items.append(Item("reference model", total * a // shards if on_gpu else 0,
+                          ("frozen copy" + (f", 1/{shards} (sharded)" if shards > 1 else "")) if on_gpu
+                          else "on CPU (reference_on_cpu)"))
     elif s.reference:
         items.append(Item("reference model", 0, "the base with adapters disabled"))
     transient = activation_items(shape, s)

@@ -42,9 +42,11 @@ _MICRO_BATCH = {
 }
 #: Memory levers per preset so each fits 80 GB GPUs (``python -m hgpo_rllib.memory <file> --preset P``):
 #: (model_config additions, training overrides). 7B full fine-tuning needs its fp32 weights, gradients and
-#: AdamW state (122 GB) sharded, which the learner cannot do yet (learner_sharding="fsdp" is refused), so
-#: paper-7b trains LoRA adapters (rank 64 on every linear layer; adapters need a larger learning rate
-#: than the paper's full fine-tuning at 1e-6): a deviation from the paper until sharding lands.
+#: AdamW state (122 GB) sharded; learner_sharding="fsdp" over the preset's two learners halves them and the
+#: reference, yet the plan still says 95 GB per GPU at micro-batch 8 (76 GB only at micro-batch 4 with the
+#: reference on CPU, which would score a 7B model on CPU), so paper-7b trains LoRA adapters (rank 64 on
+#: every linear layer; adapters need a larger learning rate than the paper's full fine-tuning at 1e-6): a
+#: deviation from the paper. Four sharded learners would fit full fine-tuning (about 61 GB per GPU).
 _MEMORY: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
     "paper-1.5b": ({"gradient_checkpointing": True}, {}),
     "paper-7b": (

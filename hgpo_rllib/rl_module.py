@@ -36,6 +36,7 @@ from transformers import (
     TemperatureLogitsWarper,
 )
 
+from hgpo_rllib import fsdp
 from hgpo_rllib.logprobs import MASKED_LOGIT, token_logp_entropy
 from hgpo_rllib.lora import (
     ADAPTER_MARK,
@@ -398,6 +399,15 @@ class LLMRLModule(TorchRLModule, InferenceOnlyAPI):
         if cfg.lora:  # the frozen base needs no float32 master; PEFT keeps the adapters in float32
             self.lm = add_adapters(self.lm.to(self.compute_dtype), cfg.lora)
 
+    def shard(self, device: torch.device) -> None:
+        """Shard this learner's module over all learners (``learner_sharding="fsdp"``,
+        :mod:`hgpo_rllib.fsdp`): the policy's and the GPU reference's decoder layers, then the
+        module itself. Adapters are not sharded (HGPOConfig refuses LoRA with sharding)."""
+        if self.inference_only or self.uses_lora:
+            raise ValueError("only a learner's full-model (non-LoRA) module can be sharded")
+        models = [self.lm] + ([self.ref_lm] if hasattr(self, "ref_lm") else [])
+        fsdp.shard_module(self, models, self.compute_dtype, device)
+
     @property
     def uses_lora(self) -> bool:
         """True on a learner whose model carries LoRA adapters."""
@@ -644,11 +654,15 @@ class LLMRLModule(TorchRLModule, InferenceOnlyAPI):
         """TorchRLModule.get_state, but bfloat16 weights become float32 arrays (numpy has no bf16).
 
         With ``inference_only=True`` (weight sync to env runners) the reference model is left out. With
-        LoRA, env runners get merged weights and everything else (checkpoints) the adapters only.
+        LoRA, env runners get merged weights and everything else (checkpoints) the adapters only. A
+        sharded module gathers its full weights, a collective of all learners: rank 0 gets them, the
+        others an empty state.
         """
         if self.uses_lora:
             lora_state = merged_state_dict(self.lm) if inference_only else adapter_state_dict(self.lm)
             state = {f"lm.{k}": v for k, v in lora_state.items()}
+        elif fsdp.is_sharded(self):
+            state = fsdp.full_state_dict(self)
         else:
             state = self.state_dict()
         if inference_only and not self.inference_only:
@@ -665,6 +679,8 @@ class LLMRLModule(TorchRLModule, InferenceOnlyAPI):
         if not self.uses_lora and any(ADAPTER_MARK in k for k in state):
             adapters = {k.removeprefix("lm."): torch.as_tensor(v) for k, v in state.items()}
             self.lm = merge_adapter_state(self.lm, self.llm_config.lora, adapters)
+        elif fsdp.is_sharded(self):  # every learner is given the full weights and keeps its shard
+            fsdp.load_full_state_dict(self, state)
         else:
             super().set_state(state)
         if self._vllm is not None:

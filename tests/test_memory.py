@@ -96,13 +96,19 @@ def test_validate_refuses_a_layout_that_cannot_fit_and_names_the_setting() -> No
     with pytest.raises(ValueError, match=r"memory plan: the learner needs .*model_config\['lora'\]"):
         config.validate()
     paper_config("paper-7b").validate()  # the preset itself passes
-    # Sharding is planned but not built: refused with a pointer to what works.
-    with pytest.raises(ValueError, match="learner_sharding.*not implemented"):
+    # Sharding trains the full model: with LoRA it is refused; without, 7B over two learners halves
+    # weights, gradients, AdamW state and reference, yet still misses 80 GB at the paper's micro-batch.
+    with pytest.raises(ValueError, match=r"learner_sharding.*model_config\['lora'\]"):
         paper_config("paper-7b").training(learner_sharding="fsdp").validate()
     sharded = paper_config("paper-7b").training(learner_sharding="fsdp")
     sharded.rl_module(model_config={k: v for k, v in sharded._user_model_config().items() if k != "lora"})
     (learner, _) = memory.plan_for_config(sharded, 80)
-    assert any(item.name == "weights (fp32 shards)" for item in learner.items)
+    items = {item.name: item.bytes / 1e9 for item in learner.items}
+    assert items["weights (fp32 shards)"] == pytest.approx(15.2, abs=0.1)
+    assert items["optimizer (AdamW, fp32)"] == pytest.approx(30.5, abs=0.1)
+    assert items["reference model"] == pytest.approx(7.6, abs=0.1)
+    with pytest.raises(ValueError, match="memory plan: the learner needs"):
+        sharded.validate()
 
 
 def test_vllm_share_too_small_for_one_sequence_is_refused() -> None:

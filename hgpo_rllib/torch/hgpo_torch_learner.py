@@ -12,6 +12,12 @@ tokens of the minibatch (``loss_agg_mode = token-mean``). A minibatch may be pro
 forward/backward passes of ``micro_batch_size`` rows; every pass divides by the minibatch's token
 count, so the accumulated gradient is exactly the token mean's. AdamW (weight decay) and global-norm
 gradient clipping (``config.grad_clip``) then take one step.
+
+Several learners either hold whole replicas (DDP, RLlib's default) or, with ``learner_sharding="fsdp"``,
+1/N of every weight, gradient and optimizer moment (FSDP2, :mod:`hgpo_rllib.fsdp`). DDP
+all-reduces once per minibatch (``no_sync`` on all but the last micro-batch); FSDP reduce-scatters
+after every micro-batch into the sharded float32 gradients: skipping that sync would keep a full
+unsharded gradient per learner between micro-batches, the memory sharding exists to save.
 """
 
 from __future__ import annotations
@@ -25,10 +31,13 @@ import tree
 from ray.rllib.core import DEFAULT_MODULE_ID
 from ray.rllib.core.learner.learner import ENTROPY_KEY, POLICY_LOSS_KEY
 from ray.rllib.core.learner.torch.torch_learner import TorchLearner
+from ray.rllib.core.rl_module.multi_rl_module import MultiRLModule
 from ray.rllib.utils.annotations import override
 from ray.rllib.utils.numpy import convert_to_numpy
+from ray.rllib.utils.torch_utils import convert_to_torch_tensor
 from ray.rllib.utils.typing import ModuleID, StateDict
 
+from hgpo_rllib import fsdp
 from hgpo_rllib.connectors.group_advantages import ADVANTAGES, OLD_LOGP, REF_LOGP, RESP_MASK
 from hgpo_rllib.connectors.reference_logp import SAMPLER_LOGP
 from hgpo_rllib.hgpo_learner import HGPOLearner
@@ -111,6 +120,31 @@ class HGPOTorchLearner(HGPOLearner, TorchLearner):
         self._minibatch_tokens: torch.Tensor | None = None
         self._num_minibatches = 0
 
+    @property
+    def sharded(self) -> bool:
+        """True when the learners shard the model (``learner_sharding="fsdp"``)."""
+        return self.config.learner_sharding == "fsdp"
+
+    @override(TorchLearner)
+    def _make_module(self) -> MultiRLModule:
+        """RLlib's module on this learner's device, sharded (FSDP2) when ``learner_sharding="fsdp"``.
+
+        Sharding replaces the parameters, so it must happen before ``configure_optimizers()`` builds
+        AdamW over them; RLlib has no public hook between the two, and ``Learner._make_module``'s
+        docstring invites overriding it for steps of module construction.
+        """
+        module = super()._make_module()
+        if self.sharded:
+            for rl_module in module.values():
+                rl_module.shard(self._device)
+        return module
+
+    @override(TorchLearner)
+    def _make_modules_ddp_if_necessary(self) -> None:
+        """RLlib's DDP wrapping, unless the module is sharded (it synchronises its own gradients)."""
+        if not self.sharded:
+            super()._make_modules_ddp_if_necessary()
+
     @override(TorchLearner)
     def configure_optimizers_for_module(self, module_id: ModuleID, config: Any = None) -> None:
         """AdamW over the trainable weights (the frozen reference model has none)."""
@@ -128,14 +162,29 @@ class HGPOTorchLearner(HGPOLearner, TorchLearner):
 
         The cast is exact, and ``Optimizer.load_state_dict`` casts the state back to the parameters'
         dtype on restore. (Learners keep float32 master weights, so this guards custom setups.)
+        Sharded learners save the full state, keyed by parameter names, gathered on rank 0 (a
+        collective: all learners call this; the others return empty states).
         """
-        return {
-            name: {
-                "module_id": self._optimizer_name_to_module[name],
-                "state": convert_to_numpy(tree.map_structure(_numpy_compatible, optim.state_dict())),
+        states = {}
+        for name, optim in self._named_optimizers.items():
+            module_id = self._optimizer_name_to_module[name]
+            module = self.module[module_id]
+            state = fsdp.full_optimizer_state(module, optim) if self.sharded else optim.state_dict()
+            states[name] = {
+                "module_id": module_id,
+                "state": convert_to_numpy(tree.map_structure(_numpy_compatible, state)),
             }
-            for name, optim in self._named_optimizers.items()
-        }
+        return states
+
+    @override(TorchLearner)
+    def _set_optimizer_state(self, state: StateDict) -> None:
+        """TorchLearner's; sharded learners each keep their shard of the full state."""
+        if not self.sharded:
+            return super()._set_optimizer_state(state)
+        for name, saved in state.items():
+            full = {**saved["state"], "state": convert_to_torch_tensor(saved["state"]["state"])}
+            module = self.module[saved["module_id"]]
+            fsdp.load_full_optimizer_state(module, self._named_optimizers[name], full)
 
     @override(TorchLearner)
     def before_gradient_based_update(self, *, timesteps: dict[str, Any]) -> None:
@@ -159,7 +208,7 @@ class HGPOTorchLearner(HGPOLearner, TorchLearner):
             micro = {mid: {k: v[start : start + step] for k, v in b.items()} for mid, b in batch.items()}
             last = start == starts[-1]
             with contextlib.ExitStack() as stack:
-                if self.config.num_learners > 1 and not last:  # all-reduce once, after the last pass
+                if self.distributed and not self.sharded and not last:  # DDP: all-reduce once, at the end
                     for module in self.module.values():
                         stack.enter_context(module.no_sync())
                 fwd_out = self.module.forward_train(micro)
