@@ -400,8 +400,8 @@ def format_plan(plans: Sequence[RolePlan]) -> str:
         total = f"{plan.total_bytes / GB:8.2f} GB  of {plan.budget_bytes / GB:.0f} GB"
         lines.append(f"  {'total':<34} {total}: {verdict}")
         if plan.host_bytes:
-            lines.append(f"  {'host RAM (per GPU, not counted)':<34} {plan.host_bytes / GB:8.2f} GB  "
-                         "offloaded shards and AdamW state")
+            lines.append(f"  {'host RAM per ' + plan.role:<34} {plan.host_bytes / GB:8.2f} GB  "
+                         "offloaded shards and AdamW state, outside the GPU budget")
         lines += [f"  ! {problem}" for problem in plan.problems]
     return "\n".join(lines)
 
