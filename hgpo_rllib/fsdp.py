@@ -9,6 +9,14 @@ float32 masters and AdamW state as on a replicated learner, but the forward runs
 the bf16 env runners' does, where the replicated learner's autocast keeps float32 activations
 between matmuls; the learner's log-probs are then closer to the sampler's (tests/test_fsdp.py).
 
+``learner_offload`` adds FSDP2's ``CPUOffloadPolicy``: the shards (master weights, gradients, the
+reference's) live in host RAM, AdamW steps there, and a unit's weights are copied to the GPU when it
+is gathered. Pinned host memory needs an accelerator, so it is pinned only for one. The offloaded
+gradients are CPU tensors: their global norm (gradient clipping) is a collective on CPU, so the
+mesh's process group gets a gloo backend for CPU next to the device's own when the default group has
+none (RLlib starts NCCL alone on GPUs). On a CPU learner the shards already are in host RAM: the
+policy only changes where FSDP2 keeps them (still the CPU).
+
 The module is entered through ``forward_train`` and ``compute_ref_logp`` (never ``forward``), so both
 are registered as FSDP forward methods: the root gathers its weights there and the layer units
 gather theirs inside. Full (unsharded) weights and optimizer state come from
@@ -31,8 +39,15 @@ from torch.distributed.checkpoint.state_dict import (
     set_model_state_dict,
     set_optimizer_state_dict,
 )
-from torch.distributed.device_mesh import init_device_mesh
-from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard, register_fsdp_forward_method
+from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
+from torch.distributed.fsdp import (
+    CPUOffloadPolicy,
+    FSDPModule,
+    MixedPrecisionPolicy,
+    OffloadPolicy,
+    fully_shard,
+    register_fsdp_forward_method,
+)
 
 #: The RLModule methods that run the model (the root unit gathers its weights when they start).
 FORWARD_METHODS = ("forward_train", "compute_ref_logp")
@@ -44,21 +59,39 @@ def is_sharded(module: torch.nn.Module) -> bool:
     return isinstance(module, FSDPModule)
 
 
+def offload_policy(device: torch.device, offload: bool) -> OffloadPolicy:
+    """FSDP2's CPU offload (pinned host memory with an accelerator), or its default: no offload."""
+    return CPUOffloadPolicy(pin_memory=device.type != "cpu") if offload else OffloadPolicy()
+
+
+def device_mesh(device: torch.device, offload: bool) -> DeviceMesh:
+    """A 1-D mesh over all ranks; with offload its group also runs collectives on CPU tensors."""
+    if not offload or "cpu:" in dist.get_backend_config():
+        return init_device_mesh(device.type, (dist.get_world_size(),))
+    backend = f"cpu:gloo,{device.type}:{dist.get_default_backend_for_device(device)}"
+    return DeviceMesh.from_group(dist.new_group(backend=backend), device.type)
+
+
 def shard_module(module: torch.nn.Module, models: list[torch.nn.Module], compute_dtype: torch.dtype,
-                 device: torch.device) -> None:
+                 device: torch.device, offload: bool = False) -> None:
     """Shard ``module`` in place over all ranks: every decoder layer of each of ``models`` (Hugging Face
-    causal LMs held by ``module``), then ``module`` as the root unit."""
-    mesh = init_device_mesh(device.type, (dist.get_world_size(),))
+    causal LMs held by ``module``), then ``module`` as the root unit; ``offload`` keeps the shards and
+    the optimizer step in host RAM."""
+    mesh = device_mesh(device, offload)
     low_precision = compute_dtype != torch.float32
-    policy = MixedPrecisionPolicy(
-        param_dtype=compute_dtype if low_precision else None,
-        reduce_dtype=torch.float32 if low_precision else None,
-    )
+    options = {
+        "mesh": mesh,
+        "mp_policy": MixedPrecisionPolicy(
+            param_dtype=compute_dtype if low_precision else None,
+            reduce_dtype=torch.float32 if low_precision else None,
+        ),
+        "offload_policy": offload_policy(device, offload),
+    }
     for model in models:
         backbone = getattr(model, model.base_model_prefix)
         for layer in backbone.layers:
-            fully_shard(layer, mesh=mesh, mp_policy=policy)
-    fully_shard(module, mesh=mesh, mp_policy=policy)
+            fully_shard(layer, **options)
+    fully_shard(module, **options)
     for name in FORWARD_METHODS:
         register_fsdp_forward_method(module, name)
 

@@ -153,6 +153,7 @@ class HGPOConfig(AlgorithmConfig):
         self.num_epochs = 1
         self.shuffle_batch_per_epoch = False
         self.learner_sharding = "none"
+        self.learner_offload = False
         # Generation.
         self.max_prompt_tokens = 4096
         self.max_new_tokens = 512
@@ -201,6 +202,7 @@ class HGPOConfig(AlgorithmConfig):
         temperature: float = NotProvided,
         eval_temperature: float = NotProvided,
         learner_sharding: str = NotProvided,
+        learner_offload: bool = NotProvided,
         **kwargs: Any,
     ) -> HGPOConfig:
         """Sets HGPO's training settings (plus RLlib's: ``gamma``, ``lr``, ``minibatch_size``, ...).
@@ -248,6 +250,11 @@ class HGPOConfig(AlgorithmConfig):
                 sharded over ``num_learners`` >= 2 learners, each decoder layer gathered only while
                 it runs; full fine-tuning only, not with ``model_config['lora']``), see
                 :mod:`hgpo_rllib.fsdp`. The memory plan divides accordingly.
+            learner_offload: With ``learner_sharding="fsdp"``: keep each learner's shards (float32
+                master weights, gradients, reference) and AdamW state in host RAM and step AdamW
+                there (FSDP2's ``CPUOffloadPolicy``, as the paper's 7B runs offload); the GPU holds
+                the layers being gathered, activations and the head. Default False. Slower updates
+                (host-device copies every layer, AdamW on the CPU); with CPU learners it changes nothing.
 
         ``minibatch_size`` (RLlib) is rows per optimiser step summed over all learners (default
         256, must divide evenly among ``num_learners``); ``num_epochs`` passes over the batch.
@@ -438,6 +445,10 @@ class HGPOConfig(AlgorithmConfig):
             need(not self._user_model_config().get("lora"), "learner_sharding",
                  "'none' with model_config['lora']: only the small adapters train, each learner "
                  "holds them whole (sharding them would save almost nothing)")
+        need(isinstance(self.learner_offload, bool), "learner_offload", "True or False")
+        need(not self.learner_offload or self.learner_sharding == "fsdp", "learner_offload",
+             f"False with learner_sharding={self.learner_sharding!r}: offloading moves FSDP2's shards to "
+             "host RAM, so it needs learner_sharding='fsdp'")
         need(self.sample_timeout_s is None
              or (_is_number(self.sample_timeout_s) and 0 < self.sample_timeout_s < math.inf),
              "sample_timeout_s", "None (no limit) or a finite number of seconds > 0")

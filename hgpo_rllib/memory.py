@@ -19,7 +19,10 @@ Per role and GPU, in bytes:
   input plus one layer recomputed); the vocabulary-wide log-prob and entropy tensors of the response
   tokens (all at once, or ``logprob_chunk_tokens`` at a time). ``learner_sharding="fsdp"`` divides
   weights, master, gradients, optimizer state and a GPU reference by the number of learners (FSDP2
-  keeps fp32 shards and gathers in ``torch_dtype`` one layer at a time, plus the embeddings and heads).
+  keeps fp32 shards and gathers in ``torch_dtype`` one layer at a time, plus the embeddings and heads);
+  ``learner_offload`` moves those shards (master, gradients, AdamW state, reference) to host RAM, so
+  the GPU keeps the gathered layers, activations and head, and the plan adds a host-RAM line per
+  learner (several learners on one machine add up there).
 * **env runner**: the module's own copy of the weights and, with vLLM, the engine's share of the GPU
   (``vllm_gpu_memory_utilization``): its weights, a working reserve, and the KV cache that is left,
   which must hold at least one full-length sequence; the plan reports how many fit at once.
@@ -158,6 +161,7 @@ class LearnerSettings:
     prompt_tokens: int = 4096
     response_tokens: int = 512
     num_shards: int = 1
+    offload: bool = False  #: sharded state in host RAM (``learner_offload``)
     #: CPU: sdpa with a mask materialises the [heads, S, S] scores, and AdamW runs tensor by tensor
     #: (two temporaries of the largest weight); on GPU the learner uses fused AdamW (none).
     on_cpu: bool = False
@@ -165,11 +169,12 @@ class LearnerSettings:
 
 @dataclasses.dataclass(frozen=True)
 class Item:
-    """One line of a plan: bytes on one GPU and why."""
+    """One line of a plan: bytes on one GPU (and in host RAM, when offloaded) and why."""
 
     name: str
     bytes: int
     note: str = ""
+    host_bytes: int = 0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -188,6 +193,11 @@ class RolePlan:
         return sum(item.bytes for item in self.items)
 
     @property
+    def host_bytes(self) -> int:
+        """Host RAM per GPU of this role (offloaded state; not part of the GPU budget)."""
+        return sum(item.host_bytes for item in self.items)
+
+    @property
     def fits(self) -> bool:
         return self.total_bytes <= self.budget_bytes and not self.problems
 
@@ -199,6 +209,16 @@ def learner_items(shape: ModelShape, s: LearnerSettings) -> list[Item]:
     lora = s.lora_r is not None
     trained = shape.lora_params(s.lora_r, s.lora_target_modules) if lora else total
     shards = max(1, s.num_shards)
+    offload = s.offload and shards > 1
+
+    def sharded(name: str, size: int, note: str) -> Item:
+        """A line of 1/shards of ``size`` bytes: on the GPU, or in host RAM with offload."""
+        share = size // shards
+        if offload:
+            where = f"{share / GB:.2f} GB in host RAM (learner_offload)"
+            return Item(name, 0, f"{note}; {where}" if note else where, host_bytes=share)
+        return Item(name, share, note)
+
     items = []
     if lora:
         items.append(Item("weights (frozen base)", total * a // shards, f"{total / 1e9:.2f}B x {a} B"))
@@ -210,7 +230,7 @@ def learner_items(shape: ModelShape, s: LearnerSettings) -> list[Item]:
         items.append(Item("fp32 master weights", total * 4, "the optimizer's copy"))
     elif shards > 1:
         note = f"1/{shards} of {total / 1e9:.2f}B x 4 B"
-        items.append(Item("weights (fp32 shards)", total * 4 // shards, note))
+        items.append(sharded("weights (fp32 shards)", total * 4, note))
         # hgpo_rllib/fsdp.py: one unit per decoder layer; the root unit (embeddings, head, final norm
         # of the policy and of a GPU reference) stays gathered from the first forward to the backward's end.
         models = 2 if s.reference and not s.reference_on_cpu else 1
@@ -220,13 +240,14 @@ def learner_items(shape: ModelShape, s: LearnerSettings) -> list[Item]:
                           f"two decoder layers, and the embeddings and head of {models} model(s)"))
     else:
         items.append(Item("weights", total * 4, f"{total / 1e9:.2f}B x 4 B"))
-    items.append(Item("gradients (fp32)", trained * 4 // shards, ""))
-    items.append(Item("optimizer (AdamW, fp32)", trained * 8 // shards, "two moments"))
+    items.append(sharded("gradients (fp32)", trained * 4, ""))
+    items.append(sharded("optimizer (AdamW, fp32)", trained * 8, "two moments"))
     if s.reference and not lora:
-        on_gpu = not s.reference_on_cpu
-        items.append(Item("reference model", total * a // shards if on_gpu else 0,
-                          ("frozen copy" + (f", 1/{shards} (sharded)" if shards > 1 else "")) if on_gpu
-                          else "on CPU (reference_on_cpu)"))
+        if s.reference_on_cpu:
+            items.append(Item("reference model", 0, "on CPU (reference_on_cpu)"))
+        else:
+            items.append(sharded("reference model", total * a,
+                                 "frozen copy" + (f", 1/{shards} (sharded)" if shards > 1 else "")))
     elif s.reference:
         items.append(Item("reference model", 0, "the base with adapters disabled"))
     transient = activation_items(shape, s)
@@ -327,6 +348,7 @@ def plan_for_config(config: Any, gpu_memory_gb: float = DEFAULT_GPU_MEMORY_GB) -
             prompt_tokens=config.max_prompt_tokens,
             response_tokens=config.max_new_tokens,
             num_shards=max(1, config.num_learners) if sharded else 1,
+            offload=sharded and config.learner_offload,
         )
         levers = [
             "" if mc.lora else "model_config['lora']",
@@ -334,6 +356,7 @@ def plan_for_config(config: Any, gpu_memory_gb: float = DEFAULT_GPU_MEMORY_GB) -
             "model_config['reference_on_cpu']=True" if settings.reference and not mc.lora
             and not mc.reference_on_cpu else "",
             "" if mc.logprob_chunk_tokens else "model_config['logprob_chunk_tokens']=1024",
+            "learner_offload=True" if sharded and not config.learner_offload else "",
             f"a smaller micro_batch_size (now {settings.micro_batch_rows}) or max_prompt_tokens",
         ]
         plans.append(RolePlan("learner", max(1, config.num_learners), tuple(learner_items(shape, settings)),
@@ -376,6 +399,9 @@ def format_plan(plans: Sequence[RolePlan]) -> str:
         verdict = "fits" if plan.fits else "DOES NOT FIT"
         total = f"{plan.total_bytes / GB:8.2f} GB  of {plan.budget_bytes / GB:.0f} GB"
         lines.append(f"  {'total':<34} {total}: {verdict}")
+        if plan.host_bytes:
+            lines.append(f"  {'host RAM per ' + plan.role:<34} {plan.host_bytes / GB:8.2f} GB  "
+                         "offloaded shards and AdamW state, outside the GPU budget")
         lines += [f"  ! {problem}" for problem in plan.problems]
     return "\n".join(lines)
 

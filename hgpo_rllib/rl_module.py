@@ -399,14 +399,15 @@ class LLMRLModule(TorchRLModule, InferenceOnlyAPI):
         if cfg.lora:  # the frozen base needs no float32 master; PEFT keeps the adapters in float32
             self.lm = add_adapters(self.lm.to(self.compute_dtype), cfg.lora)
 
-    def shard(self, device: torch.device) -> None:
+    def shard(self, device: torch.device, offload: bool = False) -> None:
         """Shard this learner's module over all learners (``learner_sharding="fsdp"``,
         :mod:`hgpo_rllib.fsdp`): the policy's and the GPU reference's decoder layers, then the
-        module itself. Adapters are not sharded (HGPOConfig refuses LoRA with sharding)."""
+        module itself; ``offload`` keeps the shards in host RAM (``learner_offload``). Adapters are
+        not sharded (HGPOConfig refuses LoRA with sharding)."""
         if self.inference_only or self.uses_lora:
             raise ValueError("only a learner's full-model (non-LoRA) module can be sharded")
         models = [self.lm] + ([self.ref_lm] if hasattr(self, "ref_lm") else [])
-        fsdp.shard_module(self, models, self.compute_dtype, device)
+        fsdp.shard_module(self, models, self.compute_dtype, device, offload)
 
     @property
     def uses_lora(self) -> bool:
@@ -603,7 +604,8 @@ class LLMRLModule(TorchRLModule, InferenceOnlyAPI):
         width = resp_ids.shape[1]
         # Learners: float32 master weights, the forward in the compute dtype (no-op for float32).
         mixed = self.compute_dtype != torch.float32
-        with torch.autocast(lm.device.type, dtype=self.compute_dtype, enabled=mixed):
+        # The batch's device, not the model's: offloaded shards (learner_offload) sit on the CPU.
+        with torch.autocast(input_ids.device.type, dtype=self.compute_dtype, enabled=mixed):
             hidden = backbone(
                 input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False
             ).last_hidden_state

@@ -338,9 +338,10 @@ def test_paper_preset_matches_the_published_settings() -> None:
 
     settings = RunSettings(preset="paper-7b", model="/models/Qwen2.5-7B-Instruct", history_length=4)
     config = apply_paper_preset(HGPOConfig(), "webshop", settings)
-    # 7B trains LoRA adapters (full fine-tuning needs sharded learners), at a learning rate for adapters.
-    assert (config.group_size, config.groups_per_iteration, config.lr) == (8, 16, 1e-5)
-    assert config._user_model_config()["lora"]["r"] == 64
+    # 7B: full fine-tuning at the paper's lr, sharded over the two learners with offloaded shards.
+    assert (config.group_size, config.groups_per_iteration, config.lr) == (8, 16, 1e-6)
+    assert "lora" not in config._user_model_config()
+    assert (config.learner_sharding, config.learner_offload) == ("fsdp", True)
     assert (config.minibatch_size, config.micro_batch_size, config.adv_mode) == (64, 2, "mean_norm")
     assert config.env_config["max_steps"] == 30 and config.history_length == 4
     assert (config.num_learners, config.num_gpus_per_learner, config.num_env_runners) == (2, 1, 2)

@@ -39,8 +39,8 @@ def ray_session() -> Any:
     ray.shutdown()
 
 
-def sharded_config(sharding: str = "fsdp") -> HGPOConfig:
-    config = keychest_config(**TWO_LEARNERS, learner_sharding=sharding)
+def sharded_config(sharding: str = "fsdp", offload: bool = False) -> HGPOConfig:
+    config = keychest_config(**TWO_LEARNERS, learner_sharding=sharding, learner_offload=offload)
     # Half a CPU each: the DDP learners of the comparison fit next to the FSDP algorithm's (4 CPUs).
     return config.learners(num_learners=2, num_cpus_per_learner=0.5)
 
@@ -64,7 +64,19 @@ def adam_state(group: Any) -> dict[str, Any]:
 def test_one_fsdp_update_matches_one_ddp_update(fsdp_algo: HGPO) -> None:
     """Same initial weights, same batch, same dealing of groups: the sharded update equals DDP's to
     float rounding, with two micro-batches per minibatch (accumulation) and active clipping: the
-    global norm of the sharded gradients is the full one, and clipping scales AdamW's first moments."""
+    global norm of the sharded gradients is the full one, and clipping scales AdamW's first moments.
+    With ``learner_offload`` every unit gets FSDP2's CPUOffloadPolicy (unpinned: no accelerator here,
+    where the shards stay on the CPU anyway) and the update equals the resident one."""
+
+    def offload_policies(learner: Any) -> frozenset[str]:
+        """The offload policy of every FSDP unit of a learner's module (FSDP2 keeps it in its unit
+        state, which has no public getter); nested, so Ray pickles it by value."""
+        from torch.distributed.fsdp import FSDPModule
+
+        module = learner.module["default_policy"]
+        return frozenset(type(unit._get_fsdp_state()._fsdp_param_group.offload_policy).__name__
+                         for unit in module.modules() if isinstance(unit, FSDPModule))
+
     (episodes,) = fsdp_algo.env_runner_group.foreach_env_runner(
         lambda er: er.sample(num_episodes=TWO_LEARNERS["groups_per_iteration"] * GROUP_SIZE),
         local_env_runner=False,
@@ -95,6 +107,26 @@ def test_one_fsdp_update_matches_one_ddp_update(fsdp_algo: HGPO) -> None:
     for i, moments in ddp_optim["state"].items():
         for name, value in moments.items():
             np.testing.assert_allclose(fsdp_optim["state"][i][name], value, rtol=1e-3, atol=1e-9)
+
+    resident = [r.get() for r in fsdp.foreach_learner(offload_policies).result_or_errors]
+    assert resident == [{"OffloadPolicy"}] * 2
+    config = sharded_config(offload=True)
+    offloaded = config.build_learner_group(env=envs.make_env(config.env, config.env_config))
+    try:
+        policies = [r.get() for r in offloaded.foreach_learner(offload_policies).result_or_errors]
+        assert policies == [{"CPUOffloadPolicy"}] * 2
+        assert_same_tree(policy_weights(offloaded), before)
+        offload_norms = [float(r["default_policy"][GRAD_NORM]) for r in offloaded.update(**update)]
+        offload_after, offload_optim = policy_weights(offloaded), adam_state(offloaded)
+    finally:
+        offloaded.shutdown()
+    np.testing.assert_allclose(offload_norms, fsdp_norms, rtol=1e-6)
+    gap = max(float(np.abs(offload_after[k] - fsdp_after[k]).max()) for k in before)
+    print(f"largest offloaded - resident FSDP difference {gap:.3g}")
+    assert gap < 1e-6 * moved, (moved, gap)
+    for i, moments in fsdp_optim["state"].items():
+        for name, value in moments.items():
+            np.testing.assert_allclose(offload_optim["state"][i][name], value, rtol=1e-5, atol=1e-12)
 
 
 def test_fsdp_learners_shard_train_sync_and_checkpoint_exactly(fsdp_algo: HGPO, tmp_path: Any) -> None:
@@ -140,6 +172,9 @@ def test_fsdp_learners_shard_train_sync_and_checkpoint_exactly(fsdp_algo: HGPO, 
     [
         (lambda c: c.learners(num_learners=1), "learner_sharding.*num_learners=1"),
         (lambda c: c.rl_module(model_config={**TINY_MODEL, "lora": {"r": 4}}), "learner_sharding.*lora"),
+        (lambda c: c.training(learner_sharding="none", learner_offload=True),
+         "learner_offload=True is invalid.*learner_sharding='none'.*needs learner_sharding='fsdp'"),
+        (lambda c: c.training(learner_offload="yes"), "learner_offload='yes' is invalid: expected True or"),
     ],
 )
 def test_validate_refuses_fsdp_without_two_learners_or_with_lora(change: Any, message: str) -> None:

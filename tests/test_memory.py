@@ -91,24 +91,49 @@ def test_the_issue_numbers_and_the_levers_move_the_plan() -> None:
 
 
 def test_validate_refuses_a_layout_that_cannot_fit_and_names_the_setting() -> None:
-    config = paper_config("paper-7b")
-    config.rl_module(model_config={k: v for k, v in config._user_model_config().items() if k != "lora"})
+    paper_config("paper-7b").validate()  # the preset itself passes: sharded, offloaded full fine-tuning
+    replicated = paper_config("paper-7b").training(learner_sharding="none", learner_offload=False)
     with pytest.raises(ValueError, match=r"memory plan: the learner needs .*model_config\['lora'\]"):
-        config.validate()
-    paper_config("paper-7b").validate()  # the preset itself passes
-    # Sharding trains the full model: with LoRA it is refused; without, 7B over two learners halves
-    # weights, gradients, AdamW state and reference, yet still misses 80 GB at the paper's micro-batch.
+        replicated.validate()
+    # Sharding trains the full model: with LoRA it is refused.
+    lora = paper_config("paper-7b")
+    lora.rl_module(model_config={**lora._user_model_config(), "lora": {"r": 64}})
     with pytest.raises(ValueError, match=r"learner_sharding.*model_config\['lora'\]"):
-        paper_config("paper-7b").training(learner_sharding="fsdp").validate()
-    sharded = paper_config("paper-7b").training(learner_sharding="fsdp")
-    sharded.rl_module(model_config={k: v for k, v in sharded._user_model_config().items() if k != "lora"})
+        lora.validate()
+    # Sharding without offload halves weights, gradients, AdamW state and reference, yet still misses
+    # 80 GB at the paper's micro-batch; the error names the offload lever.
+    sharded = paper_config("paper-7b").training(learner_offload=False)
     (learner, _) = memory.plan_for_config(sharded, 80)
     items = {item.name: item.bytes / 1e9 for item in learner.items}
     assert items["weights (fp32 shards)"] == pytest.approx(15.2, abs=0.1)
     assert items["optimizer (AdamW, fp32)"] == pytest.approx(30.5, abs=0.1)
     assert items["reference model"] == pytest.approx(7.6, abs=0.1)
-    with pytest.raises(ValueError, match="memory plan: the learner needs"):
+    assert learner.host_bytes == 0 and learner.total_bytes / 1e9 == pytest.approx(95, abs=1)
+    with pytest.raises(ValueError, match="memory plan: the learner needs.*learner_offload=True"):
         sharded.validate()
+
+
+def test_offload_moves_the_sharded_state_to_host_ram_and_keeps_the_rest_on_the_gpu() -> None:
+    """paper-7b: the fp32 shards, gradients, AdamW moments and reference shards (the issue's sums, halved)
+    leave the GPU for host RAM; gathered layers, activations and the head stay."""
+    offloaded = paper_config("paper-7b")
+    (learner, _) = memory.plan_for_config(offloaded, 80)
+    (resident, _) = memory.plan_for_config(paper_config("paper-7b").training(learner_offload=False), 80)
+    gpu = {item.name: item.bytes for item in learner.items}
+    host = {item.name: item.host_bytes for item in learner.items}
+    moved = ("weights (fp32 shards)", "gradients (fp32)", "optimizer (AdamW, fp32)", "reference model")
+    for item in resident.items:
+        if item.name in moved:
+            assert (gpu[item.name], host[item.name]) == (0, item.bytes), item.name
+        else:
+            assert (gpu[item.name], host[item.name]) == (item.bytes, 0), item.name
+    assert learner.host_bytes / 1e9 == pytest.approx(15.2 + 15.2 + 30.5 + 7.6, abs=0.2)
+    assert learner.total_bytes / 1e9 == pytest.approx(26.9, abs=0.1) and learner.fits
+    assert "host RAM per learner" in memory.format_plan([learner])
+    # Offload applies to sharded learners only: a replicated plan ignores it.
+    single = memory.learner_items(ModelShape.from_model_dir(MODEL_CONFIGS_DIR / "qwen2.5-7b"),
+                                  memory.LearnerSettings(offload=True))
+    assert all(item.host_bytes == 0 for item in single) and single[1].name == "fp32 master weights"
 
 
 def test_vllm_share_too_small_for_one_sequence_is_refused() -> None:

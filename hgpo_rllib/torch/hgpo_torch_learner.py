@@ -136,7 +136,7 @@ class HGPOTorchLearner(HGPOLearner, TorchLearner):
         module = super()._make_module()
         if self.sharded:
             for rl_module in module.values():
-                rl_module.shard(self._device)
+                rl_module.shard(self._device, offload=self.config.learner_offload)
         return module
 
     @override(TorchLearner)
