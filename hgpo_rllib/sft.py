@@ -58,6 +58,9 @@ DEFAULT_ENV_CONFIG = {
 ALFWORLD_WARM_START: dict[str, Any] = {
     "env": "alfworld", "episodes": 400, "epochs": 3.0, "demonstrator": "searcher",
 }
+#: Part of every cached warm start's name: bump it when a demonstrator's thoughts or commands change,
+#: so the main job builds a new warm start instead of reusing one trained on the old texts.
+DEMONSTRATION_FORMAT = 2
 # Task seeds of training seed s are s * stride + i (as rllib evaluate does for its seeds).
 TASK_SEED_STRIDE = 1_000_003
 IGNORE_INDEX = -100
@@ -368,7 +371,8 @@ def cached_warm_start(recipe: dict[str, Any], cache_dir: str | Path | None = Non
     first, or finished if an earlier build was interrupted. It lives under ``cache_dir`` (default
     ``$HGPO_CACHE`` or ``~/.cache/hgpo_rllib``) in a directory named after the recipe's digest."""
     root = Path(cache_dir or os.environ.get("HGPO_CACHE") or "~/.cache/hgpo_rllib").expanduser()
-    digest = hashlib.sha256(json.dumps(recipe, sort_keys=True).encode()).hexdigest()[:10]
+    key = json.dumps([DEMONSTRATION_FORMAT, recipe], sort_keys=True)
+    digest = hashlib.sha256(key.encode()).hexdigest()[:10]
     out = root / "warm_starts" / f"{recipe['env']}-{digest}"
     settings = out / SFT_CONFIG
     if not (settings.is_file() and json.loads(settings.read_text()).get("finished")):

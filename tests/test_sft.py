@@ -141,11 +141,13 @@ def test_searcher_looks_for_an_unseen_object_instead_of_following_the_planner() 
     searcher = Searcher()
     thought, command = searcher.act(env, [ROOM], [], ADMISSIBLE)
     assert command == "go to countertop 1" and "not seen" in thought  # first place an apple can be
+    assert "I am in the middle of the room; the countertop 1" in thought
     observations = [ROOM, "You arrive at loc 1. On the countertop 1, you see a apple 2, and a knife 1."]
     commands = ["go to countertop 1"]
     admissible = [*ADMISSIBLE, "take apple 2 from countertop 1"]
     thought, command = searcher.act(env, observations, commands, admissible)
     assert command == "take apple 2 from countertop 1"  # the seen apple, not the planner's apple 1
+    assert thought.startswith("I need a apple. The apple 2 is here")  # the type first, then the match
     observations.append("You pick up the apple 2 from the countertop 1.")
     commands.append(command)
     env.plan = ["go to fridge 1", "open fridge 1", "put apple 2 in/on fridge 1"]
@@ -231,6 +233,9 @@ def test_cached_warm_start_is_built_once_per_recipe(tmp_path: Path, monkeypatch:
     assert sft.cached_warm_start(recipe) == built
     with pytest.raises(pytest.fail.Exception, match="rebuilt"):  # another recipe is another directory
         sft.cached_warm_start({**recipe, "epochs": 2.0}, cache_dir=tmp_path)
+    monkeypatch.setattr(sft, "DEMONSTRATION_FORMAT", sft.DEMONSTRATION_FORMAT + 1)
+    with pytest.raises(pytest.fail.Exception, match="rebuilt"):  # new demonstration texts: a new build
+        sft.cached_warm_start(recipe)
 
 
 def test_the_suite_runs_with_a_temporary_home() -> None:

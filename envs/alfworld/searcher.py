@@ -109,7 +109,7 @@ def _plan_thought(command: str, memory: Memory) -> str:
     if command.startswith("open "):
         return f"The {command[len('open '):]} is closed, so I open it."
     if command.startswith("take "):
-        return f"The {command[len('take '):].split(' from ')[0]} is here, so I take it."
+        return _take_thought(command[len("take ") :].split(" from ")[0])
     if put := _PUT.match(command):
         return f"I carry the {put[1]} and I am at the {put[2]}, so I put it here."
     if command.startswith(("clean ", "heat ", "cool ")):
@@ -119,6 +119,16 @@ def _plan_thought(command: str, memory: Memory) -> str:
     if command.startswith("use "):
         return f"The {command[len('use '):]} is here; I turn it on to look at what I carry under it."
     return f"The next step of my task is to {command}."
+
+
+def _take_thought(obj: str) -> str:
+    """Restating the wanted type first lets the model decide to take once it has written that type,
+    by matching it against the observation (it cannot decide at the thought's first token)."""
+    return f"I need a {object_type(obj)}. The {obj} is here, so I take it."
+
+
+def _where(memory: Memory) -> str:
+    return f"at the {memory.location}" if memory.location else "in the middle of the room"
 
 
 class Searcher:
@@ -176,12 +186,13 @@ class Searcher:
 def _fetch(verb: str, obj: str, place: str, memory: Memory, admissible: Sequence[str]) -> tuple[str, str]:
     """Go back to a seen object of the wanted type, then take (or switch on) that one."""
     if memory.location != place:
-        return f"I saw a {obj} at the {place} earlier, so I go back there for it.", f"go to {place}"
+        thought = f"I need a {object_type(obj)}. I saw the {obj} at the {place} earlier, so I go back there."
+        return thought, f"go to {place}"
     command = f"take {obj} from {place}" if verb == "take" else f"use {obj}"
     if command not in admissible and f"open {place}" in admissible:
         return f"The {place} is closed, so I open it.", f"open {place}"
     if verb == "take":
-        return f"The {obj} is here, so I take it.", command
+        return _take_thought(obj), command
     return f"The {obj} is here; I turn it on to look at what I carry under it.", command
 
 
@@ -196,7 +207,8 @@ def _search(kind: str, memory: Memory, admissible: Sequence[str]) -> tuple[str, 
     for place in likely or unexplored:
         why = "could hold one and " if likely else ""
         return (
-            f"I need a {kind} and have not seen one yet. The {place} {why}is not checked yet, so I go there.",
+            f"I need a {kind} and have not seen one yet. I am {_where(memory)}; the {place} {why}is not "
+            "checked yet, so I go there.",
             f"go to {place}",
         )
     return None
