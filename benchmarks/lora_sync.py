@@ -97,6 +97,7 @@ def measure_merged(
         print(f"merged sync {i}: {took:.2f} s", flush=True)
     generate(engine._llm, prompts, 2)  # warm-up (the engine is private: the same LLM, sampled directly)
     tokens, logps, tps = generate(engine._llm, prompts, new_tokens)
+    print(f"merged weights: {tps:.1f} tokens/s", flush=True)
     nbytes = sum(t.nbytes for t in merged_state_dict(policy).values())
     row = ("merged weights", statistics.median(seconds), min(seconds), max(seconds), tps, nbytes)
     return tokens, logps, row
