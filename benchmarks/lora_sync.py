@@ -54,6 +54,11 @@ def perturb_adapters(model: PeftModel, generator: torch.Generator) -> None:
             p.add_(torch.randn(p.shape, generator=generator).to(p.dtype), alpha=1e-3)
 
 
+def updates(syncs: int) -> list[torch.Generator]:
+    """The random streams of the policy updates (warm-up + ``syncs``), fresh so both paths get the same."""
+    return [torch.Generator().manual_seed(100 + i) for i in range(syncs + 1)]
+
+
 def timed(fn: Callable[[], object]) -> float:
     start = time.perf_counter()
     fn()
@@ -84,9 +89,12 @@ def measure_merged(
     engine = VLLMGenerator(runner_lm, tokenizer, None, dtype=DTYPE, gpu_memory_utilization=0.5,
                            max_model_len=MAX_MODEL_LEN, sampling_seed=0, engine_args=ENGINE_ARGS)
 
+    nbytes = 0
+
     def merged_sync() -> None:
+        nonlocal nbytes
         runner_lm.load_state_dict(merged_state_dict(policy))
-        engine.load_weights(runner_lm)
+        nbytes = engine.load_weights(runner_lm)
 
     seconds = []
     for i, gen in enumerate(states):
@@ -98,7 +106,6 @@ def measure_merged(
     generate(engine._llm, prompts, 2)  # warm-up (the engine is private: the same LLM, sampled directly)
     tokens, logps, tps = generate(engine._llm, prompts, new_tokens)
     print(f"merged weights: {tps:.1f} tokens/s", flush=True)
-    nbytes = sum(t.nbytes for t in merged_state_dict(policy).values())
     row = ("merged weights", statistics.median(seconds), min(seconds), max(seconds), tps, nbytes)
     return tokens, logps, row
 
@@ -116,12 +123,11 @@ def main() -> None:
                             generator=torch.Generator().manual_seed(1)).tolist()
     policy = add_adapters(build_lm("qwen2.5-0.5b"), LORA)  # the learner's model
     runner_lm = build_lm("qwen2.5-0.5b")  # the env runner's plain model (same seed: same base)
-    states = [torch.Generator().manual_seed(100 + i) for i in range(args.syncs + 1)]
     rows = []
 
     # (a) merged weights through the project's sync path.
-    merged_tokens, merged_logps, row = measure_merged(policy, runner_lm, tokenizer, states, prompts,
-                                                      args.new_tokens)
+    merged_tokens, merged_logps, row = measure_merged(policy, runner_lm, tokenizer, updates(args.syncs),
+                                                      prompts, args.new_tokens)
     rows.append(row)
     gc.collect()  # the merged engine's processes are gone before the LoRA engine starts
 
@@ -153,7 +159,7 @@ def main() -> None:
                 raise RuntimeError(f"vLLM did not load the adapter {path}")
 
         seconds = []
-        for i, gen in enumerate(states):
+        for i, gen in enumerate(updates(args.syncs)):
             perturb_adapters(policy, gen)
             took = timed(lambda i=i: adapter_sync(i + 1))
             if i:
