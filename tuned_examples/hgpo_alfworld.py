@@ -4,7 +4,7 @@
     python tuned_examples/hgpo_alfworld.py --estimator gigpo -k 4
     python tuned_examples/hgpo_alfworld.py --preset paper-1.5b --model /models/Qwen2.5-1.5B-Instruct -k 2
 
-On CPU the run starts from a warm start: a 3.7M-parameter model fine-tuned on the searcher's play of
+On CPU the run starts from a warm start: a 3.5M-parameter model fine-tuned on the searcher's play of
 400 training games (``rllib sft``, recipe ``hgpo_rllib.sft.ALFWORLD_WARM_START``), built on the first
 run (about 45 minutes on 2 cores, with progress bars; resumable) and cached under
 ``~/.cache/hgpo_rllib``. It then trains for 30 minutes, generating free text
