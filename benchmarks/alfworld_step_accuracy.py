@@ -1,75 +1,61 @@
-"""Where an ALFWorld warm start goes wrong: its greedy command at each of the searcher's states.
+"""Where an ALFWorld warm start goes wrong: its commands on its own states, against the searcher's.
 
-Run: ``python benchmarks/alfworld_step_accuracy.py MODEL_DIR [--split S] [--episodes 12]``.
-The searcher plays ``--episodes`` games of the split; at every step of its won games the warm start
-reads the same prompt and answers greedily; the table gives, per command kind (go, open, take, ...),
-how often its command equals the searcher's. An episode needs every ``take`` right, so one kind at
-0% explains a success rate of 0 where the overall accuracy does not.
+Run: ``python benchmarks/alfworld_step_accuracy.py MODEL_DIR [--split S] [--episodes 32]``.
+The model plays ``--episodes`` games of the split as ``rllib evaluate`` plays them (its own prompts,
+sampling at its ``eval_temperature``); at every step the searcher (``envs/alfworld/searcher.py``),
+which decides from the prompt alone, names the command it would give in that state. The table gives,
+per kind of the searcher's command (go, open, take, ...), how often the model's command was the same,
+and the success rate of the games. An episode needs every ``take`` right, so one kind far below the
+others explains a low success rate where the overall agreement does not.
 """
 
 from __future__ import annotations
 
 import argparse
-import re
-import tempfile
 from collections import Counter
-from pathlib import Path
 
 import pandas as pd
-import torch
 from results_file import write_result  # benchmarks/ is on sys.path when run as a script
-from tqdm.auto import tqdm
-from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from hgpo_rllib import sft
-from hgpo_rllib.rl_module import chat_prompt
-
-ACTION = re.compile(r"<action>(.*?)</action>")
+from envs.alfworld.searcher import Searcher
+from envs.common.actions import parse_action
+from hgpo_rllib.evaluation import CheckpointPolicy, EpisodeSlot, play
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("model_dir", help="an `rllib sft` model directory")
+    parser.add_argument("model_dir", help="an `rllib sft` model directory or an HGPO checkpoint")
     parser.add_argument("--split", default="eval_out_of_distribution")
-    parser.add_argument("--episodes", type=int, default=12)
-    parser.add_argument("--batch-size", type=int, default=16)
-    parser.add_argument("--seed", type=int, default=7, help="task seeds of the demonstrations")
+    parser.add_argument("--episodes", type=int, default=32)
+    parser.add_argument("--seed", type=int, default=123, help="sampling seed")
     args = parser.parse_args()
-    settings = sft.warm_start_config(args.model_dir)
-    with tempfile.TemporaryDirectory() as tmp:
-        records = sft.collect_demonstrations(
-            Path(tmp) / sft.DEMONSTRATIONS, "alfworld", {**settings.env_config, "split": args.split},
-            episodes=args.episodes, history_length=settings.history_length, demonstrator="searcher",
-            seed=args.seed,
-        )
-    steps = [step for record in records if record["won"] for step in record["steps"]]
-    tokenizer = AutoTokenizer.from_pretrained(args.model_dir, padding_side="left")
-    model = AutoModelForCausalLM.from_pretrained(args.model_dir).eval()
+    policy = CheckpointPolicy(args.model_dir, env_config={"split": args.split}).reseed(args.seed)
+    searcher = Searcher(policy.config.history_length)
     right, total = Counter(), Counter()
-    for start in tqdm(range(0, len(steps), args.batch_size), desc="greedy answers", unit="batch"):
-        batch = steps[start : start + args.batch_size]
-        inputs = tokenizer([chat_prompt(tokenizer, s["prompt"]) for s in batch], return_tensors="pt",
-                           padding=True, add_special_tokens=False)
-        with torch.no_grad():
-            generated = model.generate(**inputs, max_new_tokens=settings.max_new_tokens, do_sample=False)
-        new_tokens = generated[:, inputs["input_ids"].shape[1] :]
-        answers = tokenizer.batch_decode(new_tokens, skip_special_tokens=True)
-        for step, answer in zip(batch, answers, strict=True):
-            wanted = ACTION.search(step["response"])[1]
-            got = ACTION.search(answer)
+
+    def labelled(slots: list[EpisodeSlot]) -> list[str]:
+        answers = policy(slots)
+        for slot, answer in zip(slots, answers, strict=True):
+            observations = list(slot.episode.get_observations())
+            commands = [info["command"] for info in slot.episode.get_infos()[1:]]
+            wanted = searcher.act(slot.env, observations, commands, slot.info["admissible_actions"])[1]
             kind = wanted.split()[0]
             total[kind] += 1
-            right[kind] += bool(got) and got[1] == wanted
-    table = pd.DataFrame(
-        [{"command": kind, "steps": total[kind], "greedy = searcher": f"{right[kind] / total[kind]:.0%}"}
-         for kind in sorted(total, key=total.get, reverse=True)]
-        + [{"command": "all", "steps": sum(total.values()),
-            "greedy = searcher": f"{sum(right.values()) / sum(total.values()):.0%}"}]
-    ).to_markdown(index=False)
-    print(table)
-    name = Path(args.model_dir).name
-    write_result(f"alfworld_step_accuracy_{name}", f"Greedy commands of `{name}` at the searcher's states "
-                 f"({args.split}, {args.episodes} games)", table)
+            right[kind] += parse_action(answer).command == wanted
+        return answers
+
+    records = play("alfworld", policy.env_config, labelled, list(range(args.episodes)), desc="games")
+    rows = [{"searcher's command": kind, "states": total[kind], "model = searcher": right[kind] / total[kind]}
+            for kind in sorted(total, key=total.get, reverse=True)]
+    rows.append({"searcher's command": "all", "states": sum(total.values()),
+                 "model = searcher": sum(right.values()) / sum(total.values())})
+    table = pd.DataFrame(rows).to_markdown(index=False, floatfmt=".0%")
+    won = sum(r["won"] for r in records)
+    summary = f"{table}\n\nGames won: {won} of {len(records)} ({won / len(records):.0%})."
+    print(summary)
+    name = args.model_dir.rstrip("/").split("/")[-1]
+    write_result(f"alfworld_step_accuracy_{name}", f"`{name}` on its own states against the searcher "
+                 f"({args.split}, {args.episodes} games, sampling seed {args.seed})", summary)
 
 
 if __name__ == "__main__":

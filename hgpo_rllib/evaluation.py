@@ -153,40 +153,48 @@ def play(
     batch_size: int = 16,
     desc: str = "",
 ) -> list[dict[str, Any]]:
-    """Play one episode per task seed, ``batch_size`` at a time in lock-step; one record each."""
-    records: list[dict[str, Any]] = []
+    """Play one episode per task seed, up to ``batch_size`` at a time; one record each, in task order.
+
+    A slot whose episode ends starts the next task at once (continuous batching), so one long episode
+    does not hold up a whole batch."""
+    records: dict[int, dict[str, Any]] = {}
     progress = tqdm(total=len(task_seeds), desc=desc or env_name, unit="ep", leave=False)
     pool = [envs.make_env(env_name, env_config) for _ in range(min(batch_size, len(task_seeds)))]
-    for start in range(0, len(task_seeds), len(pool)):
-        slots = []
-        for env, seed in zip(pool, task_seeds[start : start + len(pool)], strict=False):
-            observation, info = env.reset(seed=int(seed), options=reset_options)
-            slot = EpisodeSlot(env, _new_episode(observation, info), info)
-            slot.result = {"task_seed": int(seed), "task_type": info.get("task_category", info["task_type"])}
-            slots.append(slot)
-        while active := [slot for slot in slots if not slot.done]:
-            for slot, answer in zip(active, policy(active), strict=True):
-                observation, reward, terminated, truncated, info = slot.env.step(answer)
-                slot.episode.add_env_step(
-                    observation, answer, reward, infos=info, terminated=terminated, truncated=truncated
+    todo = list(enumerate(task_seeds))[::-1]
+
+    def start(env: gym.Env) -> EpisodeSlot:
+        index, seed = todo.pop()
+        observation, info = env.reset(seed=int(seed), options=reset_options)
+        slot = EpisodeSlot(env, _new_episode(observation, info), info)
+        slot.result = {"index": index, "task_seed": int(seed),
+                       "task_type": info.get("task_category", info["task_type"])}
+        return slot
+
+    active = [start(env) for env in pool]
+    while active:
+        for slot, answer in zip(active, policy(active), strict=True):
+            observation, reward, terminated, truncated, info = slot.env.step(answer)
+            slot.episode.add_env_step(
+                observation, answer, reward, infos=info, terminated=terminated, truncated=truncated
+            )
+            slot.info, slot.steps = info, slot.steps + 1
+            slot.invalid += not info["is_action_valid"]
+            if terminated or truncated:
+                slot.done = True
+                slot.result.update(
+                    won=bool(info["won"]),
+                    steps=slot.steps,
+                    invalid_rate=slot.invalid / slot.steps,
+                    score=float(info.get("score", float(info["won"]))),
+                    env_error=info.get("env_error", ""),
                 )
-                slot.info, slot.steps = info, slot.steps + 1
-                slot.invalid += not info["is_action_valid"]
-                if terminated or truncated:
-                    slot.done = True
-                    slot.result.update(
-                        won=bool(info["won"]),
-                        steps=slot.steps,
-                        invalid_rate=slot.invalid / slot.steps,
-                        score=float(info.get("score", float(info["won"]))),
-                        env_error=info.get("env_error", ""),
-                    )
-                    progress.update()
-        records.extend(slot.result for slot in slots)
+                records[slot.result.pop("index")] = slot.result
+                progress.update()
+        active = [slot if not slot.done else start(slot.env) for slot in active if not slot.done or todo]
     progress.close()
     for env in pool:
         env.close()
-    return records
+    return [records[i] for i in range(len(task_seeds))]
 
 
 def summarize(episodes: pd.DataFrame, env_name: str) -> tuple[pd.DataFrame, pd.DataFrame]:

@@ -53,14 +53,14 @@ DEFAULT_ENV_CONFIG = {
     "webshop": {"max_steps": 15},
     "keychest": {"max_steps": 10},
 }
-#: The CPU main job's warm start (issue 11): the searcher's play of 400 training games, 3 epochs of
+#: The CPU main job's warm start (issue 11): the searcher's play of 800 training games, 1.5 epochs of
 #: the default model. ``rllib train file tuned_examples/hgpo_alfworld.py`` builds it on first use.
 ALFWORLD_WARM_START: dict[str, Any] = {
-    "env": "alfworld", "episodes": 400, "epochs": 3.0, "demonstrator": "searcher",
+    "env": "alfworld", "episodes": 800, "epochs": 1.5, "demonstrator": "searcher",
 }
 #: Part of every cached warm start's name: bump it when a demonstrator's thoughts or commands change,
 #: so the main job builds a new warm start instead of reusing one trained on the old texts.
-DEMONSTRATION_FORMAT = 2
+DEMONSTRATION_FORMAT = 3
 # Task seeds of training seed s are s * stride + i (as rllib evaluate does for its seeds).
 TASK_SEED_STRIDE = 1_000_003
 IGNORE_INDEX = -100
@@ -84,8 +84,9 @@ class ExpertDemonstrator:
         return f"The next step of my task is to {command}.", command
 
 
-def make_demonstrator(env_name: str, name: str) -> Demonstrator:
-    """``expert`` (any env) or ``searcher`` (ALFWorld: searches for unseen objects)."""
+def make_demonstrator(env_name: str, name: str, history_length: int = 2) -> Demonstrator:
+    """``expert`` (any env) or ``searcher`` (ALFWorld: decides from the prompt's last
+    ``history_length`` steps alone, searching receptacles in a fixed order)."""
     if name == "expert":
         return ExpertDemonstrator()
     if name == "searcher":
@@ -93,7 +94,7 @@ def make_demonstrator(env_name: str, name: str) -> Demonstrator:
             raise ValueError(f"demonstrator 'searcher' exists for alfworld only, not {env_name!r}")
         from envs.alfworld.searcher import Searcher
 
-        return Searcher()
+        return Searcher(history_length)
     raise ValueError(f"unknown demonstrator {name!r}; choose 'expert' or 'searcher'")
 
 
@@ -149,7 +150,7 @@ _worker: dict[str, Any] = {}
 def _start_worker(env_name: str, env_config: dict[str, Any], history_length: int, demonstrator: str) -> None:
     """Each collecting process plays with its own env and demonstrator."""
     _worker["env"] = envs.make_env(env_name, env_config)
-    _worker["actor"] = make_demonstrator(env_name, demonstrator)
+    _worker["actor"] = make_demonstrator(env_name, demonstrator, history_length)
     _worker["render"] = prompt_renderer(env_name, env_config, history_length)
 
 

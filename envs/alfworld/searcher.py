@@ -1,31 +1,52 @@
-"""A demonstrator that searches for objects it has not seen, using only what the agent sees.
+"""An ALFWorld demonstrator whose every choice follows from what the policy's prompt shows.
 
-The planner (``ALFWorldEnv.expert_plan()``) knows where every object is and walks straight to it,
-so its demonstrations never show looking for anything. :class:`Searcher` follows the planner only
-while the planner's next object (the next ``take O from R`` or ``use O`` of its plan) is one the
-agent has already seen in an observation; otherwise it fetches a seen object of the same type, or
-searches: it goes to (and opens) the receptacles it has not looked into yet, those that can hold
-that type of object first (ALFRED's own object/receptacle table, common-sense knowledge). Its
-memory is rebuilt from the episode's observations and executed commands alone, and its thoughts
-name only what the task and the observations show.
+Why this shape: supervised fine-tuning learns the demonstrator's action *given the prompt*. A
+demonstrator that remembers more than the prompt's K-step window (which receptacles it already
+searched, where it saw an object ten steps ago) makes choices the policy cannot explain from its
+input, and the policy learns their average: loops and invented places. :func:`decide` is a function
+of the prompt alone (the task, the last K observation/command pairs, the current observation and
+the admissible commands). It searches the receptacles that can hold what it needs in one fixed order
+(receptacle type, then number), cyclically from where it stands, so it needs no memory; it never
+looks at the game's hidden state. It therefore labels *any* state with the right next step, the
+policy's own off-course states included (DAgger-style relabelling).
 
-Only the environment's public API is used (``info["admissible_actions"]``, ``expert_plan()`` and the
-observation texts), so it works with either command grammar (``put O in/on R`` or ``move O to R``).
+Its thoughts state the facts the choice rests on, in the order a model can produce them: the
+wanted object's type first, then whether it is here, then the next place.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import alfworld.gen.constants as alfred
+from alfworld.gen.goal_library import gdict
+
+from envs.alfworld.env import NOTHING_HAPPENS, task_from_observation
+from envs.alfworld.logic import TASK_TYPES
+from envs.alfworld.scenes import LAMP_RECEPTACLE_TYPES, STATIC_RECEPTACLE_TYPES
 
 #: Receptacle type -> object types it can hold, lower-cased as the game text writes them.
-_CAN_HOLD = {r.lower(): {o.lower() for o in objs} for r, objs in alfred.VAL_RECEPTACLE_OBJECTS.items()}
-_SEEN_OBJECT = re.compile(r"\ban? ([a-z]+ \d+)")
-_PUT = re.compile(r"^(?:put|move) (.+?) (?:in/on|in|on|to) (.+)$")
+CAN_HOLD = {r.lower(): {o.lower() for o in objs} for r, objs in alfred.VAL_RECEPTACLE_OBJECTS.items()}
+LAMP_PLACES = {r.lower() for r in LAMP_RECEPTACLE_TYPES}
+FURNITURE = {r.lower() for r in STATIC_RECEPTACLE_TYPES}
+#: Task type -> (verb, receptacle type of the tool) for the three tasks that change the object.
+TREATMENTS = {
+    "pick_clean_then_place_in_recep": ("clean", "sinkbasin"),
+    "pick_heat_then_place_in_recep": ("heat", "microwave"),
+    "pick_cool_then_place_in_recep": ("cool", "fridge"),
+}
+PAST_TENSE = {"clean": "clean", "heat": "hot", "cool": "cool"}
+_PUT = re.compile(r"^(?:put|move) (.+?) (?:in/on|to) (.+)$")
+_PLACE_OF = (  # commands that leave the agent at a named receptacle
+    re.compile(r"^go to (.+)$"),
+    re.compile(r"^(?:open|close) (.+)$"),
+    re.compile(r"^take .+? from (.+)$"),
+    _PUT,
+    re.compile(r"^(?:clean|heat|cool|slice) .+? with (.+)$"),
+)
 
 
 def object_type(name: str) -> str:
@@ -33,182 +54,181 @@ def object_type(name: str) -> str:
     return name.rsplit(" ", 1)[0]
 
 
-@dataclass
-class Memory:
-    """What the agent knows after the steps so far, from observations and its own commands."""
-
-    location: str = ""
-    seen: dict[str, str] = field(default_factory=dict)  # object -> receptacle it was last seen in/on
-    looked_into: set[str] = field(default_factory=set)  # receptacles whose contents were shown
-    closed: set[str] = field(default_factory=set)
-    holding: set[str] = field(default_factory=set)
-    placed: set[str] = field(default_factory=set)  # objects the agent put somewhere itself
-
-    @classmethod
-    def from_history(cls, observations: Sequence[str], commands: Sequence[str]) -> Memory:
-        """``observations[j + 1]`` is what ``commands[j]`` produced."""
-        memory = cls()
-        for command, observation in zip(commands, observations[1:], strict=True):
-            memory.update(command, observation)
-        return memory
-
-    def update(self, command: str, observation: str) -> None:
-        text = observation.lower()
-        if command.startswith("go to ") and text.startswith("you arrive"):
-            self.location = command[len("go to ") :]
-            self._record_contents(text)
-        elif command.startswith("open ") and text.startswith("you open"):
-            self.closed.discard(command[len("open ") :])
-            self._record_contents(text)
-        elif command.startswith("take ") and text.startswith("you pick up"):
-            taken = command[len("take ") :].split(" from ")[0]
-            self.holding.add(taken)
-            self.seen.pop(taken, None)
-        elif (put := _PUT.match(command)) and text.startswith(("you put", "you move")):
-            self.holding.discard(put[1])
-            self.placed.add(put[1])
-            self.seen[put[1]] = put[2]
-
-    def _record_contents(self, text: str) -> None:
-        if f"the {self.location} is closed" in text:
-            self.closed.add(self.location)
-            return
-        self.looked_into.add(self.location)
-        if "you see" in text:
-            for name in _SEEN_OBJECT.findall(text.split("you see", 1)[1]):
-                self.seen[name] = self.location
-
-    def knows(self, obj: str) -> bool:
-        return obj in self.seen or obj in self.holding
+def _place_key(place: str) -> tuple[str, int]:
+    kind, _, number = place.rpartition(" ")
+    return (kind, int(number)) if number.isdigit() else (place, 0)
 
 
-def _next_object(plan: Sequence[str], holding: bool) -> tuple[str, str] | None:
-    """The first object the plan interacts with: (``"take"`` or ``"use"``, object), or None.
-
-    While the agent carries something it cannot take another object, so only ``use`` counts.
-    """
-    for command in plan:
-        if command.startswith("take ") and " from " in command and not holding:
-            return "take", command[len("take ") :].split(" from ")[0]
-        if command.startswith("use "):
-            return "use", command[len("use ") :]
-    return None
+@dataclass(frozen=True)
+class Task:
+    task_type: str  #: one of ``TASK_TYPES``
+    obj: str  #: the object type to find, e.g. ``"mug"``
+    target: str  #: receptacle type to put it in, or the lamp type for ``look_at_obj_in_light``
 
 
-def _plan_thought(command: str, memory: Memory) -> str:
-    """Why the next planned command, in terms of what the agent has seen and carries."""
-    carried = ", ".join(sorted(memory.holding))
-    if command.startswith("go to "):
-        place = command[len("go to ") :]
-        wanted = sorted(o for o, r in memory.seen.items() if r == place and o not in memory.placed)
-        if carried:
-            return f"I carry the {carried}. The next place for it is the {place}, so I go there."
-        if wanted:
-            return f"I saw the {wanted[0]} at the {place}, so I go there to get it."
-        return f"I go to the {place}, the next place my task needs."
-    if command.startswith("open "):
-        return f"The {command[len('open '):]} is closed, so I open it."
-    if command.startswith("take "):
-        return _take_thought(command[len("take ") :].split(" from ")[0])
-    if put := _PUT.match(command):
-        return f"I carry the {put[1]} and I am at the {put[2]}, so I put it here."
-    if command.startswith(("clean ", "heat ", "cool ")):
-        verb, rest = command.split(" ", 1)
-        obj, _, tool = rest.partition(" with ")
-        return f"The task needs the {obj} {verb}ed ({verb} it with the {tool}), and I am at the {tool}."
-    if command.startswith("use "):
-        return f"The {command[len('use '):]} is here; I turn it on to look at what I carry under it."
-    return f"The next step of my task is to {command}."
+def _task_patterns() -> list[tuple[str, re.Pattern[str]]]:
+    patterns = []
+    for task_type in TASK_TYPES:
+        for template in gdict[task_type]["templates"]:
+            regex = re.escape(template).replace(r"\{obj\}", r"(?P<obj>\w+)")
+            regex = regex.replace(r"\{recep\}", r"(?P<target>\w+)").replace(r"\{toggle\}", r"(?P<target>\w+)")
+            patterns.append((task_type, re.compile(f"^{regex}$")))
+    return patterns
 
 
-def _take_thought(obj: str) -> str:
-    """Restating the wanted type first lets the model decide to take once it has written that type,
-    by matching it against the observation (it cannot decide at the thought's first token)."""
-    return f"I need a {object_type(obj)}. The {obj} is here, so I take it."
+_TASKS = _task_patterns()
 
 
-def _where(memory: Memory) -> str:
-    return f"at the {memory.location}" if memory.location else "in the middle of the room"
+def parse_task(text: str) -> Task:
+    """``"put a clean mug in coffeemachine."`` -> Task(pick_clean_then_place_in_recep, mug, coffeemachine)."""
+    sentence = text.strip().rstrip(".").strip()
+    for task_type, pattern in _TASKS:
+        if match := pattern.match(sentence):
+            return Task(task_type, match["obj"], match["target"])
+    raise ValueError(f"not an ALFWorld task: {text!r}")
+
+
+@dataclass(frozen=True)
+class View:
+    """What the prompt shows: the task, the last K (observation, command) pairs, the current
+    observation and the admissible commands."""
+
+    task: Task
+    window: Sequence[tuple[str, str]]
+    observation: str
+    admissible: Sequence[str]
+
+    def events(self) -> list[tuple[str, str]]:
+        """(command, the observation it produced), newest first, skipping commands that did nothing."""
+        commands = [cmd for _, cmd in self.window]
+        produced = [obs for obs, _ in self.window[1:]] + [self.observation]
+        pairs = list(zip(commands, produced[: len(commands)], strict=True))
+        return [(cmd, obs) for cmd, obs in reversed(pairs) if obs != NOTHING_HAPPENS]
+
+    def location(self) -> str | None:
+        """The receptacle the agent stands at, from its latest command that names one."""
+        for command, _ in self.events():
+            for pattern in _PLACE_OF:
+                if match := pattern.match(command):
+                    return match.groups()[-1]
+        return None
+
+    def places(self) -> list[str]:
+        """Every receptacle of the room, in search order (type, then number): those the agent can go
+        to, and those it stands at (the engine lists no ``go to`` for them; receptacles that share an
+        interaction pose are all "here")."""
+        places = {match.groups()[-1] for a in self.admissible for p in _PLACE_OF if (match := p.match(a))}
+        here = self.location()
+        return sorted(places | ({here} if here else set()), key=_place_key)
+
+    def at(self, place: str) -> bool:
+        return f"go to {place}" not in self.admissible
+
+    def holding(self) -> str | None:
+        """The carried object: the engine offers to examine it (and no other object) wherever the agent
+        is, and to put it where it may go."""
+        for action in self.admissible:
+            if action.startswith("examine ") and object_type(action[len("examine ") :]) not in FURNITURE:
+                return action[len("examine ") :]
+            if match := _PUT.match(action):
+                return match[1]
+        return None
+
+
+def decide(view: View) -> tuple[str, str]:
+    """The next (thought, command) for what the prompt shows."""
+    task, held, here = view.task, view.holding(), view.location()
+    if held is None:
+        return _find(view, task.obj, here)
+    if task.task_type == "look_at_obj_in_light":
+        lamp = next((a for a in view.admissible if a.startswith(f"use {task.target} ")), None)
+        if lamp:
+            return f"I have the {held}. The {lamp[4:]} is here, so I turn it on.", lamp
+        return _search(view, f"I have the {held} and need a {task.target}.", LAMP_PLACES, here)
+    home = _home(view)
+    if task.task_type in TREATMENTS and not _treated(view, held, home):
+        verb, tool_type = TREATMENTS[task.task_type]
+        treat = next((a for a in view.admissible if a.startswith(f"{verb} {held} with {tool_type} ")), None)
+        if treat:
+            return f"I have the {held}. I {verb} it with the {treat.split(' with ')[1]} here.", treat
+        tool = _first(view, tool_type)
+        return f"I have the {held}. I {verb} it at the {tool}.", f"go to {tool}"
+    state = f"The {held} is {PAST_TENSE[TREATMENTS[task.task_type][0]]}" if task.task_type in TREATMENTS \
+        else f"I have the {held}"
+    if not view.at(home):
+        return f"{state}. It goes to the {home}.", f"go to {home}"
+    if f"open {home}" in view.admissible:
+        return f"{state}. The {home} is closed, so I open it.", f"open {home}"
+    put = next(a for a in view.admissible if (m := _PUT.match(a)) and m[1] == held and m[2] == home)
+    return f"{state}. I am at the {home}, so I put it here.", put
+
+
+def _find(view: View, kind: str, here: str | None) -> tuple[str, str]:
+    """Take an object of type ``kind`` that is here, open the closed receptacle here, or go on."""
+    need = f"I need a {kind}."
+    # A pick-two task never takes back the object it already put at its target.
+    skip = _home(view) if view.task.task_type == "pick_two_obj_and_place" else None
+    for action in view.admissible:
+        if action.startswith(f"take {kind} ") and not action.endswith(f" from {skip}"):
+            obj = action[len("take ") :].split(" from ")[0]
+            if object_type(obj) == kind:
+                return f"{need} The {obj} is here, so I take it.", action
+    kinds = {r for r, held in CAN_HOLD.items() if kind in held}
+    # Closed receptacles here (several may share the spot) are opened, in search order.
+    closed = sorted((a[len("open ") :] for a in view.admissible if a.startswith("open ")), key=_place_key)
+    for place in closed:
+        if object_type(place) in kinds:
+            return f"{need} The {place} is closed, so I open it.", f"open {place}"
+    return _search(view, need, kinds, here)
+
+
+def _search(view: View, need: str, kinds: set[str], here: str | None) -> tuple[str, str]:
+    """Go to the next receptacle of the given types after ``here`` in search order (cyclically)."""
+    elsewhere = [p for p in view.places() if not view.at(p)]
+    candidates = [p for p in elsewhere if object_type(p) in kinds] or elsewhere
+    if here is None:
+        return f"{need} I start with the {candidates[0]}.", f"go to {candidates[0]}"
+    later = [p for p in candidates if _place_key(p) > _place_key(here)]
+    place = (later or candidates)[0]
+    return f"{need} There is none at the {here}. Next I check the {place}.", f"go to {place}"
+
+
+def _first(view: View, kind: str) -> str:
+    """The first receptacle of a type (where the task's object goes, or its tool)."""
+    of_kind = [p for p in view.places() if object_type(p) == kind]
+    if not of_kind:
+        raise ValueError(f"the room has no {kind}; admissible: {list(view.admissible)}")
+    return of_kind[0]
+
+
+def _home(view: View) -> str:
+    return _first(view, view.task.target)
+
+
+def _treated(view: View, held: str, home: str) -> bool:
+    """Whether the held object was cleaned/heated/cooled: the window shows it was (after it was last
+    picked up), or the agent has reached the target, which it only heads for once it was."""
+    for _, observation in view.events():
+        if observation.startswith(f"You pick up the {held}"):
+            return False
+        if observation.startswith(("You clean the", "You heat the", "You cool the")):
+            return True
+    return view.at(home)
 
 
 class Searcher:
-    """ALFWorld demonstrator: ``act(env, observations, commands, admissible)`` -> (thought, command).
+    """:class:`~hgpo_rllib.sft.Demonstrator` over :func:`decide`, seeing the last ``history_length``
+    steps as the prompt does (the task is read from the first observation, as the env does)."""
 
-    One instance plays one episode at a time (a new episode starts when ``commands`` is empty). The
-    planner is asked again only after the searcher has left its plan (planning is the slow part).
-    """
-
-    def __init__(self) -> None:
-        self._plan: list[str] | None = None
-        self._looking_for: tuple[str, str] | None = None  # (take | use, object type)
+    def __init__(self, history_length: int = 2):
+        if history_length < 1:
+            raise ValueError(f"the searcher needs at least one step of history, got {history_length}")
+        self.history_length = history_length
 
     def act(
         self, env: Any, observations: Sequence[str], commands: Sequence[str], admissible: Sequence[str]
     ) -> tuple[str, str]:
-        memory = Memory.from_history(observations, commands)
-        if not commands:
-            self._plan, self._looking_for = None, None
-        elif self._plan and commands[-1] == self._plan[0]:
-            self._plan.pop(0)
-        else:
-            self._plan = None
-        if self._looking_for is not None:
-            verb, kind = self._looking_for
-            found = any(object_type(o) == kind for o in memory.holding) if verb == "take" else (
-                commands[-1].startswith(f"use {kind}") and observations[-1].lower().startswith("you turn on")
-            )
-            if not found and (step := self._fetch_or_search(verb, kind, memory, admissible)):
-                return step
-            self._looking_for = None
-        if self._plan is None:
-            self._plan = list(env.unwrapped.expert_plan())
-        if not self._plan:
-            return "The task is done.", "look"
-        target = _next_object(self._plan, bool(memory.holding))
-        if target is not None and not memory.knows(target[1]):
-            self._looking_for = (target[0], object_type(target[1]))
-            if step := self._fetch_or_search(*self._looking_for, memory, admissible):
-                return step
-            self._looking_for = None
-        return _plan_thought(self._plan[0], memory), self._plan[0]
-
-    @staticmethod
-    def _fetch_or_search(
-        verb: str, kind: str, memory: Memory, admissible: Sequence[str]
-    ) -> tuple[str, str] | None:
-        """Fetch a seen object of type ``kind``, or search for one; None when nowhere is left to look."""
-        for obj, place in memory.seen.items():
-            if object_type(obj) == kind and obj not in memory.placed:
-                return _fetch(verb, obj, place, memory, admissible)
-        return _search(kind, memory, admissible)
-
-
-def _fetch(verb: str, obj: str, place: str, memory: Memory, admissible: Sequence[str]) -> tuple[str, str]:
-    """Go back to a seen object of the wanted type, then take (or switch on) that one."""
-    if memory.location != place:
-        thought = f"I need a {object_type(obj)}. I saw the {obj} at the {place} earlier, so I go back there."
-        return thought, f"go to {place}"
-    command = f"take {obj} from {place}" if verb == "take" else f"use {obj}"
-    if command not in admissible and f"open {place}" in admissible:
-        return f"The {place} is closed, so I open it.", f"open {place}"
-    if verb == "take":
-        return _take_thought(obj), command
-    return f"The {obj} is here; I turn it on to look at what I carry under it.", command
-
-
-def _search(kind: str, memory: Memory, admissible: Sequence[str]) -> tuple[str, str] | None:
-    """Open the closed receptacle here, or go to the next one not looked into yet."""
-    here = memory.location
-    if here in memory.closed and f"open {here}" in admissible:
-        return f"I need a {kind}. The {here} is closed, so I open it to look inside.", f"open {here}"
-    places = [a[len("go to ") :] for a in admissible if a.startswith("go to ")]
-    unexplored = [p for p in places if p not in memory.looked_into and p != here]
-    likely = [p for p in unexplored if kind in _CAN_HOLD.get(object_type(p), {kind})]
-    for place in likely or unexplored:
-        why = "could hold one and " if likely else ""
-        return (
-            f"I need a {kind} and have not seen one yet. I am {_where(memory)}; the {place} {why}is not "
-            "checked yet, so I go there.",
-            f"go to {place}",
-        )
-    return None
+        start = max(0, len(commands) - self.history_length)
+        window = list(zip(observations[start:-1], commands[start:], strict=True))
+        view = View(parse_task(task_from_observation(observations[0])), window, observations[-1], admissible)
+        return decide(view)
