@@ -56,7 +56,7 @@ DEFAULT_ENV_CONFIG = {
 #: The CPU main job's warm start (issue 11): the searcher's play of 800 training games, 1.5 epochs of
 #: the default model. ``rllib train file tuned_examples/hgpo_alfworld.py`` builds it on first use.
 ALFWORLD_WARM_START: dict[str, Any] = {
-    "env": "alfworld", "episodes": 800, "epochs": 1.5, "demonstrator": "searcher",
+    "env": "alfworld", "episodes": 800, "epochs": 1.5, "demonstrator": "searcher", "train_on_prompt": True,
 }
 #: Part of every cached warm start's name: bump it when a demonstrator's thoughts or commands change,
 #: so the main job builds a new warm start instead of reusing one trained on the old texts.
@@ -194,8 +194,9 @@ def collect_demonstrations(
 
 
 class _Examples(torch.utils.data.Dataset):
-    def __init__(self, rows: list[dict[str, list[int]]]):
+    def __init__(self, rows: list[dict[str, list[int]]], prompt_tokens: list[int]):
         self.rows = rows
+        self.prompt_tokens = prompt_tokens
 
     def __len__(self) -> int:
         return len(self.rows)
@@ -204,10 +205,13 @@ class _Examples(torch.utils.data.Dataset):
         return self.rows[index]
 
 
-def tokenize_examples(tokenizer: Any, steps: Sequence[dict[str, str]], max_prompt_tokens: int) -> _Examples:
+def tokenize_examples(
+    tokenizer: Any, steps: Sequence[dict[str, str]], max_prompt_tokens: int, train_on_prompt: bool = False
+) -> _Examples:
     """Prompt as the policy reads it (chat template, last ``max_prompt_tokens`` tokens) + response +
-    end-of-turn; labels only on the response and its end-of-turn token."""
-    rows = []
+    end-of-turn; labels on the response and its end-of-turn token, and on the prompt too with
+    ``train_on_prompt``."""
+    rows, prompt_tokens = [], []
     for step in steps:
         prompt = tokenizer(chat_prompt(tokenizer, step["prompt"]), add_special_tokens=False)["input_ids"]
         prompt = prompt[-max_prompt_tokens:]
@@ -216,9 +220,10 @@ def tokenize_examples(tokenizer: Any, steps: Sequence[dict[str, str]], max_promp
         rows.append({
             "input_ids": prompt + response,
             "attention_mask": [1] * (len(prompt) + len(response)),
-            "labels": [IGNORE_INDEX] * len(prompt) + response,
+            "labels": (prompt if train_on_prompt else [IGNORE_INDEX] * len(prompt)) + response,
         })
-    return _Examples(rows)
+        prompt_tokens.append(len(prompt))
+    return _Examples(rows, prompt_tokens)
 
 
 def _time_limit_callback(minutes: float) -> Any:
@@ -274,6 +279,7 @@ def train_warm_start(
     epochs: float = 3.0,
     batch_size: int = 8,
     lr: float = 1e-3,
+    train_on_prompt: bool = False,
     max_minutes: float | None = None,
     save_steps: int = 200,
     workers: int = 1,
@@ -303,6 +309,7 @@ def train_warm_start(
         "epochs": epochs,
         "batch_size": batch_size,
         "lr": lr,
+        "train_on_prompt": train_on_prompt,
     })
     records = collect_demonstrations(
         out / DEMONSTRATIONS, env_name, env_config, episodes=episodes, history_length=history_length,
@@ -314,7 +321,7 @@ def train_warm_start(
         raise RuntimeError(f"{demonstrator!r} won none of the {episodes} episodes: nothing to learn")
     corpus = [*envs.get_tokenizer_corpus(env_name), *(s["prompt"] + s["response"] for s in steps)]
     tokenizer = build_tiny_tokenizer(corpus, vocab_size)
-    examples = tokenize_examples(tokenizer, steps, max_prompt_tokens)
+    examples = tokenize_examples(tokenizer, steps, max_prompt_tokens, train_on_prompt)
     lm = build_tiny_model(tokenizer, settings["model"], seed)
     tokenizer.padding_side = "right"  # positions 0.. for every row while training
     args = TrainingArguments(
@@ -354,9 +361,7 @@ def train_warm_start(
         "finished": trainer.state.global_step >= trainer.state.max_steps,
         "episodes_won": sum(r["won"] for r in records),
         "examples": len(examples),
-        "mean_prompt_tokens": round(
-            sum(r["labels"].count(IGNORE_INDEX) for r in examples.rows) / len(examples), 1
-        ),
+        "mean_prompt_tokens": round(sum(examples.prompt_tokens) / len(examples), 1),
         "parameters": sum(p.numel() for p in lm.parameters()),
         "optimizer_steps": trainer.state.global_step,
         "epochs_done": round(trainer.state.epoch or 0.0, 3),
@@ -455,6 +460,9 @@ def add_arguments(parser: argparse.ArgumentParser, json_dict: Callable[[str], di
     parser.add_argument("--epochs", type=float, default=3.0)
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--lr", type=float, default=1e-3)
+    parser.add_argument("--train-on-prompt", action="store_true",
+                        help="language-model loss on the prompt tokens too (teaches a from-scratch model "
+                             "to read its prompt: the history and admissible actions repeat observed text)")
     parser.add_argument("--max-minutes", type=float, help="stop training after this many minutes")
     parser.add_argument("--max-prompt-tokens", type=int, default=1024)
     parser.add_argument("--max-new-tokens", type=int, default=96, help="longest response the policy writes")
@@ -481,6 +489,7 @@ def run_from_args(args: argparse.Namespace) -> int:
         epochs=args.epochs,
         batch_size=args.batch_size,
         lr=args.lr,
+        train_on_prompt=args.train_on_prompt,
         max_minutes=args.max_minutes,
         save_steps=args.save_steps,
         workers=args.workers,

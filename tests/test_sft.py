@@ -93,6 +93,20 @@ def test_sft_prompts_are_the_tokens_rl_feeds_the_policy(warm_start: Path) -> Non
     assert checked >= 8 and len(observations) > 3  # some prompts show a full K = 2 history window
 
 
+def test_train_on_prompt_puts_labels_on_the_prompt_too(warm_start: Path) -> None:
+    tokenizer = CheckpointPolicy(warm_start).module.tokenizer
+    steps = [{"prompt": "You are in room 1. Your task is to: open the chest.",
+              "response": "<think>go</think><action>go east</action>"}]
+    response_only = sft.tokenize_examples(tokenizer, steps, 64)
+    whole = sft.tokenize_examples(tokenizer, steps, 64, train_on_prompt=True)
+    prompt_tokens = whole.prompt_tokens[0]
+    assert response_only.prompt_tokens == [prompt_tokens] and 0 < prompt_tokens < len(whole.rows[0]["labels"])
+    assert whole.rows[0]["labels"] == whole.rows[0]["input_ids"] == response_only.rows[0]["input_ids"]
+    labels = response_only.rows[0]["labels"]
+    assert labels[:prompt_tokens] == [sft.IGNORE_INDEX] * prompt_tokens
+    assert labels[prompt_tokens:] == whole.rows[0]["input_ids"][prompt_tokens:]
+
+
 def test_warm_start_is_a_model_dir_for_rl_and_evaluate(warm_start: Path, tmp_path: Path) -> None:
     module = sft.warm_start_module(sft.warm_start_config(warm_start))
     prompts = module.encode_prompts(["You are in room 1."])
