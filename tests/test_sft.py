@@ -230,6 +230,17 @@ def test_the_searcher_knows_what_it_carries_where_it_cannot_put_it() -> None:
     assert decide(view(task, window, "You arrive at desk 1.", lamp_here))[1] == "use desklamp 1"
 
 
+def test_the_searcher_finds_where_it_stands_when_its_window_names_no_place() -> None:
+    """Off course (only failed commands in the window), the engine's ``examine R`` says where it stands."""
+    task = "put some apple on fridge."
+    window = [("Nothing happens.", "fly to the moon"), ("Nothing happens.", "take apple 9 from sinkbasin 1")]
+    admissible = [a for a in GO if a != "go to countertop 1"] + ["examine countertop 1", "inventory"]
+    here = view(task, window, "Nothing happens.", admissible)
+    assert here.location() == "countertop 1"
+    assert here.places() == ["countertop 1", "drawer 3", "fridge 1", "garbagecan 1"]
+    assert decide(here)[1] == "go to fridge 1"
+
+
 def test_a_pick_two_searcher_leaves_the_first_object_where_it_put_it() -> None:
     task = "find two apple and put them in fridge."
     window = [("You arrive at fridge 1.", "move apple 1 to fridge 1")]

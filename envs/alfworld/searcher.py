@@ -106,12 +106,13 @@ class View:
         return [(cmd, obs) for cmd, obs in reversed(pairs) if obs != NOTHING_HAPPENS]
 
     def location(self) -> str | None:
-        """The receptacle the agent stands at, from its latest command that names one."""
+        """The receptacle the agent stands at: from its latest command that names one, else the one the
+        engine offers to examine (it does so for the receptacle here)."""
         for command, _ in self.events():
             for pattern in _PLACE_OF:
                 if match := pattern.match(command):
                     return match.groups()[-1]
-        return None
+        return next(iter(self._examinable_furniture()), None)
 
     def places(self) -> list[str]:
         """Every receptacle of the room, in search order (type, then number): those the agent can go
@@ -119,7 +120,11 @@ class View:
         interaction pose are all "here")."""
         places = {match.groups()[-1] for a in self.admissible for p in _PLACE_OF if (match := p.match(a))}
         here = self.location()
-        return sorted(places | ({here} if here else set()), key=_place_key)
+        return sorted(places | set(self._examinable_furniture()) | ({here} if here else set()), key=_place_key)
+
+    def _examinable_furniture(self) -> list[str]:
+        examined = (a[len("examine ") :] for a in self.admissible if a.startswith("examine "))
+        return [name for name in examined if object_type(name) in FURNITURE]
 
     def at(self, place: str) -> bool:
         return f"go to {place}" not in self.admissible
