@@ -119,8 +119,9 @@ class View:
         to, and those it stands at (the engine lists no ``go to`` for them; receptacles that share an
         interaction pose are all "here")."""
         places = {match.groups()[-1] for a in self.admissible for p in _PLACE_OF if (match := p.match(a))}
+        places |= set(self._examinable_furniture())
         here = self.location()
-        return sorted(places | set(self._examinable_furniture()) | ({here} if here else set()), key=_place_key)
+        return sorted(places | ({here} if here else set()), key=_place_key)
 
     def _examinable_furniture(self) -> list[str]:
         examined = (a[len("examine ") :] for a in self.admissible if a.startswith("examine "))
