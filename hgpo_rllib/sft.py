@@ -6,12 +6,18 @@ the renderer, K and env-config keywords of ``HGPOConfig._prompt_connector``, the
 :func:`~hgpo_rllib.rl_module.chat_prompt`), so RL later sees byte-identical prompts. The response is
 ``<think>thought</think><action>command</action>``; thoughts are templates over what the agent sees.
 A small Qwen2-shaped model is trained from scratch (tokenizer trained locally on the env's text and
-the demonstrations) with transformers' ``Trainer``, loss on response tokens only. The output is a
-Hugging Face model directory for ``model_config["model"]``, plus ``hgpo_sft.json`` (its env and
-prompt settings, which ``rllib evaluate DIR`` reads).
+the demonstrations) with transformers' ``Trainer``, loss on response tokens (and, with
+``train_on_prompt``, on the prompt too). The output is a Hugging Face model directory for
+``model_config["model"]``, plus ``hgpo_sft.json`` (its env and prompt settings, which ``rllib
+evaluate DIR`` reads).
+
+Optional DAgger rounds (``--dagger-rounds``) follow: the model plays new training tasks and is
+fine-tuned on the demonstrator's answers in the states it reached, which expert play alone never
+shows (its own detours, invented receptacles, repeated failures).
 
 Everything is resumable: demonstrations are appended per episode to ``demonstrations.jsonl`` and the
-``Trainer`` checkpoints under ``checkpoints/``; rerunning the same command continues.
+``Trainer`` checkpoints under ``checkpoints/`` (of the warm start, and of each DAgger round in its own
+directory inside it); rerunning the same command continues.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ import hashlib
 import json
 import math
 import os
+import random
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -54,9 +61,11 @@ DEFAULT_ENV_CONFIG = {
     "keychest": {"max_steps": 10},
 }
 #: The CPU main job's warm start (issue 11): the searcher's play of 800 training games, 1.5 epochs of
-#: the default model. ``rllib train file tuned_examples/hgpo_alfworld.py`` builds it on first use.
+#: the default model with loss on the prompt too, then one DAgger round on 96 more games.
+#: ``rllib train file tuned_examples/hgpo_alfworld.py`` builds it on first use.
 ALFWORLD_WARM_START: dict[str, Any] = {
     "env": "alfworld", "episodes": 800, "epochs": 1.5, "demonstrator": "searcher", "train_on_prompt": True,
+    "dagger": {"rounds": 1, "episodes": 96},
 }
 #: Part of every cached warm start's name: bump it when a demonstrator's thoughts or commands change,
 #: so the main job builds a new warm start instead of reusing one trained on the old texts.
@@ -244,17 +253,19 @@ def _time_limit_callback(minutes: float) -> Any:
     return TimeLimit()
 
 
-def _settings_file(output: Path, settings: dict[str, Any]) -> dict[str, Any]:
-    """Write the run's settings, or check them against those of the run being resumed."""
+def _settings_file(output: Path, settings: dict[str, Any], reuse_finished: bool = False) -> dict[str, Any]:
+    """Write the run's settings, or check them against those of the run being resumed (or, with
+    ``reuse_finished``, of a finished run to build on)."""
     path = output / SFT_CONFIG
     if path.exists():
         saved = json.loads(path.read_text())
-        if saved.get("finished"):
+        if saved.get("finished") and not reuse_finished:
             raise FileExistsError(f"{output} already holds a finished warm start; choose a new --output")
         changed = sorted(k for k in settings if saved.get(k) != settings[k])
         if changed:
+            state = "a finished" if saved.get("finished") else "an unfinished"
             raise ValueError(
-                f"{output} holds an unfinished run with other settings ({', '.join(changed)}); "
+                f"{output} holds {state} run with other settings ({', '.join(changed)}); "
                 "rerun with the same settings to resume it, or choose a new --output"
             )
         return saved
@@ -263,66 +274,23 @@ def _settings_file(output: Path, settings: dict[str, Any]) -> dict[str, Any]:
     return settings
 
 
-def train_warm_start(
-    output: str | Path,
+def _fit(
+    lm: Any,
+    tokenizer: Any,
+    examples: _Examples,
+    out: Path,
     *,
-    env: str,
-    episodes: int,
-    env_config: dict[str, Any] | None = None,
-    history_length: int = 2,
-    demonstrator: str = "expert",
-    seed: int = 0,
-    max_prompt_tokens: int = 1024,
-    max_new_tokens: int = 96,
-    vocab_size: int = 2048,
-    model: dict[str, Any] | None = None,
-    epochs: float = 3.0,
-    batch_size: int = 8,
-    lr: float = 1e-3,
-    train_on_prompt: bool = False,
-    max_minutes: float | None = None,
-    save_steps: int = 200,
-    workers: int = 1,
-) -> Path:
-    """Collect demonstrations, train the model, and write the model directory ``output``."""
+    epochs: float,
+    batch_size: int,
+    lr: float,
+    seed: int,
+    save_steps: int,
+    max_minutes: float | None,
+) -> dict[str, Any]:
+    """Train ``lm`` on ``examples`` with transformers' ``Trainer`` (resuming from ``out/checkpoints``
+    if a run was interrupted), save model and tokenizer to ``out``; returns the run's summary."""
     from transformers import DataCollatorForSeq2Seq, Trainer, TrainingArguments
 
-    env_name = envs.get_env_spec(env).name
-    if episodes < 1 or history_length < 0 or epochs <= 0 or batch_size < 1 or (max_minutes or 0) < 0:
-        raise ValueError(
-            f"need episodes >= 1 (got {episodes}), batch_size >= 1 ({batch_size}), history_length >= 0 "
-            f"({history_length}), epochs > 0 ({epochs}) and max_minutes >= 0 ({max_minutes})"
-        )
-    out = Path(output).expanduser()
-    env_config = {**DEFAULT_ENV_CONFIG.get(env_name, {}), **(env_config or {})}
-    settings = _settings_file(out, {
-        "env": env_name,
-        "env_config": env_config,
-        "history_length": history_length,
-        "max_prompt_tokens": max_prompt_tokens,
-        "max_new_tokens": max_new_tokens,
-        "episodes": episodes,
-        "demonstrator": demonstrator,
-        "seed": seed,
-        "vocab_size": vocab_size,
-        "model": {**MODEL_DEFAULTS, **(model or {})},
-        "epochs": epochs,
-        "batch_size": batch_size,
-        "lr": lr,
-        "train_on_prompt": train_on_prompt,
-    })
-    records = collect_demonstrations(
-        out / DEMONSTRATIONS, env_name, env_config, episodes=episodes, history_length=history_length,
-        demonstrator=demonstrator, seed=seed, workers=workers,
-    )
-    # Only won episodes are demonstrations worth imitating.
-    steps = [step for record in records if record["won"] for step in record["steps"]]
-    if not steps:
-        raise RuntimeError(f"{demonstrator!r} won none of the {episodes} episodes: nothing to learn")
-    corpus = [*envs.get_tokenizer_corpus(env_name), *(s["prompt"] + s["response"] for s in steps)]
-    tokenizer = build_tiny_tokenizer(corpus, vocab_size)
-    examples = tokenize_examples(tokenizer, steps, max_prompt_tokens, train_on_prompt)
-    lm = build_tiny_model(tokenizer, settings["model"], seed)
     tokenizer.padding_side = "right"  # positions 0.. for every row while training
     args = TrainingArguments(
         output_dir=str(out / CHECKPOINTS),
@@ -355,11 +323,9 @@ def train_warm_start(
     tokenizer.padding_side = "left"  # as the policy pads its prompts
     tokenizer.save_pretrained(str(out))
     losses = [log["loss"] for log in trainer.state.log_history if "loss" in log]
-    (out / SFT_CONFIG).write_text(json.dumps({
-        **settings,
+    return {
         # A run stopped by --max-minutes is usable but unfinished: rerunning it trains on.
         "finished": trainer.state.global_step >= trainer.state.max_steps,
-        "episodes_won": sum(r["won"] for r in records),
         "examples": len(examples),
         "mean_prompt_tokens": round(sum(examples.prompt_tokens) / len(examples), 1),
         "parameters": sum(p.numel() for p in lm.parameters()),
@@ -368,15 +334,195 @@ def train_warm_start(
         "train_seconds_this_session": round(time.monotonic() - started, 1),
         "final_loss": losses[-1] if losses else math.nan,
         "train_loss": result.training_loss,
-    }, indent=2))
+    }
+
+
+def _write_summary(out: Path, summary: dict[str, Any]) -> None:
+    (out / SFT_CONFIG).write_text(json.dumps(summary, indent=2))
+
+
+def train_warm_start(
+    output: str | Path,
+    *,
+    env: str,
+    episodes: int,
+    env_config: dict[str, Any] | None = None,
+    history_length: int = 2,
+    demonstrator: str = "expert",
+    seed: int = 0,
+    max_prompt_tokens: int = 1024,
+    max_new_tokens: int = 96,
+    vocab_size: int = 2048,
+    model: dict[str, Any] | None = None,
+    epochs: float = 3.0,
+    batch_size: int = 8,
+    lr: float = 1e-3,
+    train_on_prompt: bool = False,
+    max_minutes: float | None = None,
+    save_steps: int = 200,
+    workers: int = 1,
+    reuse_finished: bool = False,
+) -> Path:
+    """Collect demonstrations, train the model, and write the model directory ``output`` (with
+    ``reuse_finished``, a finished run of the same settings there is kept as it is)."""
+    env_name = envs.get_env_spec(env).name
+    if episodes < 1 or history_length < 0 or epochs <= 0 or batch_size < 1 or (max_minutes or 0) < 0:
+        raise ValueError(
+            f"need episodes >= 1 (got {episodes}), batch_size >= 1 ({batch_size}), history_length >= 0 "
+            f"({history_length}), epochs > 0 ({epochs}) and max_minutes >= 0 ({max_minutes})"
+        )
+    out = Path(output).expanduser()
+    env_config = {**DEFAULT_ENV_CONFIG.get(env_name, {}), **(env_config or {})}
+    settings = _settings_file(out, {
+        "env": env_name,
+        "env_config": env_config,
+        "history_length": history_length,
+        "max_prompt_tokens": max_prompt_tokens,
+        "max_new_tokens": max_new_tokens,
+        "episodes": episodes,
+        "demonstrator": demonstrator,
+        "seed": seed,
+        "vocab_size": vocab_size,
+        "model": {**MODEL_DEFAULTS, **(model or {})},
+        "epochs": epochs,
+        "batch_size": batch_size,
+        "lr": lr,
+        "train_on_prompt": train_on_prompt,
+    }, reuse_finished)
+    if settings.get("finished"):
+        return out
+    records = collect_demonstrations(
+        out / DEMONSTRATIONS, env_name, env_config, episodes=episodes, history_length=history_length,
+        demonstrator=demonstrator, seed=seed, workers=workers,
+    )
+    # Only won episodes are demonstrations worth imitating.
+    steps = [step for record in records if record["won"] for step in record["steps"]]
+    if not steps:
+        raise RuntimeError(f"{demonstrator!r} won none of the {episodes} episodes: nothing to learn")
+    corpus = [*envs.get_tokenizer_corpus(env_name), *(s["prompt"] + s["response"] for s in steps)]
+    tokenizer = build_tiny_tokenizer(corpus, vocab_size)
+    examples = tokenize_examples(tokenizer, steps, max_prompt_tokens, train_on_prompt)
+    lm = build_tiny_model(tokenizer, settings["model"], seed)
+    summary = _fit(lm, tokenizer, examples, out, epochs=epochs, batch_size=batch_size, lr=lr, seed=seed,
+                   save_steps=save_steps, max_minutes=max_minutes)
+    _write_summary(out, {**settings, "episodes_won": sum(r["won"] for r in records), **summary})
     return out
 
 
+def _dagger_settings(episodes: int, epochs: float, lr: float) -> tuple[dict[str, Any], str]:
+    """The settings of DAgger rounds over ``base`` and the digest that names their directories."""
+    if episodes < 1 or epochs <= 0 or lr <= 0:
+        raise ValueError(f"need dagger episodes >= 1 (got {episodes}), epochs > 0 ({epochs}), lr > 0 ({lr})")
+    dagger = {"dagger_episodes": episodes, "dagger_epochs": epochs, "dagger_lr": lr}
+    digest = hashlib.sha256(json.dumps(dagger, sort_keys=True).encode()).hexdigest()[:8]
+    return dagger, digest
+
+
+def collect_dagger_states(model_dir: Path, path: Path, task_seeds: Sequence[int]) -> list[dict[str, Any]]:
+    """The model of ``model_dir`` plays ``task_seeds`` as ``rllib evaluate`` plays them (its own prompts,
+    sampling at its evaluation temperature); every state it reaches becomes an example whose response
+    is the demonstrator's in that state (DAgger, Ross et al. 2011: the imitator learns to recover from
+    its own mistakes, which expert play never shows). Written to ``path`` once; a rerun reads it."""
+    if path.exists():
+        return [json.loads(line) for line in path.read_text().splitlines()]
+    from hgpo_rllib.evaluation import CheckpointPolicy, EpisodeSlot, play
+
+    settings = json.loads((model_dir / SFT_CONFIG).read_text())
+    env_name, env_config, k = settings["env"], settings["env_config"], settings["history_length"]
+    policy = CheckpointPolicy(model_dir).reseed(settings["seed"])
+    demonstrator = make_demonstrator(env_name, settings["demonstrator"], k)
+    render = prompt_renderer(env_name, env_config, k)
+    steps: dict[int, list[dict[str, str]]] = {}
+
+    def labelled(slots: list[EpisodeSlot]) -> list[str]:
+        for slot in slots:
+            observations = list(slot.episode.get_observations())
+            commands = [info["command"] for info in slot.episode.get_infos()[1:]]
+            admissible = slot.info["admissible_actions"]
+            thought, command = demonstrator.act(slot.env, observations, commands, admissible)
+            steps.setdefault(slot.result["task_seed"], []).append(
+                {"prompt": render(slot.episode), "response": response_text(thought, command)}
+            )
+        return policy(slots)
+
+    records = play(env_name, env_config, labelled, task_seeds, desc="DAgger: the model plays")
+    records = [{**record, "states": steps[record["task_seed"]]} for record in records]
+    partial = path.with_suffix(".partial")
+    partial.write_text("".join(json.dumps(record) + "\n" for record in records))
+    partial.replace(path)
+    return records
+
+
+def train_dagger(
+    base: str | Path,
+    *,
+    rounds: int,
+    episodes: int = 96,
+    epochs: float = 1.0,
+    lr: float = 3e-4,
+    max_minutes: float | None = None,
+    save_steps: int = 200,
+    reuse_finished: bool = False,
+) -> Path:
+    """``rounds`` rounds of DAgger on the finished warm start ``base``: in round r the latest model plays
+    ``episodes`` new training tasks, the demonstrator labels the states it reached, and the model is
+    fine-tuned for ``epochs`` on every round's states so far plus as many demonstration steps. Round r
+    is the model directory ``base/dagger-DIGEST-r`` (DIGEST names these settings); returns the last."""
+    base = Path(base).expanduser()
+    if rounds < 1:
+        raise ValueError(f"need dagger rounds >= 1, got {rounds}")
+    base_settings = json.loads((base / SFT_CONFIG).read_text()) if (base / SFT_CONFIG).is_file() else {}
+    if not base_settings.get("finished"):
+        raise ValueError(f"{base} holds no finished warm start to run DAgger on")
+    dagger, digest = _dagger_settings(episodes, epochs, lr)
+    # What a round keeps of its warm start: how it plays and prompts, and how it is trained.
+    kept = {k: base_settings[k] for k in ("env", "env_config", "history_length", "max_prompt_tokens",
+                                          "max_new_tokens", "demonstrator", "seed", "batch_size",
+                                          "train_on_prompt")}
+    demonstrations = [step for line in (base / DEMONSTRATIONS).read_text().splitlines()
+                      if (record := json.loads(line))["won"] for step in record["steps"]]
+    states: list[dict[str, str]] = []
+    previous = base
+    for round_ in range(1, rounds + 1):
+        out = base / f"dagger-{digest}-{round_}"
+        last = round_ == rounds
+        settings = _settings_file(out, {**kept, **dagger, "dagger_round": round_},
+                                  reuse_finished=reuse_finished or not last)
+        first_task = base_settings["seed"] * TASK_SEED_STRIDE + base_settings["episodes"]
+        seeds = range(first_task + (round_ - 1) * episodes, first_task + round_ * episodes)
+        records = collect_dagger_states(previous, out / "dagger_states.jsonl", seeds)
+        states += [state for record in records for state in record["states"]]
+        if not settings.get("finished"):
+            from transformers import AutoModelForCausalLM, AutoTokenizer
+
+            rng = random.Random(base_settings["seed"] + round_)
+            replay = rng.sample(demonstrations, min(len(states), len(demonstrations)))
+            tokenizer = AutoTokenizer.from_pretrained(previous)
+            examples = tokenize_examples(tokenizer, states + replay, base_settings["max_prompt_tokens"],
+                                         base_settings["train_on_prompt"])
+            lm = AutoModelForCausalLM.from_pretrained(previous)
+            summary = _fit(lm, tokenizer, examples, out, epochs=epochs, batch_size=kept["batch_size"],
+                           lr=lr, seed=kept["seed"], save_steps=save_steps, max_minutes=max_minutes)
+            _write_summary(out, {
+                **settings, **summary, "dagger_states": len(states),
+                # How the model that played this round did on its training tasks.
+                "played_won": sum(r["won"] for r in records), "played": len(records),
+            })
+            if not summary["finished"]:
+                return out
+        previous = out
+    return previous
+
+
 def cached_warm_start(recipe: dict[str, Any], cache_dir: str | Path | None = None) -> Path:
-    """The finished warm start of ``recipe`` (keyword arguments of :func:`train_warm_start`), built
-    first, or finished if an earlier build was interrupted. It lives under ``cache_dir`` (default
-    ``$HGPO_CACHE`` or ``~/.cache/hgpo_rllib``) in a directory named after the recipe's digest."""
+    """The finished warm start of ``recipe`` (keyword arguments of :func:`train_warm_start`, and
+    optionally ``dagger``: keyword arguments of :func:`train_dagger`), built first, or finished if an
+    earlier build was interrupted. It lives under ``cache_dir`` (default ``$HGPO_CACHE`` or
+    ``~/.cache/hgpo_rllib``) in a directory named after the digest of the recipe without ``dagger``, so
+    recipes that differ only in their DAgger rounds share the warm start they start from."""
     root = Path(cache_dir or os.environ.get("HGPO_CACHE") or "~/.cache/hgpo_rllib").expanduser()
+    recipe = dict(recipe)
+    dagger = recipe.pop("dagger", None)
     key = json.dumps([DEMONSTRATION_FORMAT, recipe], sort_keys=True)
     digest = hashlib.sha256(key.encode()).hexdigest()[:10]
     out = root / "warm_starts" / f"{recipe['env']}-{digest}"
@@ -384,8 +530,7 @@ def cached_warm_start(recipe: dict[str, Any], cache_dir: str | Path | None = Non
     if not (settings.is_file() and json.loads(settings.read_text()).get("finished")):
         print(f"Building the warm start {out} (first use only; interrupted builds resume) ...", flush=True)
         train_warm_start(out, workers=os.cpu_count() or 1, **recipe)
-    return out
-
+    return train_dagger(out, reuse_finished=True, **dagger) if dagger else out
 
 def warm_start_config(model_dir: str | Path) -> Any:
     """The ``HGPOConfig`` (env, prompt settings, model) of a warm-start directory."""
@@ -471,6 +616,12 @@ def add_arguments(parser: argparse.ArgumentParser, json_dict: Callable[[str], di
     parser.add_argument("--save-steps", type=int, default=200, help="checkpoint every N optimiser steps")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--workers", type=int, default=1, help="processes playing demonstrations")
+    parser.add_argument("--dagger-rounds", type=int, default=0,
+                        help="then DAgger: the model plays new tasks and learns the demonstrator's answers "
+                             "in the states it reached (each round is a model directory inside --output)")
+    parser.add_argument("--dagger-episodes", type=int, default=96, help="tasks the model plays per round")
+    parser.add_argument("--dagger-epochs", type=float, default=1.0)
+    parser.add_argument("--dagger-lr", type=float, default=3e-4)
 
 
 def run_from_args(args: argparse.Namespace) -> int:
@@ -493,6 +644,12 @@ def run_from_args(args: argparse.Namespace) -> int:
         max_minutes=args.max_minutes,
         save_steps=args.save_steps,
         workers=args.workers,
+        reuse_finished=args.dagger_rounds > 0,
     )
+    if args.dagger_rounds:
+        out = train_dagger(
+            out, rounds=args.dagger_rounds, episodes=args.dagger_episodes, epochs=args.dagger_epochs,
+            lr=args.dagger_lr, max_minutes=args.max_minutes, save_steps=args.save_steps,
+        )
     print(f"Warm start written to {out}; use it with model_config={{'model': '{out}'}}")
     return 0

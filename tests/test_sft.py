@@ -51,6 +51,31 @@ def test_sft_resumes_and_then_refuses_to_overwrite(
     assert cli.main([*sft_args(warm_start.parent / "other"), "--lr", "0.1"]) == 2
 
 
+def test_dagger_rounds_learn_the_demonstrators_answers_in_the_models_own_states(
+    warm_start: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    dagger = ["--dagger-rounds", "2", "--dagger-episodes", "2"]
+    assert cli.main([*sft_args(warm_start), *dagger]) == 0  # the finished warm start is built on
+    rounds = sorted(warm_start.glob("dagger-*"))
+    assert [r.name[-2:] for r in rounds] == ["-1", "-2"]
+    for round_, model_dir in enumerate(rounds, start=1):
+        settings = json.loads((model_dir / sft.SFT_CONFIG).read_text())
+        assert settings["finished"] and settings["dagger_round"] == round_ and settings["played"] == 2
+        played = [json.loads(line) for line in (model_dir / "dagger_states.jsonl").read_text().splitlines()]
+        # New tasks each round, after the demonstrations' (0 and 1); every state the model met is labelled.
+        assert [r["task_seed"] for r in played] == [2 * round_, 2 * round_ + 1]
+        assert [len(r["states"]) for r in played] == [r["steps"] for r in played] and played[0]["steps"]
+        assert all(s["response"].startswith("<think>The next step") for r in played for s in r["states"])
+    states = [json.loads(line)["steps"] for r in rounds for line in (r / "dagger_states.jsonl").open()]
+    assert settings["dagger_states"] == sum(states)  # the last round learns every round's states
+    assert f"written to {rounds[-1]}" in capsys.readouterr().out
+    assert CheckpointPolicy(rounds[-1]).config.history_length == 2  # a model directory like the warm start
+    assert cli.main([*sft_args(warm_start), *dagger]) == 2  # finished: never trained over
+    assert "already holds a finished warm start" in capsys.readouterr().err
+    assert cli.main([*sft_args(warm_start), "--lr", "0.1", *dagger]) == 2  # not the warm start it was
+    assert "finished run with other settings (lr)" in capsys.readouterr().err
+
+
 def episode_of(observations: list[str], actions: list[str], infos: list[dict[str, Any]]) -> Any:
     """An RLlib episode as the env runner builds it from the steps so far."""
     from ray.rllib.env.single_agent_episode import SingleAgentEpisode
@@ -310,6 +335,10 @@ def test_cached_warm_start_is_built_once_per_recipe(tmp_path: Path, monkeypatch:
     assert sft.cached_warm_start(recipe) == built
     with pytest.raises(pytest.fail.Exception, match="rebuilt"):  # another recipe is another directory
         sft.cached_warm_start({**recipe, "epochs": 2.0}, cache_dir=tmp_path)
+    # DAgger rounds build on the recipe's warm start, in a directory of their own inside it.
+    dagger = {**recipe, "dagger": {"rounds": 1, "episodes": 1}}
+    with_dagger = sft.cached_warm_start(dagger, cache_dir=tmp_path)
+    assert with_dagger.parent == built and json.loads((with_dagger / sft.SFT_CONFIG).read_text())["finished"]
     monkeypatch.setattr(sft, "DEMONSTRATION_FORMAT", sft.DEMONSTRATION_FORMAT + 1)
     with pytest.raises(pytest.fail.Exception, match="rebuilt"):  # new demonstration texts: a new build
         sft.cached_warm_start(recipe)
