@@ -5,8 +5,8 @@
     python tuned_examples/hgpo_alfworld.py --preset paper-1.5b --model /models/Qwen2.5-1.5B-Instruct -k 2
 
 On CPU the run starts from a warm start: a 3.5M-parameter model fine-tuned on the searcher's play of
-400 training games (``rllib sft``, recipe ``hgpo_rllib.sft.ALFWORLD_WARM_START``), built on the first
-run (about 45 minutes on 2 cores, with progress bars; resumable) and cached under
+800 training games, then one DAgger round (``rllib sft``, recipe ``hgpo_rllib.sft.ALFWORLD_WARM_START``),
+built on the first run (about 2 hours on 2 cores, with progress bars; resumable) and cached under
 ``~/.cache/hgpo_rllib``. It then trains for 30 minutes, generating free text
 (``<think>...</think><action>...</action>``, no action constraint). ``HGPO_WARM_START=<dir>`` starts
 from another ``rllib sft`` model directory; ``HGPO_WARM_START=none`` runs the 2-minute pipeline demo
