@@ -2,10 +2,10 @@
 
 Run: ``python benchmarks/alfworld_table1.py [--warm-start DIR] [--minutes 10] [--seeds 0 1 2]``.
 Every variant starts from the same ``rllib sft`` warm start (default: the main job's cached one,
-built on first use) and trains with the main job's CPU settings (free text, 2 groups of 4, lr 1e-4)
-for the same wall-clock budget, once per training seed; then ``rllib evaluate``'s protocol plays
-``--eval-episodes`` games of each ALFWorld evaluation split (in and out of distribution) for each
-evaluation seed (123, 456, 789). The warm start itself is evaluated the same way.
+built on first use) and trains with the main job's CPU settings (free text, 2 groups of 4, lr 1e-5,
+KL 0.05 to the warm start) for the same wall-clock budget, once per training seed; then ``rllib
+evaluate``'s protocol plays ``--eval-episodes`` games of each ALFWorld evaluation split (in and out of
+distribution) for each evaluation seed (123, 456, 789). The warm start itself is evaluated the same way.
 
 Resumable across sittings: each run writes its own small result files under
 ``docs/results/alfworld_table1/runs/<run>/`` (``curve.csv``, ``trained.json``, the evaluation's

@@ -553,7 +553,9 @@ def warm_start_config(model_dir: str | Path) -> Any:
 def warm_start_cpu_config(model_dir: str | Path, training: dict[str, Any]) -> Any:
     """RL from a warm start on CPU: free-text generation (no admissible-action or vocabulary
     constraint), 2 groups of 4, the warm start's env and prompt settings. ``training`` holds the
-    estimator settings; its history length must be the warm start's K (the prompts it learned)."""
+    estimator settings; its history length must be the warm start's K (the prompts it learned).
+    A small learning rate and a KL penalty to the warm start keep RL near it: at lr 1e-4 without KL,
+    30 minutes of HGPO took the ALFWorld warm start from 18.75% to 2.08% on unseen games."""
     config = warm_start_config(model_dir)
     if training.get("history_length", config.history_length) != config.history_length:
         raise ValueError(
@@ -567,10 +569,10 @@ def warm_start_cpu_config(model_dir: str | Path, training: dict[str, Any]) -> An
             **training,
             group_size=group_size,
             groups_per_iteration=groups,
-            lr=1e-4,
+            lr=1e-5,
             minibatch_size=64,
             micro_batch_size=8,
-            kl_coeff=0.0,
+            kl_coeff=0.05,
         )
         .debugging(seed=0)
     )

@@ -305,6 +305,7 @@ def test_alfworld_cpu_run_can_start_from_a_warm_start(
     assert not config.model_config.get("constrain_to_admissible")
     assert "action_vocabulary" not in config.model_config
     assert "require_tags" not in config.env_config and config.history_length == 2
+    assert config.kl_coeff > 0 and config.lr <= 1e-5  # RL stays near the warm start (README, ALFWorld on CPU)
     assert experiment.stop == {"time_total_s": 1800}
     monkeypatch.setenv("HGPO_K", "4")
     with pytest.raises(ValueError, match="warm start's K=2"):
