@@ -20,6 +20,7 @@ from results_file import write_result  # benchmarks/ is on sys.path when run as 
 from envs.alfworld.searcher import Searcher
 from envs.common.actions import parse_action
 from hgpo_rllib.evaluation import CheckpointPolicy, EpisodeSlot, play
+from hgpo_rllib.sft import demonstrator_answer
 
 
 def main() -> None:
@@ -36,9 +37,7 @@ def main() -> None:
     def labelled(slots: list[EpisodeSlot]) -> list[str]:
         answers = policy(slots)
         for slot, answer in zip(slots, answers, strict=True):
-            observations = list(slot.episode.get_observations())
-            commands = [info["command"] for info in slot.episode.get_infos()[1:]]
-            wanted = searcher.act(slot.env, observations, commands, slot.info["admissible_actions"])[1]
+            wanted = demonstrator_answer(searcher, slot)[1]
             kind = wanted.split()[0]
             total[kind] += 1
             right[kind] += parse_action(answer).command == wanted

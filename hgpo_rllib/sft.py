@@ -418,6 +418,14 @@ def _dagger_settings(episodes: int, epochs: float, lr: float) -> tuple[dict[str,
     return dagger, digest
 
 
+def demonstrator_answer(demonstrator: Demonstrator, slot: Any) -> tuple[str, str]:
+    """The demonstrator's (thought, command) in the state of a running episode (an
+    :class:`~hgpo_rllib.evaluation.EpisodeSlot`), from what the agent has seen so far."""
+    observations = list(slot.episode.get_observations())
+    commands = [info["command"] for info in slot.episode.get_infos()[1:]]
+    return demonstrator.act(slot.env, observations, commands, slot.info["admissible_actions"])
+
+
 def collect_dagger_states(model_dir: Path, path: Path, task_seeds: Sequence[int]) -> list[dict[str, Any]]:
     """The model of ``model_dir`` plays ``task_seeds`` as ``rllib evaluate`` plays them (its own prompts,
     sampling at its evaluation temperature); every state it reaches becomes an example whose response
@@ -436,10 +444,7 @@ def collect_dagger_states(model_dir: Path, path: Path, task_seeds: Sequence[int]
 
     def labelled(slots: list[EpisodeSlot]) -> list[str]:
         for slot in slots:
-            observations = list(slot.episode.get_observations())
-            commands = [info["command"] for info in slot.episode.get_infos()[1:]]
-            admissible = slot.info["admissible_actions"]
-            thought, command = demonstrator.act(slot.env, observations, commands, admissible)
+            thought, command = demonstrator_answer(demonstrator, slot)
             steps.setdefault(slot.result["task_seed"], []).append(
                 {"prompt": render(slot.episode), "response": response_text(thought, command)}
             )
@@ -481,6 +486,7 @@ def train_dagger(
                                           "train_on_prompt")}
     demonstrations = [step for line in (base / DEMONSTRATIONS).read_text().splitlines()
                       if (record := json.loads(line))["won"] for step in record["steps"]]
+    first_task = kept["seed"] * TASK_SEED_STRIDE + base_settings["episodes"]  # after the demonstrations'
     states: list[dict[str, str]] = []
     previous = base
     for round_ in range(1, rounds + 1):
@@ -488,18 +494,17 @@ def train_dagger(
         last = round_ == rounds
         settings = _settings_file(out, {**kept, **dagger, "dagger_round": round_},
                                   reuse_finished=reuse_finished or not last)
-        first_task = base_settings["seed"] * TASK_SEED_STRIDE + base_settings["episodes"]
         seeds = range(first_task + (round_ - 1) * episodes, first_task + round_ * episodes)
         records = collect_dagger_states(previous, out / "dagger_states.jsonl", seeds)
         states += [state for record in records for state in record["states"]]
         if not settings.get("finished"):
             from transformers import AutoModelForCausalLM, AutoTokenizer
 
-            rng = random.Random(base_settings["seed"] + round_)
+            rng = random.Random(kept["seed"] + round_)
             replay = rng.sample(demonstrations, min(len(states), len(demonstrations)))
             tokenizer = AutoTokenizer.from_pretrained(previous)
-            examples = tokenize_examples(tokenizer, states + replay, base_settings["max_prompt_tokens"],
-                                         base_settings["train_on_prompt"])
+            examples = tokenize_examples(tokenizer, states + replay, kept["max_prompt_tokens"],
+                                         kept["train_on_prompt"])
             lm = AutoModelForCausalLM.from_pretrained(previous)
             summary = _fit(lm, tokenizer, examples, out, epochs=epochs, batch_size=kept["batch_size"],
                            lr=lr, seed=kept["seed"], save_steps=save_steps, max_minutes=max_minutes)
@@ -531,6 +536,7 @@ def cached_warm_start(recipe: dict[str, Any], cache_dir: str | Path | None = Non
         print(f"Building the warm start {out} (first use only; interrupted builds resume) ...", flush=True)
         train_warm_start(out, workers=os.cpu_count() or 1, **recipe)
     return train_dagger(out, reuse_finished=True, **dagger) if dagger else out
+
 
 def warm_start_config(model_dir: str | Path) -> Any:
     """The ``HGPOConfig`` (env, prompt settings, model) of a warm-start directory."""
