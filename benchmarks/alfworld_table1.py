@@ -149,7 +149,8 @@ def main() -> None:
     else:
         warm_start = cached_warm_start(ALFWORLD_WARM_START)
     out, work = Path(args.output), Path(args.work_dir)
-    runs = [(WARM_START, None), *((v, s) for v in args.variants for s in args.seeds)]
+    # Seed-major, so that a sitting that ends early leaves every variant with as many seeds.
+    runs = [(WARM_START, None), *((v, s) for s in args.seeds for v in args.variants)]
     ray.init(num_cpus=3, include_dashboard=False, log_to_driver=False)
     try:
         for variant, seed in tqdm(runs, desc="runs", unit="run"):
