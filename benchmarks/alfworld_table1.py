@@ -17,6 +17,7 @@ Resumable across sittings: each run writes its own small result files under
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import re
 import time
@@ -44,6 +45,12 @@ VARIANTS = {
     "HGPO K=2 adaptive": {"estimator": "hgpo", "weighting": "adaptive"},
 }
 SPLIT_NAMES = {"eval_in_distribution": "in", "eval_out_of_distribution": "out"}
+
+
+def weights_digest(model_dir: Path) -> str:
+    """What the warm start's weights are: a rebuilt warm start (fresh machine) may differ from the one
+    the committed runs started from, and the table must not mix the two."""
+    return hashlib.sha256((model_dir / "model.safetensors").read_bytes()).hexdigest()[:16]
 
 
 def run_name(variant: str, seed: int | None) -> str:
@@ -149,6 +156,7 @@ def main() -> None:
     else:
         warm_start = cached_warm_start(ALFWORLD_WARM_START)
     out, work = Path(args.output), Path(args.work_dir)
+    warm_start_weights = weights_digest(warm_start)
     # Seed-major, so that a sitting that ends early leaves every variant with as many seeds.
     runs = [(WARM_START, None), *((v, s) for s in args.seeds for v in args.variants)]
     ray.init(num_cpus=3, include_dashboard=False, log_to_driver=False)
@@ -158,7 +166,8 @@ def main() -> None:
             run_dir, checkpoint = out / "runs" / name, (work / name).resolve()
             run_dir.mkdir(parents=True, exist_ok=True)
             settings = {"variant": variant, "seed": seed, "minutes": None if seed is None else args.minutes,
-                        "eval_episodes": args.eval_episodes, "eval_max_steps": args.eval_max_steps}
+                        "eval_episodes": args.eval_episodes, "eval_max_steps": args.eval_max_steps,
+                        "warm_start_weights": warm_start_weights}
             saved = run_dir / "run.json"
             if saved.exists() and json.loads(saved.read_text()) != settings:
                 raise SystemExit(f"{run_dir} was run with other settings ({saved.read_text()}); "
