@@ -34,14 +34,16 @@ DEFAULT_MAX_FAILURES = 3
 #: What ``rllib train file`` started a run with, in its experiment directory (checked by --resume).
 RUN_RECORD = "rllib_train_args.json"
 #: Columns of Tune's progress table (result key -> header); keys a run does not report are left out.
+#: ``*_smoothed``: over the last ``metrics_num_episodes_for_smoothing`` episodes (hgpo_rllib/callbacks.py).
 PROGRESS_COLUMNS = {
     "training_iteration": "iter",
     "time_total_s": "total time (s)",
-    "env_runners/success_rate": "success",
-    "env_runners/episode_len_mean": "episode len",
-    "env_runners/invalid_action_rate": "invalid actions",
-    "env_runners/score_mean": "score",
-    "env_runners/episode_return_mean": "return",
+    "env_runners/success_rate_smoothed": "success",
+    "env_runners/success_rate": "success (iter)",
+    "env_runners/episode_len_mean_smoothed": "episode len",
+    "env_runners/invalid_action_rate_smoothed": "invalid actions",
+    "env_runners/score_mean_smoothed": "score",
+    "env_runners/episode_return_mean_smoothed": "return",
 }
 
 

@@ -582,6 +582,8 @@ def warm_start_cpu_config(model_dir: str | Path, training: dict[str, Any]) -> An
             kl_coeff=0.05,
         )
         .debugging(seed=0)
+        # The progress table's smoothed metrics cover the last 4 iterations (8 tasks).
+        .reporting(metrics_num_episodes_for_smoothing=4 * group_size * groups)
     )
 
 

@@ -108,8 +108,13 @@ def test_two_iterations_report_every_metric() -> None:
         runners, learner = last["env_runners"], last["learners"]["default_policy"]
 
         for key in ("success_rate", "invalid_action_rate", "episode_len_mean", "episode_return_mean",
-                    "generated_tokens_per_s", "num_generated_tokens"):
+                    "generated_tokens_per_s", "num_generated_tokens", "success_rate_smoothed",
+                    "invalid_action_rate_smoothed", "episode_len_mean_smoothed",
+                    "episode_return_mean_smoothed"):
             assert np.isfinite(runners[key]), key
+        # RLlib's default window (100 episodes) holds both iterations (as many episodes each).
+        both = [result["env_runners"]["episode_len_mean"] for result in results]
+        assert runners["episode_len_mean_smoothed"] == pytest.approx(np.mean(both))
         assert 0 <= runners["success_rate_by_task"]["keychest"] <= 1
         assert 1 <= runners["episode_len_mean"] <= 4
         assert runners["num_episodes"] == GROUPS * GROUP_SIZE

@@ -19,6 +19,7 @@ from ray.rllib.utils.metrics.metrics_logger import MetricsLogger
 import envs
 from hgpo_rllib import HGPOConfig
 from hgpo_rllib.advantages import gigpo_advantages, hgpo_advantages, hgpo_level_stats
+from hgpo_rllib.callbacks import HGPOMetricsCallback, episode_weighted_means
 from hgpo_rllib.connectors.group_advantages import (
     ADVANTAGES,
     OLD_LOGP,
@@ -504,3 +505,28 @@ def test_token_loss_terms_match_the_per_element_formulas() -> None:
     )
     assert without_ref.kl is None
 
+
+
+# ------------------------------------------------------------------------------------------
+def test_episode_weighted_means_weigh_iterations_by_their_episodes_and_skip_missing_values() -> None:
+    means = episode_weighted_means([(8, {"success_rate": 0.5, "score_mean": float("nan")}),
+                                    (24, {"success_rate": 0.0, "score_mean": 0.25})])
+    assert means == {"success_rate": 0.125, "score_mean": 0.25}
+    assert episode_weighted_means([]) == {}
+
+
+def test_smoothed_metrics_cover_the_last_window_of_episodes_across_iterations() -> None:
+    callback = HGPOMetricsCallback()
+    algorithm = SimpleNamespace(config=SimpleNamespace(metrics_num_episodes_for_smoothing=16))
+    smoothed = []
+    for success in (1.0, 0.0, 0.5, 0.25):
+        runners = {"num_episodes": 8, "success_rate": success, "episode_len_mean": 10 * success}
+        result = {"env_runners": runners}
+        callback.on_train_result(algorithm=algorithm, result=result, metrics_logger=None)
+        assert result["env_runners"]["success_rate"] == success  # the per-iteration value stays
+        smoothed.append(result["env_runners"]["success_rate_smoothed"])
+    assert smoothed == [1.0, 0.5, 0.25, 0.375]  # the last 16 episodes = the last 2 iterations
+    assert result["env_runners"]["episode_len_mean_smoothed"] == 3.75
+    empty = {"env_runners": {"num_episodes": 0}}  # an iteration without finished episodes changes nothing
+    callback.on_train_result(algorithm=algorithm, result=empty, metrics_logger=None)
+    assert empty == {"env_runners": {"num_episodes": 0}}

@@ -109,8 +109,8 @@ def test_a_second_run_goes_to_a_new_directory_and_shows_success_in_the_table(
     (trial,) = [d for d in second.iterdir() if d.is_dir()]
     assert pd.read_csv(trial / "progress.csv")["training_iteration"].tolist() == [1]
     table = capsys.readouterr().out
-    for header in ("success", "episode len", "invalid actions"):
-        assert re.search(rf"\|\s+{header}\s+\|", table), table[-3000:]
+    for header in ("success", "success (iter)", "episode len", "invalid actions"):
+        assert re.search(rf"\|\s+{re.escape(header)}\s+\|", table), table[-3000:]
 
 
 def test_experiment_runs_are_numbered(tmp_path: Path) -> None:
