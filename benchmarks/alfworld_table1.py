@@ -115,8 +115,9 @@ def summary_table(per_run: pd.DataFrame) -> str:
         if part.empty:
             continue
         grouped = part.groupby("variant")
-        table = grouped[columns].mean().round(1).astype(str) + " ± " + grouped[columns].std(ddof=0).round(
-            1).astype(str)
+        spread = " ± " + grouped[columns].std(ddof=0).round(1).astype(str)
+        spread = spread.where(grouped.size() > 1, "", axis=0)  # one run has no spread to show
+        table = grouped[columns].mean().round(1).astype(str) + spread
         table.insert(0, "runs", grouped.size())
         table = table.reindex([v for v in order if v in table.index])
         tables.append(f"### `{split}` split (success and task types in %)\n\n{table.to_markdown()}\n")
