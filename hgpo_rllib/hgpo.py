@@ -64,6 +64,7 @@ from ray.rllib.utils.metrics import (
     TIMERS,
     WEIGHTS_SEQ_NO,
 )
+from ray.train.constants import DEFAULT_STORAGE_PATH
 from ray.tune.registry import register_trainable
 
 import envs
@@ -625,6 +626,17 @@ class HGPO(Algorithm):
         super().setup(config)
         self._num_consecutive_failed_iterations = 0
         self._task_generators: dict[int, dict] = {}
+
+    @override(Algorithm)
+    def cleanup(self) -> None:
+        """Stop as RLlib does, then remove the log directory Ray 2.60 makes in ``~/ray_results`` for
+        every algorithm built outside Tune if it is still empty (nothing writes there), so scripts
+        and benchmarks leave no empty directories behind. Tune's trial directories, and any
+        directory something was written into, stay."""
+        super().cleanup()
+        logdir = Path(self.logdir)
+        if logdir.parent == Path(DEFAULT_STORAGE_PATH) and logdir.is_dir() and not any(logdir.iterdir()):
+            logdir.rmdir()
 
     @override(Algorithm)
     def training_step(self) -> None:

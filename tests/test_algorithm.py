@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import os
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -162,6 +163,25 @@ def test_estimator_switch_runs_an_iteration(estimator: str) -> None:
         assert not hasattr(algo.learner_group._learner.module["default_policy"], "ref_lm")
     finally:
         algo.stop()
+
+
+def test_an_algorithm_built_outside_tune_leaves_no_empty_log_directory() -> None:
+    """Ray makes a dated directory in ~/ray_results for each algorithm built outside Tune; stopping
+    removes it when empty and keeps it when something was written there."""
+    from ray.train.constants import DEFAULT_STORAGE_PATH
+
+    logdirs = []
+    for write_a_file in (True, False):
+        algo = keychest_config(remote_runners=0).build_algo()
+        logdir = Path(algo.logdir)
+        assert logdir.parent == Path(DEFAULT_STORAGE_PATH) and logdir.is_dir()
+        if write_a_file:
+            (logdir / "notes.txt").write_text("mine")
+        algo.stop()
+        logdirs.append(logdir)
+    kept, removed = logdirs
+    assert (kept / "notes.txt").read_text() == "mine"
+    assert not removed.exists()
 
 
 def test_grouped_runner_samples_whole_groups_in_lock_step() -> None:
