@@ -631,12 +631,13 @@ class HGPO(Algorithm):
     def cleanup(self) -> None:
         """Stop as RLlib does, then remove the log directory Ray 2.60 makes in ``~/ray_results`` for
         every algorithm built outside Tune if it is still empty (nothing writes there), so scripts
-        and benchmarks leave no empty directories behind. Tune's trial directories, and any
-        directory something was written into, stay."""
+        and benchmarks leave no empty directories behind. Tune's trial directories stay, and
+        ``rmdir`` itself refuses a directory something was written into."""
         super().cleanup()
         logdir = Path(self.logdir)
-        if logdir.parent == Path(DEFAULT_STORAGE_PATH) and logdir.is_dir() and not any(logdir.iterdir()):
-            logdir.rmdir()
+        if logdir.parent == Path(DEFAULT_STORAGE_PATH):
+            with contextlib.suppress(OSError):  # not empty, or already gone
+                logdir.rmdir()
 
     @override(Algorithm)
     def training_step(self) -> None:
