@@ -53,8 +53,10 @@ def main(n_games: int) -> str:
     named = []
     for number in (10, 308, 25):
         ours = len(scenes.load_floor_plan(number).receptacles)
-        truth = sum(REAL_RECEPTACLE_COUNTS[number].values()) if number in REAL_RECEPTACLE_COUNTS else (
-            OTHER_REAL_TOTALS[number]
+        truth = (
+            sum(REAL_RECEPTACLE_COUNTS[number].values())
+            if number in REAL_RECEPTACLE_COUNTS
+            else (OTHER_REAL_TOTALS[number])
         )
         named.append(f"| {number} | {ours} | {truth} |")
     text = "\n".join(

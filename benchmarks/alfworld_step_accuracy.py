@@ -20,7 +20,7 @@ from results_file import write_result  # benchmarks/ is on sys.path when run as 
 from envs.alfworld.searcher import Searcher
 from envs.common.actions import parse_action
 from hgpo_rllib.evaluation import CheckpointPolicy, EpisodeSlot, play
-from hgpo_rllib.sft import demonstrator_answer
+from hgpo_rllib.warm_start.demonstrations import demonstrator_answer
 
 
 def main() -> None:
@@ -44,17 +44,28 @@ def main() -> None:
         return answers
 
     records = play("alfworld", policy.env_config, labelled, list(range(args.episodes)), desc="games")
-    rows = [{"searcher's command": kind, "states": total[kind], "model = searcher": right[kind] / total[kind]}
-            for kind in sorted(total, key=total.get, reverse=True)]
-    rows.append({"searcher's command": "all", "states": sum(total.values()),
-                 "model = searcher": sum(right.values()) / sum(total.values())})
+    rows = [
+        {"searcher's command": kind, "states": total[kind], "model = searcher": right[kind] / total[kind]}
+        for kind in sorted(total, key=total.get, reverse=True)
+    ]
+    rows.append(
+        {
+            "searcher's command": "all",
+            "states": sum(total.values()),
+            "model = searcher": sum(right.values()) / sum(total.values()),
+        }
+    )
     table = pd.DataFrame(rows).to_markdown(index=False, floatfmt=".0%")
     won = sum(r["won"] for r in records)
     summary = f"{table}\n\nGames won: {won} of {len(records)} ({won / len(records):.0%})."
     print(summary)
     name = args.model_dir.rstrip("/").split("/")[-1]
-    write_result(f"alfworld_step_accuracy_{name}", f"`{name}` on its own states against the searcher "
-                 f"({args.split}, {args.episodes} games, sampling seed {args.seed})", summary)
+    write_result(
+        f"alfworld_step_accuracy_{name}",
+        f"`{name}` on its own states against the searcher "
+        f"({args.split}, {args.episodes} games, sampling seed {args.seed})",
+        summary,
+    )
 
 
 if __name__ == "__main__":

@@ -31,9 +31,10 @@ import pandas as pd  # noqa: E402
 import ray  # noqa: E402
 from tqdm.auto import tqdm  # noqa: E402
 
-from hgpo_rllib.callbacks import INVALID_ACTION_RATE, SUCCESS_RATE  # noqa: E402
+from hgpo_rllib.columns import INVALID_ACTION_RATE, SUCCESS_RATE  # noqa: E402
 from hgpo_rllib.evaluation import ALFWORLD_CATEGORIES, DEFAULT_SEEDS, evaluate  # noqa: E402
-from hgpo_rllib.sft import ALFWORLD_WARM_START, cached_warm_start, warm_start_cpu_config  # noqa: E402
+from hgpo_rllib.experiments.presets import warm_start_cpu_config  # noqa: E402
+from hgpo_rllib.warm_start.cache import ALFWORLD_WARM_START, build_warm_start  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parents[1] / "docs" / "results" / "alfworld_table1"
 WARM_START = "warm start"
@@ -71,24 +72,35 @@ def train(variant: str, seed: int, warm_start: Path, minutes: float, run_dir: Pa
             while (elapsed := time.perf_counter() - start) < minutes * 60:
                 result = algo.train()
                 runners = result["env_runners"]
-                records.append({
-                    "variant": variant,
-                    "seed": seed,
-                    "iteration": result["training_iteration"],
-                    "minutes": (time.perf_counter() - start) / 60,
-                    "success": runners[SUCCESS_RATE],
-                    "episode_len": runners["episode_len_mean"],
-                    "invalid_rate": runners[INVALID_ACTION_RATE],
-                })
+                records.append(
+                    {
+                        "variant": variant,
+                        "seed": seed,
+                        "iteration": result["training_iteration"],
+                        "minutes": (time.perf_counter() - start) / 60,
+                        "success": runners[SUCCESS_RATE],
+                        "episode_len": runners["episode_len_mean"],
+                        "invalid_rate": runners[INVALID_ACTION_RATE],
+                    }
+                )
                 pd.DataFrame(records).to_csv(run_dir / "curve.csv", index=False)
                 bar.update(round(time.perf_counter() - start - elapsed))
         algo.save_to_path(str(checkpoint))
     finally:
         algo.stop()
-    (run_dir / "trained.json").write_text(json.dumps({
-        "variant": variant, "seed": seed, "minutes": minutes, "iterations": len(records),
-        "warm_start": str(warm_start), "checkpoint": str(checkpoint),
-    }, indent=2))
+    (run_dir / "trained.json").write_text(
+        json.dumps(
+            {
+                "variant": variant,
+                "seed": seed,
+                "minutes": minutes,
+                "iterations": len(records),
+                "warm_start": str(warm_start),
+                "checkpoint": str(checkpoint),
+            },
+            indent=2,
+        )
+    )
 
 
 def per_run_table(runs_dir: Path) -> pd.DataFrame:
@@ -100,8 +112,14 @@ def per_run_table(runs_dir: Path) -> pd.DataFrame:
         per_seed = per_seed[per_seed["policy"] == "checkpoint"]
         for split, group in per_seed.groupby("split"):
             means = group[["success", "steps", "invalid_rate", *ALFWORLD_CATEGORIES]].mean()
-            rows.append({**info, "split": SPLIT_NAMES.get(split, split), "eval_seeds": len(group),
-                         **means.round(2).to_dict()})
+            rows.append(
+                {
+                    **info,
+                    "split": SPLIT_NAMES.get(split, split),
+                    "eval_seeds": len(group),
+                    **means.round(2).to_dict(),
+                }
+            )
     return pd.DataFrame(rows)
 
 
@@ -130,8 +148,11 @@ def plot_curves(curves: pd.DataFrame, path: Path) -> None:
         group = group.assign(minute=group["minutes"].round())
         stats = group.groupby("minute")["success"].mean().rolling(3, min_periods=1).mean()
         ax.plot(stats.index, stats.to_numpy(), label=variant)
-    ax.set(xlabel="training minutes (2 CPU cores)", ylabel="training success (per iteration, smoothed)",
-           ylim=(0, 1.02))
+    ax.set(
+        xlabel="training minutes (2 CPU cores)",
+        ylabel="training success (per iteration, smoothed)",
+        ylim=(0, 1.02),
+    )
     ax.set_title("ALFWorld from the warm start: mean over training seeds")
     ax.legend(loc="best")
     fig.tight_layout()
@@ -155,7 +176,7 @@ def main() -> None:
     if args.warm_start:
         warm_start = Path(args.warm_start).resolve()
     else:
-        warm_start = cached_warm_start(ALFWORLD_WARM_START)
+        warm_start = build_warm_start(ALFWORLD_WARM_START)
     out, work = Path(args.output), Path(args.work_dir)
     warm_start_weights = weights_digest(warm_start)
     # Seed-major, so that a sitting that ends early leaves every variant with as many seeds.
@@ -166,13 +187,20 @@ def main() -> None:
             name = run_name(variant, seed)
             run_dir, checkpoint = out / "runs" / name, (work / name).resolve()
             run_dir.mkdir(parents=True, exist_ok=True)
-            settings = {"variant": variant, "seed": seed, "minutes": None if seed is None else args.minutes,
-                        "eval_episodes": args.eval_episodes, "eval_max_steps": args.eval_max_steps,
-                        "warm_start_weights": warm_start_weights}
+            settings = {
+                "variant": variant,
+                "seed": seed,
+                "minutes": None if seed is None else args.minutes,
+                "eval_episodes": args.eval_episodes,
+                "eval_max_steps": args.eval_max_steps,
+                "warm_start_weights": warm_start_weights,
+            }
             saved = run_dir / "run.json"
             if saved.exists() and json.loads(saved.read_text()) != settings:
-                raise SystemExit(f"{run_dir} was run with other settings ({saved.read_text()}); "
-                                 "choose another --output or the same settings")
+                raise SystemExit(
+                    f"{run_dir} was run with other settings ({saved.read_text()}); "
+                    "choose another --output or the same settings"
+                )
             saved.write_text(json.dumps(settings, indent=2))
             if seed is None:
                 policy = warm_start
@@ -180,8 +208,16 @@ def main() -> None:
                 if not (run_dir / "trained.json").exists():
                     train(variant, seed, warm_start, args.minutes, run_dir, checkpoint)
                 policy = Path(json.loads((run_dir / "trained.json").read_text())["checkpoint"])
-            evaluate(policy, env="alfworld", split="all", seeds=args.eval_seeds, episodes=args.eval_episodes,
-                     output=run_dir / "eval", baselines=(), env_config={"max_steps": args.eval_max_steps})
+            evaluate(
+                policy,
+                env="alfworld",
+                split="all",
+                seeds=args.eval_seeds,
+                episodes=args.eval_episodes,
+                output=run_dir / "eval",
+                baselines=(),
+                env_config={"max_steps": args.eval_max_steps},
+            )
     finally:
         ray.shutdown()
     per_run = per_run_table(out / "runs")

@@ -27,7 +27,8 @@ def _section(name: str) -> ModuleType:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
-        "--webshop-data", default=None,
+        "--webshop-data",
+        default=None,
         help="WebShop data folder (default $WEBSHOP_DATA_DIR, else the shipped catalog)",
     )
     parser.add_argument("--alfworld-games", type=int, default=12)
@@ -36,10 +37,18 @@ def main() -> None:
     alfworld = _section("envs_alfworld").alfworld_section(n_games=args.alfworld_games)
     step, reset = alfworld["step"], alfworld["reset_new_game"]
     rows += [  # CPU time too: on a shared machine it is the steadier figure
-        ("ALFWorld", "step (kitchen, random admissible)",
-         f"{step['mean']:.1f} ms wall, {step['cpu']:.1f} ms CPU", "<= 60 ms"),
-        ("ALFWorld", "reset (new task: generate + plan)",
-         f"{reset['mean']:.0f} ms wall, {reset['cpu']:.0f} ms CPU", "<= 600 ms"),
+        (
+            "ALFWorld",
+            "step (kitchen, random admissible)",
+            f"{step['mean']:.1f} ms wall, {step['cpu']:.1f} ms CPU",
+            "<= 60 ms",
+        ),
+        (
+            "ALFWorld",
+            "reset (new task: generate + plan)",
+            f"{reset['mean']:.0f} ms wall, {reset['cpu']:.0f} ms CPU",
+            "<= 600 ms",
+        ),
     ]
     web = _section("envs_webshop").webshop_timings(args.webshop_data, episodes=100)
     rows += [

@@ -1,7 +1,8 @@
 """Parallel env stepping: one wave of sub-envs reset and stepped in 1 vs 2 worker processes.
 
 Run: ``python benchmarks/env_workers.py [--env alfworld] [--envs 16] [--steps 10] [--workers 1 2]``.
-Measures what ``GroupedEnvRunner`` does per wave with ``num_env_workers=N`` (hgpo_rllib/env_pool.py):
+Measures what ``GroupedEnvRunner`` does per wave with ``num_env_workers=N``
+(hgpo_rllib/env_runner/env_pool.py):
 reset all sub-envs (groups of 8 share a task seed), then step them in lock-step with random admissible
 commands (seeded). Prints a table and writes
 ``docs/results/env_workers_<env>.md``. Wall-clock times: run it on an otherwise idle machine.
@@ -15,7 +16,7 @@ import random
 import time
 from pathlib import Path
 
-from hgpo_rllib.env_pool import EnvCrash, EnvWorkerPool
+from hgpo_rllib.env_runner.env_pool import EnvCrash, EnvWorkerPool
 
 RESULTS = Path(__file__).resolve().parents[1] / "docs" / "results"
 GROUP_SIZE = 8
@@ -59,8 +60,12 @@ def measure(env: str, num_envs: int, num_steps: int, workers: int, seed: int) ->
             active = still
     finally:
         pool.close()
-    return {"reset_s": reset_s, "resets_per_s": num_envs / reset_s, "steps": steps,
-            "steps_per_s": steps / max(step_s, 1e-9)}
+    return {
+        "reset_s": reset_s,
+        "resets_per_s": num_envs / reset_s,
+        "steps": steps,
+        "steps_per_s": steps / max(step_s, 1e-9),
+    }
 
 
 def main() -> None:

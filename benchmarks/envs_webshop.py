@@ -72,7 +72,8 @@ def webshop_timings(
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
-        "--data-dir", default=None,
+        "--data-dir",
+        default=None,
         help="WebShop data folder (default $WEBSHOP_DATA_DIR, else the shipped catalog)",
     )
     parser.add_argument("--episodes", type=int, default=200)

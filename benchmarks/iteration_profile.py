@@ -20,7 +20,7 @@ from pathlib import Path
 import ray
 
 from hgpo_rllib import HGPOConfig
-from hgpo_rllib.cli import load_experiment_file
+from hgpo_rllib.experiments.experiment_file import load_experiment_file
 
 KEYCHEST = Path(__file__).resolve().parents[1] / "tuned_examples" / "hgpo_keychest.py"
 

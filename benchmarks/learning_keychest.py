@@ -24,7 +24,7 @@ import pandas as pd  # noqa: E402
 import ray  # noqa: E402
 from tqdm.auto import tqdm  # noqa: E402
 
-from hgpo_rllib.cli import load_experiment_file  # noqa: E402
+from hgpo_rllib.experiments.experiment_file import load_experiment_file  # noqa: E402
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "tuned_examples" / "hgpo_keychest.py"
 VARIANTS = {

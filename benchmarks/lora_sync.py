@@ -33,9 +33,10 @@ from vllm import LLM, SamplingParams
 from vllm.lora.request import LoRARequest
 from weight_sync import build_lm
 
-from hgpo_rllib.lora import add_adapters, merged_state_dict, normalize_lora
-from hgpo_rllib.tokenizer import build_tiny_tokenizer
-from hgpo_rllib.vllm_backend import VLLMGenerator
+from hgpo_rllib.rl_module.config import normalize_lora
+from hgpo_rllib.rl_module.lora import add_adapters, merged_state_dict
+from hgpo_rllib.rl_module.tokenizer import build_tiny_tokenizer
+from hgpo_rllib.rl_module.vllm_generation import VLLMGenerator
 
 LORA = normalize_lora({"r": 16, "alpha": 32})
 DTYPE = "bfloat16"
@@ -69,25 +70,46 @@ def generate(
     llm: LLM, prompts: list[list[int]], new_tokens: int, lora: LoRARequest | None = None
 ) -> tuple[list[list[int]], list[list[float]], float]:
     """Greedy responses, their tokens' log-probs and the decode throughput (new tokens / s)."""
-    params = SamplingParams(temperature=0.0, max_tokens=new_tokens, min_tokens=new_tokens, ignore_eos=True,
-                            logprobs=0, detokenize=False)
+    params = SamplingParams(
+        temperature=0.0,
+        max_tokens=new_tokens,
+        min_tokens=new_tokens,
+        ignore_eos=True,
+        logprobs=0,
+        detokenize=False,
+    )
     start = time.perf_counter()
-    outputs = llm.generate([{"prompt_token_ids": p} for p in prompts], params, use_tqdm=False,
-                           lora_request=lora)
+    outputs = llm.generate(
+        [{"prompt_token_ids": p} for p in prompts], params, use_tqdm=False, lora_request=lora
+    )
     seconds = time.perf_counter() - start
     tokens = [list(o.outputs[0].token_ids) for o in outputs]
-    logps = [[step[t].logprob for step, t in zip(o.outputs[0].logprobs, toks, strict=True)]
-             for o, toks in zip(outputs, tokens, strict=True)]
+    logps = [
+        [step[t].logprob for step, t in zip(o.outputs[0].logprobs, toks, strict=True)]
+        for o, toks in zip(outputs, tokens, strict=True)
+    ]
     return tokens, logps, sum(map(len, tokens)) / seconds
 
 
 def measure_merged(
-    policy: PeftModel, runner_lm: PreTrainedModel, tokenizer: PreTrainedTokenizerBase,
-    states: list[torch.Generator], prompts: list[list[int]], new_tokens: int,
+    policy: PeftModel,
+    runner_lm: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    states: list[torch.Generator],
+    prompts: list[list[int]],
+    new_tokens: int,
 ) -> tuple[list[list[int]], list[list[float]], tuple[str, float, float, float, float, int]]:
     """Merged weights through the project's sync path: sync times, then greedy generation."""
-    engine = VLLMGenerator(runner_lm, tokenizer, None, dtype=DTYPE, gpu_memory_utilization=0.5,
-                           max_model_len=MAX_MODEL_LEN, sampling_seed=0, engine_args=ENGINE_ARGS)
+    engine = VLLMGenerator(
+        runner_lm,
+        tokenizer,
+        None,
+        dtype=DTYPE,
+        gpu_memory_utilization=0.5,
+        max_model_len=MAX_MODEL_LEN,
+        sampling_seed=0,
+        engine_args=ENGINE_ARGS,
+    )
 
     nbytes = 0
 
@@ -119,15 +141,17 @@ def main() -> None:
     args = parser.parse_args()
 
     tokenizer = build_tiny_tokenizer(None, 1024, ())
-    prompts = torch.randint(3, 1024, (args.prompts, args.prompt_tokens),
-                            generator=torch.Generator().manual_seed(1)).tolist()
+    prompts = torch.randint(
+        3, 1024, (args.prompts, args.prompt_tokens), generator=torch.Generator().manual_seed(1)
+    ).tolist()
     policy = add_adapters(build_lm("qwen2.5-0.5b"), LORA)  # the learner's model
     runner_lm = build_lm("qwen2.5-0.5b")  # the env runner's plain model (same seed: same base)
     rows = []
 
     # (a) merged weights through the project's sync path.
-    merged_tokens, merged_logps, row = measure_merged(policy, runner_lm, tokenizer, updates(args.syncs),
-                                                      prompts, args.new_tokens)
+    merged_tokens, merged_logps, row = measure_merged(
+        policy, runner_lm, tokenizer, updates(args.syncs), prompts, args.new_tokens
+    )
     rows.append(row)
     gc.collect()  # the merged engine's processes are gone before the LoRA engine starts
 
@@ -139,9 +163,19 @@ def main() -> None:
     policy = add_adapters(build_lm("qwen2.5-0.5b"), LORA)  # replayed from the start: the same updates
     error = ""
     try:
-        llm = LLM(model=base_dir.name, dtype=DTYPE, max_model_len=MAX_MODEL_LEN, seed=0,
-                  skip_tokenizer_init=True, generation_config="vllm", logprobs_mode="processed_logprobs",
-                  enable_lora=True, max_lora_rank=LORA["r"], max_loras=1, **ENGINE_ARGS)
+        llm = LLM(
+            model=base_dir.name,
+            dtype=DTYPE,
+            max_model_len=MAX_MODEL_LEN,
+            seed=0,
+            skip_tokenizer_init=True,
+            generation_config="vllm",
+            logprobs_mode="processed_logprobs",
+            enable_lora=True,
+            max_lora_rank=LORA["r"],
+            max_loras=1,
+            **ENGINE_ARGS,
+        )
     except Exception as err:  # the CPU build may refuse LoRA: record exactly how
         error = f"{type(err).__name__}: {err}"
         print(f"vLLM with enable_lora=True failed: {error}")
@@ -168,20 +202,34 @@ def main() -> None:
         generate(llm, prompts, 2, request)
         lora_tokens, lora_logps, lora_tps = generate(llm, prompts, args.new_tokens, request)
         adapter_bytes = sum(p.nbytes for n, p in policy.named_parameters() if "lora_" in n)
-        rows.append(("vLLM LoRA adapters", statistics.median(seconds), min(seconds), max(seconds), lora_tps,
-                     adapter_bytes))
+        rows.append(
+            (
+                "vLLM LoRA adapters",
+                statistics.median(seconds),
+                min(seconds),
+                max(seconds),
+                lora_tps,
+                adapter_bytes,
+            )
+        )
         _, _, base_tps = generate(llm, prompts, args.new_tokens)
         del llm
         gc.collect()
 
-    table = ["| path | bytes per sync | median sync s | min s | max s | generation tokens/s |",
-             "|---|---:|---:|---:|---:|---:|"]
-    table += [f"| {name} | {nbytes / 1e6:.1f} MB | {med:.2f} | {lo:.2f} | {hi:.2f} | {tps:.1f} |"
-              for name, med, lo, hi, tps, nbytes in rows]
-    notes = [f"\n{args.syncs} timed syncs per path after a warm-up one; generation: {args.prompts} prompts "
-             f"of {args.prompt_tokens} random tokens x {args.new_tokens} new tokens, greedy, one batch. "
-             f"Model: random Qwen2.5-0.5B shape, {DTYPE}; LoRA r={LORA['r']}, alpha={LORA['alpha']}, "
-             "all linear layers."]
+    table = [
+        "| path | bytes per sync | median sync s | min s | max s | generation tokens/s |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    table += [
+        f"| {name} | {nbytes / 1e6:.1f} MB | {med:.2f} | {lo:.2f} | {hi:.2f} | {tps:.1f} |"
+        for name, med, lo, hi, tps, nbytes in rows
+    ]
+    notes = [
+        f"\n{args.syncs} timed syncs per path after a warm-up one; generation: {args.prompts} prompts "
+        f"of {args.prompt_tokens} random tokens x {args.new_tokens} new tokens, greedy, one batch. "
+        f"Model: random Qwen2.5-0.5B shape, {DTYPE}; LoRA r={LORA['r']}, alpha={LORA['alpha']}, "
+        "all linear layers."
+    ]
     if error:
         notes.append(f"\nvLLM's CPU build refused `enable_lora=True`: `{error}`")
     else:
@@ -194,10 +242,12 @@ def main() -> None:
                 agree.append(abs(x - y))
                 if u != v:
                     break
-        notes.append(f"\nAgreement (same adapter state): {same}/{len(prompts)} greedy responses identical; "
-                     f"first token's log-prob differs by at most {first:.4f} nats; up to each pair's "
-                     f"first different token, max |log-prob difference| {max(agree):.4f} nats, mean "
-                     f"{statistics.fmean(agree):.4f}.")
+        notes.append(
+            f"\nAgreement (same adapter state): {same}/{len(prompts)} greedy responses identical; "
+            f"first token's log-prob differs by at most {first:.4f} nats; up to each pair's "
+            f"first different token, max |log-prob difference| {max(agree):.4f} nats, mean "
+            f"{statistics.fmean(agree):.4f}."
+        )
     text = "\n".join(table) + "\n" + "".join(notes)
     print("\n" + text)
     write_result("lora_sync", "LoRA sync to vLLM: merged weights vs vLLM LoRA adapters", text)

@@ -13,7 +13,7 @@ layer, so the comparison holds per layer). Each row of the table runs in a fresh
 * **sampling wave**: ``forward_exploration`` (HF ``generate``) of ``rows`` prompts.
 
 Peak = the largest resident set during the phase minus the process's size before the model was
-built (sampled every 5 ms); the prediction is :func:`hgpo_rllib.memory.learner_items` /
+built (sampled every 5 ms); the prediction is :func:`hgpo_rllib.experiments.memory_plan.learner_items` /
 ``env_runner_items`` for the same settings with ``on_cpu`` (CPU attention materialises its scores
 and CPU AdamW steps tensor by tensor). Prints a Markdown table and writes ``docs/results/scale.md``.
 """
@@ -72,8 +72,8 @@ def _model_dir(layers: int, workdir: Path) -> Path:
     """A random-init model of Qwen2.5-0.5B's shape (``layers`` layers) with the tiny tokenizer."""
     from transformers import AutoModelForCausalLM, Qwen2Config
 
-    from hgpo_rllib.memory import MODEL_CONFIGS_DIR
-    from hgpo_rllib.tokenizer import build_tiny_tokenizer
+    from hgpo_rllib.experiments.memory_plan import MODEL_CONFIGS_DIR
+    from hgpo_rllib.rl_module.tokenizer import build_tiny_tokenizer
 
     path = workdir / "model"
     if not path.is_dir():
@@ -93,20 +93,26 @@ def child(args: argparse.Namespace) -> dict[str, Any]:
     import torch
     from ray.rllib.core.rl_module.rl_module import RLModuleSpec
 
-    from hgpo_rllib import memory
+    from hgpo_rllib.experiments import memory_plan as memory
     from hgpo_rllib.rl_module import LLMRLModule
 
     torch.manual_seed(0)
     lora, checkpointing, chunked = VARIANTS[args.variant]
     model_config = {
-        "model": str(args.model_dir), "max_prompt_tokens": args.prompt, "max_new_tokens": args.response,
-        "gradient_checkpointing": checkpointing, "logprob_chunk_tokens": CHUNK if chunked else None,
+        "model": str(args.model_dir),
+        "max_prompt_tokens": args.prompt,
+        "max_new_tokens": args.response,
+        "gradient_checkpointing": checkpointing,
+        "logprob_chunk_tokens": CHUNK if chunked else None,
         **({"lora": {"r": LORA_R}} if lora else {}),
     }
     base = _rss()
     module = RLModuleSpec(
-        module_class=LLMRLModule, observation_space=gym.spaces.Text(8), action_space=gym.spaces.Text(8),
-        inference_only=args.phase == "sampling", model_config=model_config,
+        module_class=LLMRLModule,
+        observation_space=gym.spaces.Text(8),
+        action_space=gym.spaces.Text(8),
+        inference_only=args.phase == "sampling",
+        model_config=model_config,
     ).build()
     ctypes.CDLL("libc.so.6").malloc_trim(0)  # give loading's scratch memory back before measuring
     vocab = 500  # ids the tiny tokenizer knows
@@ -121,8 +127,13 @@ def child(args: argparse.Namespace) -> dict[str, Any]:
         seconds = time.perf_counter() - start
         tokens = int(out["resp_mask"].sum())
         items, _ = memory.env_runner_items(
-            shape, torch_dtype="float32", vllm=False, gpu_bytes=0, vllm_utilization=0,
-            num_envs=args.rows, seq_tokens=args.prompt + args.response,
+            shape,
+            torch_dtype="float32",
+            vllm=False,
+            gpu_bytes=0,
+            vllm_utilization=0,
+            num_envs=args.rows,
+            seq_tokens=args.prompt + args.response,
         )
     else:
         module.train()
@@ -140,14 +151,24 @@ def child(args: argparse.Namespace) -> dict[str, Any]:
         seconds = time.perf_counter() - start
         tokens = args.rows * (args.prompt + args.response)
         settings = memory.LearnerSettings(
-            torch_dtype="float32", lora_r=LORA_R if lora else None, gradient_checkpointing=checkpointing,
-            logprob_chunk_tokens=CHUNK if chunked else None, reference=False, micro_batch_rows=args.rows,
-            prompt_tokens=args.prompt, response_tokens=args.response, on_cpu=True,
+            torch_dtype="float32",
+            lora_r=LORA_R if lora else None,
+            gradient_checkpointing=checkpointing,
+            logprob_chunk_tokens=CHUNK if chunked else None,
+            reference=False,
+            micro_batch_rows=args.rows,
+            prompt_tokens=args.prompt,
+            response_tokens=args.response,
+            on_cpu=True,
         )
         items = memory.learner_items(shape, settings)
     return {
-        "phase": args.phase, "variant": args.variant, "measured": peak.peak - base,
-        "predicted": sum(i.bytes for i in items), "tokens_per_s": tokens / seconds, "seconds": seconds,
+        "phase": args.phase,
+        "variant": args.variant,
+        "measured": peak.peak - base,
+        "predicted": sum(i.bytes for i in items),
+        "tokens_per_s": tokens / seconds,
+        "seconds": seconds,
     }
 
 
@@ -169,9 +190,22 @@ def main() -> None:
         model_dir = _model_dir(args.layers, Path(tmp))
         runs = [("update", v) for v in VARIANTS] + [("sampling", "full")]
         for phase, variant in runs:
-            cmd = [sys.executable, __file__, "--phase", phase, "--variant", variant, "--model-dir",
-                   str(model_dir), "--rows", str(args.rows), "--prompt", str(args.prompt),
-                   "--response", str(args.response)]
+            cmd = [
+                sys.executable,
+                __file__,
+                "--phase",
+                phase,
+                "--variant",
+                variant,
+                "--model-dir",
+                str(model_dir),
+                "--rows",
+                str(args.rows),
+                "--prompt",
+                str(args.prompt),
+                "--response",
+                str(args.response),
+            ]
             out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
             rows.append(json.loads(out.strip().splitlines()[-1]))
             print(rows[-1], flush=True)

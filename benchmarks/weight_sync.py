@@ -24,8 +24,8 @@ from pathlib import Path
 import torch
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
-from hgpo_rllib.tokenizer import build_tiny_model, build_tiny_tokenizer
-from hgpo_rllib.vllm_backend import VLLMGenerator
+from hgpo_rllib.rl_module.tokenizer import build_tiny_model, build_tiny_tokenizer
+from hgpo_rllib.rl_module.vllm_generation import VLLMGenerator
 
 RESULTS = Path(__file__).resolve().parents[1] / "docs" / "results" / "weight_sync.csv"
 # Qwen2.5-0.5B's shape (its config.json), random weights: nothing is downloaded.
@@ -49,7 +49,6 @@ def build_lm(name: str) -> Qwen2ForCausalLM:
         return build_tiny_model(tokenizer, {}, seed=0)
     torch.manual_seed(0)
     return Qwen2ForCausalLM(Qwen2Config(**QWEN25_05B)).to(TORCH[MODELS[name]]).eval()
-
 
 
 def measure(name: str, syncs: int) -> dict[str, object]:

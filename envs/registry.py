@@ -26,16 +26,25 @@ ENV_SPECS: dict[str, EnvSpec] = {
     spec.name: spec
     for spec in (
         EnvSpec(
-            "alfworld", "hgpo/ALFWorld-v0", "envs.alfworld.env:ALFWorldEnv",
-            "envs.alfworld.prompts:render_prompt", "envs.alfworld.prompts:tokenizer_corpus",
+            "alfworld",
+            "hgpo/ALFWorld-v0",
+            "envs.alfworld.env:ALFWorldEnv",
+            "envs.alfworld.prompts:render_prompt",
+            "envs.alfworld.prompts:tokenizer_corpus",
         ),
         EnvSpec(
-            "webshop", "hgpo/WebShop-v0", "envs.webshop.env:WebShopEnv",
-            "envs.webshop.prompts:render_prompt", "envs.webshop.prompts:tokenizer_corpus",
+            "webshop",
+            "hgpo/WebShop-v0",
+            "envs.webshop.env:WebShopEnv",
+            "envs.webshop.prompts:render_prompt",
+            "envs.webshop.prompts:tokenizer_corpus",
         ),
         EnvSpec(
-            "keychest", "hgpo/KeyChest-v0", "envs.keychest.env:KeyChestEnv",
-            "envs.keychest.prompts:render_prompt", "envs.keychest.prompts:tokenizer_corpus",
+            "keychest",
+            "hgpo/KeyChest-v0",
+            "envs.keychest.env:KeyChestEnv",
+            "envs.keychest.prompts:render_prompt",
+            "envs.keychest.prompts:tokenizer_corpus",
         ),
     )
 }

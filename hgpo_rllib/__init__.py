@@ -2,17 +2,15 @@
 
 ``from hgpo_rllib import HGPO, HGPOConfig`` imports RLlib and registers the algorithm with Ray Tune
 as "HGPO" (``tune.Tuner("HGPO", ...)``). The maths (:mod:`hgpo_rllib.advantages`) imports no Ray,
-so this package loads RLlib only when the algorithm is asked for.
+so this package loads RLlib only when an algorithm is asked for. The README's "Layout" section maps
+the sub-packages.
 """
 
-from typing import Any
+from hgpo_rllib._imports import lazy_getattr
 
+__version__ = "0.2.0"
 __all__ = ["HGPO", "HGPOConfig"]
 
-
-def __getattr__(name: str) -> Any:
-    if name in __all__:
-        from hgpo_rllib import hgpo
-
-        return getattr(hgpo, name)
-    raise AttributeError(f"module 'hgpo_rllib' has no attribute {name!r}")
+__getattr__ = lazy_getattr(
+    __name__, {"HGPO": "hgpo_rllib.algorithms.hgpo.hgpo", "HGPOConfig": "hgpo_rllib.algorithms.hgpo.hgpo"}
+)

@@ -4,6 +4,10 @@ Nothing a test does may land in the user's home: Ray's default results directory
 (``~/ray_results``, read once when ``ray.train`` is imported, used by every algorithm built outside
 Tune) and the default ALFWorld data directory both follow ``HOME``, so the whole session runs with
 ``HOME`` pointing at a temporary directory, set here before any test module imports Ray.
+
+Ray starts once per test run: test modules that need it declare
+``pytestmark = pytest.mark.usefixtures("ray_session")`` (or request the fixture per test). Helpers shared
+by several test modules live in ``tests/helpers.py`` (``from helpers import ...``).
 """
 
 from __future__ import annotations
@@ -11,6 +15,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+from collections.abc import Iterator
 
 import pytest
 
@@ -18,13 +23,30 @@ _HOME = tempfile.mkdtemp(prefix="hgpo-tests-home-")
 os.environ["HOME"] = _HOME
 os.environ.pop("CHECKPOINTS_DIR", None)
 os.environ.pop("ALFWORLD_DATA", None)
-# The main job's CPU default builds a 45-minute warm start on first use; tests run its random-init
-# pipeline demo instead (tests of the warm-start path set the variable themselves).
+os.environ.pop("HGPO_CACHE", None)
+# The main job's CPU default builds its warm start (about 2 hours on 2 cores) when a run starts; tests run
+# its random-init pipeline demo instead (tests of the warm-start path set the variable themselves).
 os.environ["HGPO_WARM_START"] = "none"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # Tests use the 0.2.0 module paths: importing a moved module or name by its old path (a shim's
+    # DeprecationWarning) fails the test. test_checkpoint_compat.py records these warnings on purpose.
+    config.addinivalue_line("filterwarnings", r"error:hgpo_rllib\.\S+ moved to :DeprecationWarning")
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
     shutil.rmtree(_HOME, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def ray_session() -> Iterator[None]:
+    """A local Ray cluster of 4 CPUs for the whole test run (started by the first test that needs it)."""
+    import ray
+
+    ray.init(num_cpus=4, include_dashboard=False, ignore_reinit_error=True)
+    yield
+    ray.shutdown()
 
 
 @pytest.fixture(scope="session")

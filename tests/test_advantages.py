@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from data_files import golden_cases
+from helpers import golden_cases
 
 from hgpo_rllib.advantages import (
     HGPOLevels,

@@ -15,11 +15,12 @@ from typing import Any
 
 import numpy as np
 import pytest
+from helpers import SETTINGS, Batch, batches
 from hypothesis import given
 from hypothesis import strategies as st
-from test_advantages_properties import SETTINGS, Batch, batches
 
-from hgpo_rllib.advantages import _simplex_quadratic_min, hgpo_advantages, hgpo_level_stats
+from hgpo_rllib.advantages import hgpo_advantages, hgpo_level_stats
+from hgpo_rllib.advantages.adaptive import simplex_quadratic_min
 
 adaptive_options = st.fixed_dictionaries(
     {"history_length": st.integers(0, 4), "mode": st.sampled_from(["mean_norm", "mean_std_norm"])}
@@ -176,7 +177,7 @@ def test_simplex_minimiser_beats_every_other_simplex_point(problem: Any, rnd: An
     dim = len(linear)
     factor = np.array(flat).reshape(dim, dim)
     gram, linear = factor @ factor.T, np.array(linear)
-    weights = _simplex_quadratic_min(gram, linear)
+    weights = simplex_quadratic_min(gram, linear)
     assert np.isfinite(weights).all() and (weights >= 0).all()
     assert weights.sum() == pytest.approx(1.0)
 

@@ -15,11 +15,11 @@ import importlib.util
 import statistics
 import sys
 from collections import defaultdict
-from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
-from hypothesis import given, settings
+from helpers import ROOT, SETTINGS, Batch, batches
+from hypothesis import given
 from hypothesis import strategies as st
 
 from hgpo_rllib.advantages import (
@@ -28,48 +28,13 @@ from hgpo_rllib.advantages import (
     grpo_advantages,
     hgpo_advantages,
     hgpo_level_stats,
-    step_returns_and_scores,
 )
 
-_spec = importlib.util.spec_from_file_location(
-    "benchmark_advantages", Path(__file__).resolve().parents[1] / "benchmarks" / "advantages.py"
-)
+_spec = importlib.util.spec_from_file_location("benchmark_advantages", ROOT / "benchmarks" / "advantages.py")
 assert _spec is not None and _spec.loader is not None
 baseline = importlib.util.module_from_spec(_spec)
 sys.modules[_spec.name] = baseline  # dataclasses resolve annotations through sys.modules
 _spec.loader.exec_module(baseline)
-
-SETTINGS = settings(max_examples=60, deadline=None)
-
-
-class Batch(NamedTuple):
-    group_ids: list[str]
-    traj_ids: list[str]
-    step_idx: list[int]
-    obs: list[str]
-    step_returns: np.ndarray
-    episode_scores: np.ndarray
-
-
-@st.composite
-def batches(draw: Any, max_groups: int = 3, max_trajs: int = 4, max_len: int = 7) -> Batch:
-    """Rows of random walks over 3 symbols, in shuffled order. Rewards are dyadic and the
-    penalty is 0.25 so that every return is exact and 'equal' means equal."""
-    rows = []
-    for group in range(draw(st.integers(1, max_groups))):
-        for traj in range(draw(st.integers(1, max_trajs))):
-            length = draw(st.integers(1, max_len))
-            obs = draw(st.lists(st.sampled_from("ABC"), min_size=length, max_size=length))
-            rewards = draw(st.lists(st.sampled_from([0.0, 0.0, 1.0, 10.0]), min_size=length, max_size=length))
-            valid = draw(st.lists(st.booleans(), min_size=length, max_size=length))
-            rows += [
-                (f"g{group}", f"g{group}t{traj}", t, obs[t], rewards[t], valid[t]) for t in range(length)
-            ]
-    rows = draw(st.permutations(rows))
-    groups, trajs, steps, obs, rewards, valid = (list(column) for column in zip(*rows, strict=True))
-    returns, scores = step_returns_and_scores(trajs, steps, rewards, valid, 0.5, invalid_penalty=0.25)
-    return Batch(groups, trajs, steps, obs, returns, scores)
-
 
 hgpo_options = st.fixed_dictionaries(
     {

@@ -47,7 +47,19 @@ def test_real_room_sizes_of_the_held_out_floor_plans() -> None:
 @pytest.mark.parametrize("split", SPLITS)
 @pytest.mark.parametrize("task_type", TASK_TYPES)
 def test_every_split_has_every_task_type(split: str, task_type: str) -> None:
-    assert goal_pool(split, task_type)
+    """Each pool holds distinct floor plans, each with at least one goal, every goal of this task type
+    and posed as ALFRED poses it (a lamp for look tasks, a target receptacle otherwise)."""
+    pool = goal_pool(split, task_type)
+    numbers = [number for number, _ in pool]
+    assert numbers and len(set(numbers)) == len(numbers) and set(numbers) <= set(scenes.floor_plan_numbers())
+    assert all(goals and len(set(goals)) == len(goals) for _, goals in pool)
+    goals = [goal for _, plan_goals in pool for goal in plan_goals]
+    assert len(goals) >= 20  # the smallest pool (look_at_obj_in_light out of distribution) has 26
+    assert {goal.task_type for goal in goals} == {task_type}
+    if task_type == "look_at_obj_in_light":
+        assert all(goal.toggle_type and not goal.parent_type for goal in goals)
+    else:
+        assert all(goal.parent_type and not goal.toggle_type for goal in goals)
 
 
 def test_held_out_floor_plans_are_only_in_the_out_of_distribution_split() -> None:

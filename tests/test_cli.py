@@ -4,9 +4,7 @@ no overwriting, resume), a 2-trial sweep, the tuned examples, and ``rllib evalua
 from __future__ import annotations
 
 import json
-import os
 import re
-import shutil
 import textwrap
 from pathlib import Path
 from typing import Any
@@ -14,57 +12,18 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import pytest
-import ray
+from helpers import TUNED, write_experiment
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from hgpo_rllib import cli, evaluation
-from hgpo_rllib.connectors.history_window import HistoryWindowPrompt
-from hgpo_rllib.evaluation import ALFWORLD_CATEGORIES, CheckpointPolicy, evaluate
-from hgpo_rllib.memory import MODEL_CONFIGS_DIR
-from hgpo_rllib.presets import RunSettings, apply_paper_preset, run_as_script
+from hgpo_rllib import cli
+from hgpo_rllib.cli.train import experiment_runs
+from hgpo_rllib.connectors.env_to_module.history_window import HistoryWindowPrompt
+from hgpo_rllib.evaluation import ALFWORLD_CATEGORIES, CheckpointPolicy, evaluate, protocol
+from hgpo_rllib.experiments.experiment_file import apply_config_overrides, load_experiment_file
 
-ROOT = Path(__file__).resolve().parents[1]
-TUNED = ROOT / "tuned_examples"
+pytestmark = pytest.mark.usefixtures("ray_session")
 
-EXPERIMENT = textwrap.dedent(
-    """
-    from ray import tune
-    from envs.keychest.env import COMMANDS
-    from hgpo_rllib import HGPOConfig
-
-    config = (
-        HGPOConfig()
-        .environment("keychest", env_config={{"max_steps": 4}})
-        .env_runners(num_env_runners=1, num_envs_per_env_runner=4)
-        .rl_module(model_config={{
-            "tiny_model": {{"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 1,
-                           "num_attention_heads": 2, "num_key_value_heads": 1}},
-            "tokenizer_vocab_size": 400,
-            "action_vocabulary": list(COMMANDS),
-            "constrain_to_admissible": True,
-        }})
-        .training(group_size=2, groups_per_iteration=2, max_new_tokens=1, max_prompt_tokens=160,
-                  minibatch_size=8, micro_batch_size=8, lr=1e-3, kl_coeff=0.0)
-        .debugging(seed=0)
-    )
-    stop = {{"training_iteration": 2}}
-    {extra}
-    """
-)
 TAGS = ("ray/tune/env_runners/success_rate", "ray/tune/learners/default_policy/advantage_mean")
-
-
-@pytest.fixture(scope="module", autouse=True)
-def ray_session() -> Any:
-    ray.init(num_cpus=4, include_dashboard=False, ignore_reinit_error=True)
-    yield
-    ray.shutdown()
-
-
-def write_experiment(tmp_path: Path, extra: str = "") -> Path:
-    path = tmp_path / "experiment.py"
-    path.write_text(EXPERIMENT.format(extra=extra))
-    return path
 
 
 def scalar_tags(trial_dir: Path) -> set[str]:
@@ -100,12 +59,21 @@ def test_a_second_run_goes_to_a_new_directory_and_shows_success_in_the_table(
     experiment = trained_run.parent.parent / "experiment.py"
     before = sorted(p.name for p in trained_run.rglob("*"))
     capsys.readouterr()
-    args = ["train", "file", str(experiment), "--storage-path", str(trained_run.parent), "--name", "run",
-            "--stop", '{"training_iteration": 1}']
+    args = [
+        "train",
+        "file",
+        str(experiment),
+        "--storage-path",
+        str(trained_run.parent),
+        "--name",
+        "run",
+        "--stop",
+        '{"training_iteration": 1}',
+    ]
     assert cli.main(args) == 0
     assert sorted(p.name for p in trained_run.rglob("*")) == before
     second = trained_run.parent / "run_run2"
-    assert cli.experiment_runs(trained_run.parent, "run") == {1: trained_run, 2: second}
+    assert experiment_runs(trained_run.parent, "run") == {1: trained_run, 2: second}
     (trial,) = [d for d in second.iterdir() if d.is_dir()]
     assert pd.read_csv(trial / "progress.csv")["training_iteration"].tolist() == [1]
     table = capsys.readouterr().out
@@ -116,9 +84,9 @@ def test_a_second_run_goes_to_a_new_directory_and_shows_success_in_the_table(
 def test_experiment_runs_are_numbered(tmp_path: Path) -> None:
     for name in ("exp", "exp_run2", "exp_run10", "exp_runx", "exp2", "other"):
         (tmp_path / name).mkdir()
-    runs = cli.experiment_runs(tmp_path, "exp")
+    runs = experiment_runs(tmp_path, "exp")
     assert runs == {1: tmp_path / "exp", 2: tmp_path / "exp_run2", 10: tmp_path / "exp_run10"}
-    assert cli.experiment_runs(tmp_path, "missing") == {}
+    assert experiment_runs(tmp_path, "missing") == {}
 
 
 def test_resume_continues_a_crashed_run_from_its_checkpoint(tmp_path: Path) -> None:
@@ -132,8 +100,19 @@ def test_resume_continues_a_crashed_run_from_its_checkpoint(tmp_path: Path) -> N
     stop = {{"training_iteration": 4}}
     """
     path = write_experiment(tmp_path, textwrap.dedent(crash_once))
-    args = ["train", "file", str(path), "--storage-path", str(tmp_path / "out"), "--name", "run",
-            "--checkpoint-freq", "1", "--max-failures", "0"]
+    args = [
+        "train",
+        "file",
+        str(path),
+        "--storage-path",
+        str(tmp_path / "out"),
+        "--name",
+        "run",
+        "--checkpoint-freq",
+        "1",
+        "--max-failures",
+        "0",
+    ]
     assert cli.main(args) == 1 and marker.exists()  # the trial errored in iteration 3 (no retries)
     assert cli.main([*args, "--resume"]) == 0
     (trial,) = [d for d in (tmp_path / "out" / "run").iterdir() if d.is_dir()]
@@ -144,8 +123,17 @@ def test_resume_continues_a_crashed_run_from_its_checkpoint(tmp_path: Path) -> N
 def test_sweep_of_two_trials_each_writes_tensorboard_events(tmp_path: Path) -> None:
     path = write_experiment(tmp_path, 'param_space = {"history_length": tune.grid_search([1, 2])}')
     code = cli.main(
-        ["train", "file", str(path), "--storage-path", str(tmp_path / "out"), "--name", "sweep",
-         "--max-concurrent-trials", "1"]
+        [
+            "train",
+            "file",
+            str(path),
+            "--storage-path",
+            str(tmp_path / "out"),
+            "--name",
+            "sweep",
+            "--max-concurrent-trials",
+            "1",
+        ]
     )
     assert code == 0
     trials = sorted(d for d in (tmp_path / "out" / "sweep").iterdir() if d.is_dir())
@@ -193,20 +181,25 @@ USER_ERRORS = {
         r"HGPOConfig: kl_coeff=inf is invalid",
     ),
     "stop-not-an-object": (
-        lambda t: ["train", "file", _file(t, ""), "--stop", "[1]"], r"--stop: expected a JSON object"
+        lambda t: ["train", "file", _file(t, ""), "--stop", "[1]"],
+        r"--stop: expected a JSON object",
     ),
     "zero-samples": (lambda t: ["train", "file", _file(t, ""), "--num-samples", "0"], r">= 1, got 0"),
     "output-is-a-file": (
-        lambda t: [*EVAL, "--output", _file(t, "not a directory")], r"experiment\.py is a file"
+        lambda t: [*EVAL, "--output", _file(t, "not a directory")],
+        r"experiment\.py is a file",
     ),
     "negative-seed": (
-        lambda t: [*EVAL, "--seeds", "-1", "--output", str(t / "o")], r"--seeds: expected an integer >= 0"
+        lambda t: [*EVAL, "--seeds", "-1", "--output", str(t / "o")],
+        r"--seeds: expected an integer >= 0",
     ),
     "duplicate-seeds": (
-        lambda t: [*EVAL, "--seeds", "1", "1", "--output", str(t / "o")], r"seeds must be distinct"
+        lambda t: [*EVAL, "--seeds", "1", "1", "--output", str(t / "o")],
+        r"seeds must be distinct",
     ),
     "batch-size-0": (
-        lambda t: [*EVAL, "--batch-size", "0", "--output", str(t / "o")], r"--batch-size: .*>= 1, got 0"
+        lambda t: [*EVAL, "--batch-size", "0", "--output", str(t / "o")],
+        r"--batch-size: .*>= 1, got 0",
     ),
     "split-off-alfworld": (lambda t: [*EVAL, "--split", "in", "--output", str(t / "o")], r"ALFWorld only"),
 }
@@ -226,13 +219,22 @@ def test_user_errors_are_one_line_and_exit_status_2(
 
 def test_resume_refuses_changed_flags_or_file(trained_run: Path, capsys: pytest.CaptureFixture[str]) -> None:
     experiment = trained_run.parent.parent / "experiment.py"
-    args = ["train", "file", str(experiment), "--storage-path", str(trained_run.parent), "--name", "run",
-            "--resume"]
+    args = [
+        "train",
+        "file",
+        str(experiment),
+        "--storage-path",
+        str(trained_run.parent),
+        "--name",
+        "run",
+        "--resume",
+    ]
     before = sorted(p.name for p in trained_run.rglob("*"))
     assert cli.main([*args, "--stop", '{"training_iteration": 5}']) == 2
     # the latest run of "run" (the second-run test may have added run_run2, stopped at 1)
-    assert re.search(r"stop was \{'training_iteration': [12]\}, now \{'training_iteration': 5\}",
-                     capsys.readouterr().err)
+    assert re.search(
+        r"stop was \{'training_iteration': [12]\}, now \{'training_iteration': 5\}", capsys.readouterr().err
+    )
     assert cli.main([*args, "--checkpoint-freq", "3"]) == 2
     assert "checkpoint_freq was 5, now 3" in capsys.readouterr().err
     edited = experiment.with_name("edited.py")
@@ -244,15 +246,19 @@ def test_resume_refuses_changed_flags_or_file(trained_run: Path, capsys: pytest.
 
 
 def test_config_flag_merges_settings_and_model_config_into_the_file(tmp_path: Path) -> None:
-    experiment = cli.load_experiment_file(write_experiment(tmp_path))
-    cli.apply_config_overrides(
+    experiment = load_experiment_file(write_experiment(tmp_path))
+    apply_config_overrides(
         experiment.config,
-        {"lr": 2e-3, "num_envs_per_env_runner": 8, "evaluation_interval": 3,
-         "model_config": {"torch_dtype": "bfloat16", "tokenizer_vocab_size": 300}},
+        {
+            "lr": 2e-3,
+            "num_envs_per_env_runner": 8,
+            "evaluation_interval": 3,
+            "model_config": {"torch_dtype": "bfloat16", "tokenizer_vocab_size": 300},
+        },
     )
     config = experiment.config
     assert (config.lr, config.num_envs_per_env_runner, config.evaluation_interval) == (2e-3, 8, 3)
-    model_config = config._user_model_config()
+    model_config = config.user_model_config()
     assert model_config["torch_dtype"] == "bfloat16" and model_config["tokenizer_vocab_size"] == 300
     assert model_config["constrain_to_admissible"] is True  # the file's other keys are kept
     assert model_config["tiny_model"]["hidden_size"] == 32
@@ -268,90 +274,6 @@ def test_config_flag_rejects_unknown_settings(tmp_path: Path, capsys: pytest.Cap
     assert "model_config must be a JSON object" in capsys.readouterr().err
     assert cli.main(["train", "file", path, "--resume", "--config", '{"lr": 1e-3}']) == 2
     assert "resumed run" in capsys.readouterr().err
-
-
-@pytest.mark.parametrize(
-    "example", ["hgpo_keychest.py", "hgpo_alfworld.py", "hgpo_webshop.py", "sweep_hgpo.py"]
-)
-def test_tuned_examples_define_a_valid_config(example: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("HGPO_K", "4")
-    monkeypatch.setenv("HGPO_ESTIMATOR", "gigpo")
-    experiment = cli.load_experiment_file(TUNED / example)
-    experiment.config.validate()
-    assert experiment.config.history_length == 4 and experiment.config.estimator == "gigpo"
-    assert experiment.stop["training_iteration"] >= 1
-    if example != "sweep_hgpo.py":
-        assert experiment.name.endswith("k4_gigpo_alpha1.0_base0")
-
-
-def test_tuned_example_flags_become_hgpo_switches(monkeypatch: pytest.MonkeyPatch) -> None:
-    """``python tuned_examples/x.py --flags`` sets the HGPO_* variables, then runs ``rllib train file``
-    with the remaining flags; the file reads the variables."""
-    for var in ("HGPO_PRESET", "HGPO_MODEL", "HGPO_ESTIMATOR", "HGPO_K", "HGPO_ALPHA", "HGPO_BASE_GROUP"):
-        monkeypatch.delenv(var, raising=False)
-    calls = []
-    monkeypatch.setattr(cli, "main", lambda argv: calls.append(argv) or 0)
-    example = str(TUNED / "hgpo_keychest.py")
-    flags = ["--estimator", "grpo", "-k", "3", "--alpha", "0.5", "--base-group", "--stop", '{"a": 1}']
-    try:
-        assert run_as_script(example, flags) == 0
-        assert calls == [["train", "file", example, "--stop", '{"a": 1}']]
-        config = cli.load_experiment_file(example).config
-    finally:
-        for var in ("HGPO_ESTIMATOR", "HGPO_K", "HGPO_ALPHA", "HGPO_BASE_GROUP"):
-            os.environ.pop(var, None)
-    assert (config.estimator, config.history_length, config.length_weight_alpha, config.base_group) == (
-        "grpo", 3, 0.5, True
-    )
-
-
-def test_paper_preset_switch_builds_a_valid_gpu_config(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # The architecture alone (the memory plan reads the model's sizes from it).
-    shutil.copy(MODEL_CONFIGS_DIR / "qwen2.5-1.5b" / "config.json", tmp_path / "config.json")
-    monkeypatch.setenv("HGPO_PRESET", "paper-1.5b")
-    monkeypatch.setenv("HGPO_MODEL", str(tmp_path))
-    experiment = cli.load_experiment_file(TUNED / "hgpo_webshop.py")
-    config = experiment.config
-    config.validate()
-    assert experiment.name == "webshop_paper-1.5b_k2_hgpo_alpha1.0_base0"
-    assert config.model_config["model"] == str(tmp_path) and config.num_gpus_per_learner == 1
-    assert (config.minibatch_size, config.micro_batch_size, config.lr) == (64, 4, 1e-6)
-    assert experiment.stop == {"training_iteration": 160}
-    monkeypatch.setenv("HGPO_MODEL", str(tmp_path / "missing"))
-    with pytest.raises(ValueError, match=r"model_config\['model'\]=.*missing.*does not exist"):
-        cli.load_experiment_file(TUNED / "hgpo_webshop.py").config.validate()
-
-
-def test_bad_hgpo_switch_is_a_one_line_error(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
-    monkeypatch.setenv("HGPO_K", "two")
-    assert cli.main(["train", "file", str(TUNED / "hgpo_keychest.py")]) == 2
-    err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "bad HGPO_* environment variable" in err
-
-
-def test_paper_preset_matches_the_published_settings() -> None:
-    from hgpo_rllib import HGPOConfig
-
-    settings = RunSettings(preset="paper-7b", model="/models/Qwen2.5-7B-Instruct", history_length=4)
-    config = apply_paper_preset(HGPOConfig(), "webshop", settings)
-    # 7B: full fine-tuning at the paper's lr, sharded over the two learners with offloaded shards.
-    assert (config.group_size, config.groups_per_iteration, config.lr) == (8, 16, 1e-6)
-    assert "lora" not in config._user_model_config()
-    assert (config.learner_sharding, config.learner_offload) == ("fsdp", True)
-    assert (config.minibatch_size, config.micro_batch_size, config.adv_mode) == (64, 2, "mean_norm")
-    assert config.env_config["max_steps"] == 30 and config.history_length == 4
-    assert (config.num_learners, config.num_gpus_per_learner, config.num_env_runners) == (2, 1, 2)
-    assert config.num_envs_per_env_runner * config.num_env_runners == 128
-    assert config.evaluation_num_env_runners == 1  # never in the driver: a GPU runner of its own
-    assert config.evaluation_config["num_gpus_per_env_runner"] == 1
-    assert config.model_config["torch_dtype"] == "bfloat16" and config.recompute_old_logp
-    assert settings.run_name == "paper-7b_k4_hgpo_alpha1.0_base0"
-    with pytest.raises(ValueError, match="HGPO_MODEL"):
-        RunSettings(preset="paper-1.5b")
 
 
 def test_evaluate_a_checkpoint_and_the_baselines(trained_run: Path, tmp_path: Path) -> None:
@@ -377,20 +299,23 @@ def test_evaluate_keeps_finished_seeds_after_a_crash_and_resumes(
 ) -> None:
     out = tmp_path / "eval"
     settings = {"env": "keychest", "seeds": [1, 2], "episodes": 3, "output": out}
-    play = evaluation.play
+    play = protocol.play
+    partial = out / ".episodes.csv.partial"  # where an atomic write of episodes.csv starts
 
     def crash_on_seed_2(*args: Any, desc: str, **kwargs: Any) -> Any:
         if desc == "random seed 2":
-            (out / "episodes.csv.tmp").write_text("half-written")  # as a full disk would leave it
+            partial.write_text("half-written")  # as a full disk would leave it
             raise OSError("No space left on device")
         return play(*args, desc=desc, **kwargs)
 
-    monkeypatch.setattr(evaluation, "play", crash_on_seed_2)
+    monkeypatch.setattr(protocol, "play", crash_on_seed_2)
     with pytest.raises(OSError, match="No space left"):
         evaluate(None, **settings)
     done = pd.read_csv(out / "episodes.csv")
     assert sorted({(p, s) for p, s in zip(done.policy, done.seed, strict=True)}) == [
-        ("expert", 1), ("expert", 2), ("random", 1)
+        ("expert", 1),
+        ("expert", 2),
+        ("random", 1),
     ]
     played = []
 
@@ -398,30 +323,65 @@ def test_evaluate_keeps_finished_seeds_after_a_crash_and_resumes(
         played.append(desc)
         return play(*args, desc=desc, **kwargs)
 
-    monkeypatch.setattr(evaluation, "play", record)
+    monkeypatch.setattr(protocol, "play", record)
     summary = evaluate(None, **settings)
     assert played == ["random seed 2"]  # the rerun only plays what is missing
-    assert list(summary.policy) == ["expert", "random"] and not list(out.glob("*.tmp"))
+    # The rerun's own atomic write of episodes.csv replaced the half-written file.
+    assert list(summary.policy) == ["expert", "random"] and not partial.exists()
+    assert sorted(p.name for p in out.iterdir()) == [
+        "episodes.csv",
+        "evaluation.json",
+        "per_seed.csv",
+        "summary.csv",
+        "summary.md",
+    ]
     episodes = pd.read_csv(out / "episodes.csv")
     assert len(episodes) == 2 * 2 * 3
     pd.testing.assert_frame_equal(episodes.iloc[: len(done)], done)  # kept as they were
-    with pytest.raises(FileExistsError, match=r"differs in \['episodes'\]"):
+    another = r"holds results of another evaluation \(episodes was 3, now 4\)"
+    with pytest.raises(FileExistsError, match=another):
         evaluate(None, **{**settings, "episodes": 4})
 
 
 def test_rllib_evaluate_alfworld_split_has_per_task_columns(tmp_path: Path) -> None:
     out = tmp_path / "eval"
     env_config = {"source": "generated", "max_steps": 50}
-    args = ["evaluate", "--env", "alfworld", "--split", "out", "--baselines", "expert", "--seeds", "1", "2",
-            "--episodes", "2", "--env-config", json.dumps(env_config), "--output", str(out)]
+    args = [
+        "evaluate",
+        "--env",
+        "alfworld",
+        "--split",
+        "out",
+        "--baselines",
+        "expert",
+        "--seeds",
+        "1",
+        "2",
+        "--episodes",
+        "2",
+        "--env-config",
+        json.dumps(env_config),
+        "--output",
+        str(out),
+    ]
     assert cli.main(args) == 0
     recorded = json.loads((out / "evaluation.json").read_text())
     assert recorded["env_config"] == env_config and recorded["splits"] == ["eval_out_of_distribution"]
     per_seed = pd.read_csv(out / "per_seed.csv")
     assert (per_seed.split == "eval_out_of_distribution").all()
     assert list(per_seed.columns) == [
-        "split", "policy", "seed", "success", "steps", "invalid_rate",
-        "Pick", "Look", "Clean", "Heat", "Cool", "Pick2",
+        "split",
+        "policy",
+        "seed",
+        "success",
+        "steps",
+        "invalid_rate",
+        "Pick",
+        "Look",
+        "Clean",
+        "Heat",
+        "Cool",
+        "Pick2",
     ]
     assert (per_seed.success == 100).all()
     episodes = pd.read_csv(out / "episodes.csv")
@@ -445,14 +405,22 @@ def test_evaluate_rejects_bad_input(tmp_path: Path) -> None:
         evaluate(None, env="keychest", split="in", output=tmp_path / "a")
     with pytest.raises(ValueError, match="unknown environment"):
         evaluate(None, env="chess", output=tmp_path / "b")
-    with pytest.raises(FileNotFoundError, match="not an HGPO algorithm checkpoint"):
+    not_a_checkpoint = r"is not an algorithm checkpoint \(no class_and_ctor_args.pkl\) nor an `rllib sft`"
+    with pytest.raises(FileNotFoundError, match=not_a_checkpoint):
         evaluate(tmp_path, env="keychest", output=tmp_path / "c")
 
 
 def test_main_job_alfworld_trains_two_iterations_via_rllib_train_file(tmp_path: Path) -> None:
     """The README's main command (CPU default) with a 2-iteration stop."""
-    args = ["train", "file", str(TUNED / "hgpo_alfworld.py"), "--storage-path", str(tmp_path),
-            "--stop", '{"training_iteration": 2}']
+    args = [
+        "train",
+        "file",
+        str(TUNED / "hgpo_alfworld.py"),
+        "--storage-path",
+        str(tmp_path),
+        "--stop",
+        '{"training_iteration": 2}',
+    ]
     assert cli.main(args) == 0
     (trial,) = [d for d in (tmp_path / "alfworld_k2_hgpo_alpha1.0_base0").iterdir() if d.is_dir()]
     results = pd.read_json(trial / "result.json", lines=True)
@@ -472,7 +440,8 @@ def test_rehearsal_preset_trains_evaluates_checkpoints_and_resumes(
     monkeypatch.setenv("HGPO_PRESET", "rehearsal")
     marker = tmp_path / "crashed"
     path = tmp_path / "rehearsal.py"
-    path.write_text(textwrap.dedent(f"""
+    path.write_text(
+        textwrap.dedent(f"""
         import os, runpy
         example = runpy.run_path({str(TUNED / "hgpo_alfworld.py")!r})
         config, checkpoint_freq = example["config"], example["checkpoint_freq"]
@@ -484,9 +453,19 @@ def test_rehearsal_preset_trains_evaluates_checkpoints_and_resumes(
                 raise RuntimeError("simulated crash")
 
         config.callbacks(on_train_result=crash_once)
-    """))
-    args = ["train", "file", str(path), "--storage-path", str(tmp_path / "out"), "--name", "run",
-            "--max-failures", "0"]
+    """)
+    )
+    args = [
+        "train",
+        "file",
+        str(path),
+        "--storage-path",
+        str(tmp_path / "out"),
+        "--name",
+        "run",
+        "--max-failures",
+        "0",
+    ]
     assert cli.main([*args, "--config", '{"model_config": {"inference_backend": "hf"}}']) == 1
     assert marker.exists()
     (trial,) = [d for d in (tmp_path / "out" / "run").iterdir() if d.is_dir()]

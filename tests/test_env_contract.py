@@ -279,7 +279,7 @@ def test_custom_env_registers_through_an_env_spec(monkeypatch: pytest.MonkeyPatc
         config = HGPOConfig().environment("coin").env_runners(num_envs_per_env_runner=8)
         config.validate()  # an envs name: HGPO renders its prompts and trains its tokenizer on its corpus
         assert config.model_config["tokenizer_corpus"] == coin_corpus()
-        assert config._prompt_connector().render_prompt is render_coin_prompt
+        assert config.prompt_connector().render_prompt is render_coin_prompt
         records = play("coin", {}, random_policy(0), range(20))
         assert {r["task_type"] for r in records} == {"coin"} and all(r["steps"] == 1 for r in records)
         assert 0 < sum(r["won"] for r in records) < 20  # random among heads and tails

@@ -7,9 +7,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from hgpo_rllib import evaluation
 from hgpo_rllib.cli import build_parser
-from hgpo_rllib.evaluation import evaluate
+from hgpo_rllib.evaluation import DEFAULT_EPISODES, evaluate, protocol
 
 GENERATED = {"source": "generated"}
 
@@ -34,7 +33,7 @@ def played(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, dict, int]]:
             for s in task_seeds
         ]
 
-    monkeypatch.setattr(evaluation, "play", record)
+    monkeypatch.setattr(protocol, "play", record)
     return calls
 
 
@@ -69,7 +68,7 @@ def test_split_all_labels_each_split(tmp_path: Path, played: list) -> None:
 
 def test_webshop_evaluates_on_its_test_goals(tmp_path: Path, played: list) -> None:
     evaluate(None, env="webshop", seeds=[1], output=tmp_path, baselines=["random"])
-    assert [(c["split"], n) for _, c, n in played] == [("test", evaluation.DEFAULT_EPISODES)]
+    assert [(c["split"], n) for _, c, n in played] == [("test", DEFAULT_EPISODES)]
 
 
 def test_bad_split_is_rejected(tmp_path: Path) -> None:

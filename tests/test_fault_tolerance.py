@@ -20,22 +20,16 @@ import numpy as np
 import pandas as pd
 import pytest
 import ray
-from test_algorithm import GROUP_SIZE, GROUPS, keychest_config
-from test_cli import ROOT, write_experiment
+from helpers import GROUP_SIZE, GROUPS, ROOT, keychest_config, write_experiment
 
 from hgpo_rllib import cli
-from hgpo_rllib.env_runner import TASK_GENERATOR
+from hgpo_rllib.columns import TASK_GENERATOR
 
 SAMPLE_TIMEOUT_S = 15.0
 # The fault-injecting callbacks run in the env runners, which cannot import this test module.
 ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
-
-@pytest.fixture(scope="module", autouse=True)
-def ray_session() -> Any:
-    ray.init(num_cpus=4, include_dashboard=False, ignore_reinit_error=True)
-    yield
-    ray.shutdown()
+pytestmark = pytest.mark.usefixtures("ray_session")
 
 
 def hang_on_runner_1_raise_on_runner_2(*, env_runner: Any, **kwargs: Any) -> None:
@@ -94,7 +88,7 @@ def test_every_runner_raising_stops_training_with_that_error() -> None:
 def test_non_finite_loss_stops_the_update_naming_the_terms(setting: dict[str, float], term: str) -> None:
     algo = keychest_config(remote_runners=0, num_epochs=3, **setting).build_algo()
     try:
-        with pytest.raises(FloatingPointError, match=f"non-finite loss.*non-finite terms:.*{term}"):
+        with pytest.raises(FloatingPointError, match=f"learner: non-finite loss.*non-finite terms:.*{term}"):
             for _ in range(3):
                 algo.train()
     finally:
@@ -153,8 +147,17 @@ def train_with_every_runner_raising(tmp_path: Path, iterations: int) -> int:
     stop = {{"training_iteration": {iterations}}}
     """
     path = write_experiment(tmp_path, textwrap.dedent(raising))
-    args = ["train", "file", str(path), "--storage-path", str(tmp_path / "out"), "--name", "run",
-            "--max-failures", "0"]
+    args = [
+        "train",
+        "file",
+        str(path),
+        "--storage-path",
+        str(tmp_path / "out"),
+        "--name",
+        "run",
+        "--max-failures",
+        "0",
+    ]
     return cli.main(args)
 
 
@@ -204,12 +207,24 @@ def test_killed_run_resumes_from_its_last_checkpoint(tmp_path: Path) -> None:
     stop = {{"training_iteration": 5}}
     """
     path = write_experiment(tmp_path, textwrap.dedent(hang))
-    args = ["train", "file", str(path), "--storage-path", str(tmp_path / "out"), "--name", "run",
-            "--checkpoint-freq", "2"]
+    args = [
+        "train",
+        "file",
+        str(path),
+        "--storage-path",
+        str(tmp_path / "out"),
+        "--name",
+        "run",
+        "--checkpoint-freq",
+        "2",
+    ]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     process = subprocess.Popen(
-        [sys.executable, "-m", "hgpo_rllib.cli", *args], env=env, start_new_session=True,
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        [sys.executable, "-m", "hgpo_rllib.cli", *args],
+        env=env,
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
     )
     try:
         deadline = time.monotonic() + 240

@@ -9,11 +9,9 @@ from typing import Any
 
 import numpy as np
 import pytest
-import ray
 import torch
 import torch.distributed as dist
-from ray.rllib.utils.metrics import WEIGHTS_SEQ_NO
-from test_algorithm import (
+from helpers import (
     GROUP_SIZE,
     TINY_MODEL,
     assert_same_tree,
@@ -21,22 +19,18 @@ from test_algorithm import (
     learner_weights,
     optimizer_state,
 )
+from ray.rllib.utils.metrics import WEIGHTS_SEQ_NO
 
 import envs
 from hgpo_rllib import HGPO, HGPOConfig
 from hgpo_rllib.env_runner import GroupedEnvRunner
 
+pytestmark = pytest.mark.usefixtures("ray_session")
+
 # Two learners, minibatches of 4 rows each in micro-batches of 2 (gradient accumulation runs too).
 # grad_clip below the tiny model's gradient norm (about 1e-4): clipping acts on the (sharded) gradients.
 TWO_LEARNERS = {"groups_per_iteration": 4, "minibatch_size": 8, "micro_batch_size": 2, "grad_clip": 2e-5}
 GRAD_NORM = "gradients_default_optimizer_global_norm"
-
-
-@pytest.fixture(scope="module", autouse=True)
-def ray_session() -> Any:
-    ray.init(num_cpus=4, include_dashboard=False, ignore_reinit_error=True)
-    yield
-    ray.shutdown()
 
 
 def sharded_config(sharding: str = "fsdp", offload: bool = False) -> HGPOConfig:
@@ -58,7 +52,8 @@ def policy_weights(group: Any) -> dict[str, np.ndarray]:
 
 def adam_state(group: Any) -> dict[str, Any]:
     return group.get_state(components="learner/optimizer")["learner"]["optimizer"][
-        "default_policy_default_optimizer"]["state"]
+        "default_policy_default_optimizer"
+    ]["state"]
 
 
 def test_one_fsdp_update_matches_one_ddp_update(fsdp_algo: HGPO) -> None:
@@ -74,8 +69,11 @@ def test_one_fsdp_update_matches_one_ddp_update(fsdp_algo: HGPO) -> None:
         from torch.distributed.fsdp import FSDPModule
 
         module = learner.module["default_policy"]
-        return frozenset(type(unit._get_fsdp_state()._fsdp_param_group.offload_policy).__name__
-                         for unit in module.modules() if isinstance(unit, FSDPModule))
+        return frozenset(
+            type(unit._get_fsdp_state()._fsdp_param_group.offload_policy).__name__
+            for unit in module.modules()
+            if isinstance(unit, FSDPModule)
+        )
 
     (episodes,) = fsdp_algo.env_runner_group.foreach_env_runner(
         lambda er: er.sample(num_episodes=TWO_LEARNERS["groups_per_iteration"] * GROUP_SIZE),
@@ -134,8 +132,12 @@ def test_fsdp_learners_shard_train_sync_and_checkpoint_exactly(fsdp_algo: HGPO, 
         """Per parameter: (elements held here, elements in all, rows, type); nested, so Ray pickles
         it by value (the learner actors cannot import this test module)."""
         return {
-            name: (p.to_local().numel() if hasattr(p, "to_local") else p.numel(), p.numel(), len(p),
-                   type(p).__name__)
+            name: (
+                p.to_local().numel() if hasattr(p, "to_local") else p.numel(),
+                p.numel(),
+                len(p),
+                type(p).__name__,
+            )
             for name, p in learner.module["default_policy"].named_parameters()
         }
 
@@ -172,8 +174,10 @@ def test_fsdp_learners_shard_train_sync_and_checkpoint_exactly(fsdp_algo: HGPO, 
     [
         (lambda c: c.learners(num_learners=1), "learner_sharding.*num_learners=1"),
         (lambda c: c.rl_module(model_config={**TINY_MODEL, "lora": {"r": 4}}), "learner_sharding.*lora"),
-        (lambda c: c.training(learner_sharding="none", learner_offload=True),
-         "learner_offload=True is invalid.*learner_sharding='none'.*needs learner_sharding='fsdp'"),
+        (
+            lambda c: c.training(learner_sharding="none", learner_offload=True),
+            "learner_offload=True is invalid.*learner_sharding='none'.*needs learner_sharding='fsdp'",
+        ),
         (lambda c: c.training(learner_offload="yes"), "learner_offload='yes' is invalid: expected True or"),
     ],
 )
@@ -181,7 +185,6 @@ def test_validate_refuses_fsdp_without_two_learners_or_with_lora(change: Any, me
     sharded_config().validate()
     with pytest.raises(ValueError, match=message):
         change(sharded_config()).validate()
-
 
 
 @pytest.fixture
@@ -203,8 +206,9 @@ def test_bf16_sharded_learner_keeps_float32_shards_computes_like_the_sampler_and
     model_config = {**TINY_MODEL, "torch_dtype": "bfloat16", "gradient_checkpointing": True}
 
     def config(sharding: str) -> HGPOConfig:
-        return keychest_config(remote_runners=0, groups_per_iteration=2, lr=1e-6, learner_sharding=sharding
-                               ).rl_module(model_config=model_config)
+        return keychest_config(
+            remote_runners=0, groups_per_iteration=2, lr=1e-6, learner_sharding=sharding
+        ).rl_module(model_config=model_config)
 
     sampler = GroupedEnvRunner(config=config("none"), worker_index=1)
     try:
@@ -216,6 +220,8 @@ def test_bf16_sharded_learner_keeps_float32_shards_computes_like_the_sampler_and
         env = envs.make_env("keychest", {"max_steps": 4})
         learner = learners[sharding] = config(sharding).build_learner(env=env)
         module = learner.module["default_policy"]
+        # A sharded module gathers and scatters its full weights through its weight gatherer.
+        assert (module.unwrapped().weight_gatherer is not None) == (sharding == "fsdp")
         before = {k: v.copy() for k, v in module.get_state().items() if not k.startswith("ref_lm.")}
         metrics = learner.update(episodes=episodes, num_epochs=1)["default_policy"]
         gaps[sharding] = metrics["logp_gap_vs_sampler"]

@@ -8,19 +8,24 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
+from helpers import CORPUS, TINY_MODEL, build, keychest_config, train_batch
 from transformers import AutoModelForCausalLM
 
-from hgpo_rllib.lora import export_merged, normalize_lora
-from tests.test_algorithm import TINY_MODEL, keychest_config
-from tests.test_rl_module import CORPUS, build, train_batch
+from hgpo_rllib.evaluation import CheckpointPolicy, evaluate, export_merged
+from hgpo_rllib.rl_module.config import normalize_lora
+
+pytestmark = pytest.mark.usefixtures("ray_session")
 
 
 def test_lora_settings_fill_defaults_and_reject_bad_values() -> None:
     defaults = {"r": 8, "alpha": 16, "target_modules": "all-linear", "dropout": 0.0}
     assert normalize_lora({"r": 8}) == defaults
     bad_values = [
-        ({"alpha": 2}, "'r'"), ({"r": 0}, "'r'"), ({"r": 4, "rank": 2}, "rank"),
-        ({"r": 4, "target_modules": []}, "target_modules"), ({"r": 4, "dropout": 1.5}, "dropout"),
+        ({"alpha": 2}, "'r'"),
+        ({"r": 0}, "'r'"),
+        ({"r": 4, "rank": 2}, "rank"),
+        ({"r": 4, "target_modules": []}, "target_modules"),
+        ({"r": 4, "dropout": 1.5}, "dropout"),
     ]
     for bad, key in bad_values:
         with pytest.raises(ValueError, match=key):
@@ -82,10 +87,15 @@ def test_one_keychest_iteration_changes_adapters_only_and_checkpoints_are_small(
         weights = Path("learner_group", "learner", "rl_module", "default_policy", "module_state.pkl")
         assert (Path(lora_ckpt) / weights).stat().st_size * 10 < (Path(full_ckpt) / weights).stat().st_size
         # rllib evaluate plays the LoRA checkpoint; export_merged writes a plain HF model dir.
-        from hgpo_rllib.evaluation import CheckpointPolicy, evaluate
-
-        summary = evaluate(lora_ckpt, env="keychest", seeds=[1], episodes=2, output=tmp_path / "eval",
-                           baselines=(), env_config={"max_steps": 4})
+        summary = evaluate(
+            lora_ckpt,
+            env="keychest",
+            seeds=[1],
+            episodes=2,
+            output=tmp_path / "eval",
+            baselines=(),
+            env_config={"max_steps": 4},
+        )
         assert list(summary["policy"]) == ["checkpoint"]
         out = export_merged(lora_ckpt, tmp_path / "merged")
         merged = AutoModelForCausalLM.from_pretrained(out)

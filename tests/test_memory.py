@@ -1,21 +1,25 @@
-"""Memory plan, memory levers (chunked log-probs, gradient checkpointing, CPU reference), env worker pool."""
+"""Memory plan and memory levers (chunked log-probs, gradient checkpointing, CPU reference).
+
+(The env worker pool: test_env_pool.py.)"""
 
 from __future__ import annotations
 
 import os
-import signal
+import subprocess
+import sys
 from typing import Any
 
 import pytest
 import torch
+from helpers import CORPUS, build, train_batch
 from transformers import AutoConfig, AutoModelForCausalLM
 
-from hgpo_rllib import HGPOConfig, memory
-from hgpo_rllib.env_pool import EnvCrash, EnvWorkerPool
-from hgpo_rllib.logprobs import token_logp_entropy
-from hgpo_rllib.memory import MODEL_CONFIGS_DIR, ModelShape
-from hgpo_rllib.presets import RunSettings, apply_paper_preset
-from tests.test_rl_module import CORPUS, build, train_batch
+from hgpo_rllib import HGPOConfig
+from hgpo_rllib.cli.memory import main as memory_main
+from hgpo_rllib.experiments import memory_plan
+from hgpo_rllib.experiments.memory_plan import MODEL_CONFIGS_DIR, ModelShape
+from hgpo_rllib.experiments.presets import RunSettings, apply_paper_preset
+from hgpo_rllib.rl_module.logprobs import token_logp_entropy
 
 # ----------------------------------------------------------------------------------- model sizes
 PUBLISHED_PARAMS = {"qwen2.5-0.5b": 0.494e9, "qwen2.5-1.5b": 1.54e9, "qwen2.5-7b": 7.62e9}
@@ -32,7 +36,7 @@ def test_parameter_count_from_config_json_matches_transformers_and_the_model_car
 
 
 def test_lora_parameter_count_matches_peft() -> None:
-    from hgpo_rllib.lora import add_adapters
+    from hgpo_rllib.rl_module.lora import add_adapters
 
     config = AutoConfig.from_pretrained(MODEL_CONFIGS_DIR / "qwen2.5-0.5b")
     with torch.device("meta"):
@@ -54,26 +58,33 @@ def test_config_without_sizes_is_a_clear_error(tmp_path: Any) -> None:
 
 # ------------------------------------------------------------------------------------ the plan
 def paper_config(preset: str, env: str = "alfworld") -> HGPOConfig:
-    model = str(MODEL_CONFIGS_DIR / memory.PRESET_MODELS[preset])
+    model = str(MODEL_CONFIGS_DIR / memory_plan.PRESET_MODELS[preset])
     return apply_paper_preset(HGPOConfig(), env, RunSettings(preset=preset, model=model))
 
 
 @pytest.mark.parametrize("env", ["alfworld", "webshop"])
 @pytest.mark.parametrize("preset", ["paper-1.5b", "paper-7b"])
 def test_every_paper_preset_fits_80_gb(preset: str, env: str) -> None:
-    plans = memory.plan_for_config(paper_config(preset, env), 80)
+    plans = memory_plan.plan_for_config(paper_config(preset, env), 80)
     assert {p.role for p in plans} == {"learner", "env runner"}
-    assert memory.fit_errors(plans) == []
+    assert memory_plan.fit_errors(plans) == []
     assert all(p.fits for p in plans)
 
 
 def test_the_issue_numbers_and_the_levers_move_the_plan() -> None:
     """7B with DDP, a GPU reference and full activations is far over 80 GB (the issue's sums)."""
-    config = paper_config("paper-7b").rl_module(
-        model_config={"model": str(MODEL_CONFIGS_DIR / "qwen2.5-7b"), "torch_dtype": "bfloat16",
-                      "logprob_chunk_tokens": None}
-    ).training(learner_sharding="none", micro_batch_size=16)
-    (learner, _) = memory.plan_for_config(config, 80)
+    config = (
+        paper_config("paper-7b")
+        .rl_module(
+            model_config={
+                "model": str(MODEL_CONFIGS_DIR / "qwen2.5-7b"),
+                "torch_dtype": "bfloat16",
+                "logprob_chunk_tokens": None,
+            }
+        )
+        .training(learner_sharding="none", micro_batch_size=16)
+    )
+    (learner, _) = memory_plan.plan_for_config(config, 80)
     items = {item.name: item.bytes / 1e9 for item in learner.items}
     assert items["weights"] == pytest.approx(15.2, abs=0.1)  # bf16
     assert items["reference model"] == pytest.approx(15.2, abs=0.1)
@@ -81,12 +92,12 @@ def test_the_issue_numbers_and_the_levers_move_the_plan() -> None:
         pytest.approx(122, abs=1)
     )
     # The issue's "about 5 GB per tensor": 16 x 512 tokens x 152k vocabulary in fp32.
-    per_fp32_tensor = items["log-prob/entropy head"] / (2 + 4 * memory._HEAD_FP32_TENSORS) * 4
+    per_fp32_tensor = items["log-prob/entropy head"] / (2 + 4 * memory_plan._HEAD_FP32_TENSORS) * 4
     assert per_fp32_tensor == pytest.approx(5.0, abs=0.1)
-    errors = memory.fit_errors([learner])
+    errors = memory_plan.fit_errors([learner])
     assert len(errors) == 1 and "model_config['lora']" in errors[0] and "reference_on_cpu" in errors[0]
     levers = paper_config("paper-7b")
-    (fitted, _) = memory.plan_for_config(levers, 80)
+    (fitted, _) = memory_plan.plan_for_config(levers, 80)
     assert fitted.total_bytes < learner.total_bytes / 3
 
 
@@ -97,13 +108,13 @@ def test_validate_refuses_a_layout_that_cannot_fit_and_names_the_setting() -> No
         replicated.validate()
     # Sharding trains the full model: with LoRA it is refused.
     lora = paper_config("paper-7b")
-    lora.rl_module(model_config={**lora._user_model_config(), "lora": {"r": 64}})
+    lora.rl_module(model_config={**lora.user_model_config(), "lora": {"r": 64}})
     with pytest.raises(ValueError, match=r"learner_sharding.*model_config\['lora'\]"):
         lora.validate()
     # Sharding without offload halves weights, gradients, AdamW state and reference, yet still misses
     # 80 GB at the paper's micro-batch; the error names the offload lever.
     sharded = paper_config("paper-7b").training(learner_offload=False)
-    (learner, _) = memory.plan_for_config(sharded, 80)
+    (learner, _) = memory_plan.plan_for_config(sharded, 80)
     items = {item.name: item.bytes / 1e9 for item in learner.items}
     assert items["weights (fp32 shards)"] == pytest.approx(15.2, abs=0.1)
     assert items["optimizer (AdamW, fp32)"] == pytest.approx(30.5, abs=0.1)
@@ -117,8 +128,8 @@ def test_offload_moves_the_sharded_state_to_host_ram_and_keeps_the_rest_on_the_g
     """paper-7b: the fp32 shards, gradients, AdamW moments and reference shards (the issue's sums, halved)
     leave the GPU for host RAM; gathered layers, activations and the head stay."""
     offloaded = paper_config("paper-7b")
-    (learner, _) = memory.plan_for_config(offloaded, 80)
-    (resident, _) = memory.plan_for_config(paper_config("paper-7b").training(learner_offload=False), 80)
+    (learner, _) = memory_plan.plan_for_config(offloaded, 80)
+    (resident, _) = memory_plan.plan_for_config(paper_config("paper-7b").training(learner_offload=False), 80)
     gpu = {item.name: item.bytes for item in learner.items}
     host = {item.name: item.host_bytes for item in learner.items}
     moved = ("weights (fp32 shards)", "gradients (fp32)", "optimizer (AdamW, fp32)", "reference model")
@@ -129,33 +140,42 @@ def test_offload_moves_the_sharded_state_to_host_ram_and_keeps_the_rest_on_the_g
             assert (gpu[item.name], host[item.name]) == (item.bytes, 0), item.name
     assert learner.host_bytes / 1e9 == pytest.approx(15.2 + 15.2 + 30.5 + 7.6, abs=0.2)
     assert learner.total_bytes / 1e9 == pytest.approx(26.9, abs=0.1) and learner.fits
-    assert "host RAM per learner" in memory.format_plan([learner])
+    assert "host RAM per learner" in memory_plan.format_plan([learner])
     # Offload applies to sharded learners only: a replicated plan ignores it.
-    single = memory.learner_items(ModelShape.from_model_dir(MODEL_CONFIGS_DIR / "qwen2.5-7b"),
-                                  memory.LearnerSettings(offload=True))
+    single = memory_plan.learner_items(
+        ModelShape.from_model_dir(MODEL_CONFIGS_DIR / "qwen2.5-7b"), memory_plan.LearnerSettings(offload=True)
+    )
     assert all(item.host_bytes == 0 for item in single) and single[1].name == "fp32 master weights"
 
 
 def test_vllm_share_too_small_for_one_sequence_is_refused() -> None:
     config = paper_config("paper-7b")
-    config.rl_module(model_config={**config._user_model_config(), "vllm_gpu_memory_utilization": 0.2})
-    errors = memory.fit_errors(memory.plan_for_config(config, 80))
+    config.rl_module(model_config={**config.user_model_config(), "vllm_gpu_memory_utilization": 0.2})
+    errors = memory_plan.fit_errors(memory_plan.plan_for_config(config, 80))
     assert any("vllm_gpu_memory_utilization" in e and "KV cache" in e for e in errors)
 
 
 def test_memory_cli_prints_each_role_and_says_it_fits(capsys: pytest.CaptureFixture[str]) -> None:
     os.environ.pop("HGPO_MODEL", None)
     try:
-        assert memory.main(["tuned_examples/hgpo_alfworld.py", "--preset", "paper-7b"]) == 0
+        assert memory_main(["tuned_examples/hgpo_alfworld.py", "--preset", "paper-7b"]) == 0
         out = capsys.readouterr().out
         assert "learner (2 GPUs)" in out and "env runner (2 GPUs)" in out and "DOES NOT FIT" not in out
         assert "vLLM KV cache" in out and "optimizer (AdamW, fp32)" in out
         small = ["tuned_examples/hgpo_alfworld.py", "--preset", "paper-7b", "--gpu-memory-gb", "30"]
-        assert memory.main(small) == 1
+        assert memory_main(small) == 1
         assert "DOES NOT FIT" in capsys.readouterr().out
     finally:
         for var in ("HGPO_PRESET", "HGPO_MODEL"):
             os.environ.pop(var, None)
+
+
+def test_python_m_hgpo_rllib_memory_is_still_the_memory_command() -> None:
+    """The documented ``python -m hgpo_rllib.memory`` runs the memory plan's CLI (hgpo_rllib.cli.memory)."""
+    out = subprocess.run(
+        [sys.executable, "-m", "hgpo_rllib.memory", "--help"], capture_output=True, text=True, check=True
+    ).stdout
+    assert out.startswith("usage: python -m hgpo_rllib.memory") and "--preset" in out
 
 
 # ------------------------------------------------------------------------- chunked log-probs
@@ -246,68 +266,3 @@ def test_reference_on_cpu_gives_the_same_log_probs_and_stays_out_of_state() -> N
 def test_bad_memory_settings_name_the_key(key: str, value: Any) -> None:
     with pytest.raises(ValueError, match=key):
         build(**{key: value})
-
-
-# ---------------------------------------------------------------------------------- env workers
-def test_env_pool_matches_in_process_envs_and_isolates_a_crashed_worker() -> None:
-    import envs
-
-    config = {"max_steps": 10, "num_rooms": 5}
-    calls = [(i, 100 + i // 2) for i in range(4)]
-    local = [envs.make_env("keychest", config) for _ in range(4)]
-    want = [env.reset(seed=seed) for env, (_, seed) in zip(local, calls, strict=True)]
-    pool = EnvWorkerPool("keychest", config, num_workers=2)
-    try:
-        got = pool.reset(calls)
-        assert [obs for obs, _ in got] == [obs for obs, _ in want]
-        actions = [(i, info["admissible_actions"][0]) for i, (_, info) in enumerate(want)]
-        want_steps = [local[i].step(a) for i, a in actions]
-        got_steps = pool.step(actions)
-        assert [s[:4] for s in got_steps] == [s[:4] for s in want_steps]
-        # Kill worker 1 (envs 1 and 3): only their calls fail, and the pool restarts the worker.
-        os.kill(pool._workers[1][0].pid, signal.SIGKILL)
-        pool._workers[1][0].join()
-        results = pool.step([(0, "look"), (1, "look")])
-        assert not isinstance(results[0], EnvCrash)
-        assert isinstance(results[1], EnvCrash) and "died" in results[1].message
-        assert pool.reset([calls[1]])[0][0] == want[1][0]  # a fresh env in the restarted worker
-    finally:
-        pool.close()
-
-
-def test_runner_with_env_workers_samples_the_same_groups_and_ends_only_a_crashed_episode() -> None:
-    from hgpo_rllib.env_runner import GroupedEnvRunner
-    from tests.test_algorithm import GROUP_SIZE, keychest_config
-
-    def sample(workers: int, crash: bool = False) -> list:
-        torch.manual_seed(0)
-        config = keychest_config(remote_runners=0).env_runners(num_env_workers=workers)
-        runner = GroupedEnvRunner(config=config, worker_index=1)
-        try:
-            if crash:  # the first step kills the worker of env 1 (and env 3): only those episodes end
-                pool_step = runner._env_pool().step
-
-                def step_then_crash(calls: list) -> list:
-                    if not getattr(runner, "_crashed", False):
-                        runner._crashed = True
-                        os.kill(runner._pool._workers[1][0].pid, signal.SIGKILL)
-                        runner._pool._workers[1][0].join()
-                    return pool_step(calls)
-
-                runner._pool.step = step_then_crash
-            return runner.sample(num_episodes=2 * GROUP_SIZE)
-        finally:
-            runner.stop()
-
-    def summary(episodes: list) -> list:
-        return [
-            (ep.get_observations(0), [a.tolist() for a in ep.get_actions()], list(ep.get_rewards()))
-            for ep in episodes
-        ]
-
-    in_process = sample(0)
-    assert summary(sample(2)) == summary(in_process)
-    crashed = sample(2, crash=True)
-    ended = [i for i, ep in enumerate(crashed) if "env_error" in ep.get_infos(-1)]
-    assert ended == [1, 3] and all(crashed[i].is_truncated and len(crashed[i]) == 1 for i in ended)
-    assert all(len(crashed[i]) == len(in_process[i]) for i in (0, 2))

@@ -7,9 +7,8 @@ from typing import Any
 
 import numpy as np
 import pytest
-import ray
 import torch
-from test_algorithm import (
+from helpers import (
     GROUP_SIZE,
     GROUPS,
     TINY_MODEL,
@@ -21,16 +20,12 @@ from test_algorithm import (
 
 import envs
 from hgpo_rllib import HGPO
-from hgpo_rllib.env_runner import RESP_LOGP, GroupedEnvRunner
+from hgpo_rllib.columns import RESP_LOGP
+from hgpo_rllib.env_runner import GroupedEnvRunner
+
+pytestmark = pytest.mark.usefixtures("ray_session")
 
 BF16 = {"torch_dtype": "bfloat16"}
-
-
-@pytest.fixture(scope="module", autouse=True)
-def ray_session() -> Any:
-    ray.init(num_cpus=4, include_dashboard=False, ignore_reinit_error=True)
-    yield
-    ray.shutdown()
 
 
 def bf16_config(**training: Any) -> Any:
@@ -69,7 +64,9 @@ def test_bf16_learner_keeps_float32_masters_and_lr_1e6_moves_most_weights() -> N
     finally:
         algo.stop()
     assert learner_dtypes == {
-        "policy": {torch.float32}, "reference": {torch.bfloat16}, "optimizer": {torch.float32}
+        "policy": {torch.float32},
+        "reference": {torch.bfloat16},
+        "optimizer": {torch.float32},
     }
     assert runner_dtypes == [{torch.bfloat16}]
     assert changed_fraction(before, after) >= 0.5

@@ -11,24 +11,19 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-import gymnasium as gym
 import numpy as np
 import pytest
 import torch
+from helpers import CORPUS, ROOT, TESTS, build, train_batch
 from ray.rllib.core.columns import Columns
-from ray.rllib.core.rl_module.rl_module import RLModuleSpec
 from transformers import AutoTokenizer
 
-from hgpo_rllib import rl_module
-from hgpo_rllib.rl_module import LLMRLModule, resolve_inference_backend
-from hgpo_rllib.tokenizer import IM_END, build_tiny_tokenizer
+from hgpo_rllib.rl_module import llm_rl_module, models
+from hgpo_rllib.rl_module.generation import HFGenerator, _SampledLogProbs
+from hgpo_rllib.rl_module.models import resolve_inference_backend
+from hgpo_rllib.rl_module.tokenizer import IM_END, build_tiny_tokenizer
 
-REPO = Path(__file__).resolve().parents[1]
-CORPUS = [
-    f"You arrive at drawer {i}. On the drawer {i}, you see a mug {i % 3}.\n"
-    f"go north\ngo south\ntake mug {i % 3} from drawer {i}\nopen drawer {i}"
-    for i in range(300)
-]
+REPO = ROOT
 ODD_TEXTS = [
     "go north",
     "Ünïcödé façade — naïve café ☕ 你好，世界 🤖🚀",
@@ -39,26 +34,10 @@ ODD_TEXTS = [
 ]
 
 
-def build(inference_only: bool = False, **model_config: Any) -> LLMRLModule:
-    """Build the module the way RLlib does (spec -> build); text spaces are unused by the module."""
-    spec = RLModuleSpec(
-        module_class=LLMRLModule,
-        observation_space=gym.spaces.Text(max_length=4096),
-        action_space=gym.spaces.Text(max_length=4096),
-        inference_only=inference_only,
-        model_config={"tokenizer_corpus": CORPUS, "max_new_tokens": 16, **model_config},
-    )
-    return spec.build()
-
-
-def train_batch(prompts: dict[str, torch.Tensor], out: dict[str, Any]) -> dict[str, torch.Tensor]:
-    return {**prompts, "resp_ids": out[Columns.ACTIONS], "resp_mask": out["resp_mask"]}
-
-
 # ------------------------------------------------------------------------------------ tokenizer
 _TOKENIZER_HASH_SCRIPT = """
 import hashlib, sys
-from hgpo_rllib.tokenizer import build_tiny_tokenizer
+from hgpo_rllib.rl_module.tokenizer import build_tiny_tokenizer
 corpus = sys.stdin.read().split("\\x1e")
 print(hashlib.sha256(build_tiny_tokenizer(corpus, 600).backend_tokenizer.to_str().encode()).hexdigest())
 """
@@ -167,7 +146,7 @@ def test_backend_selection(
     monkeypatch: pytest.MonkeyPatch, cuda: bool, installed: str | None, auto: str, vllm: Any
 ) -> None:
     monkeypatch.setattr(torch.cuda, "is_available", lambda: cuda)
-    monkeypatch.setattr(rl_module, "_vllm_build", lambda: installed)
+    monkeypatch.setattr(models, "vllm_build", lambda: installed)
     assert resolve_inference_backend("hf") == "hf"
     assert resolve_inference_backend("auto") == auto
     if isinstance(vllm, str):
@@ -179,10 +158,11 @@ def test_backend_selection(
 
 def test_auto_backend_on_this_cpu_machine_is_hf_and_imports_no_vllm() -> None:
     code = (
-        "import sys; from tests.test_rl_module import build; "
-        "assert build(inference_backend='auto').backend == 'hf'; assert 'vllm' not in sys.modules"
+        "import sys; from helpers import build; m = build(inference_backend='auto'); "
+        "assert m.backend == 'hf' and type(m.generator()).__name__ == 'HFGenerator'; "
+        "assert 'vllm' not in sys.modules"
     )
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), str(TESTS)])}
     subprocess.run([sys.executable, "-c", code], cwd=REPO, check=True, env=env)
 
 
@@ -251,7 +231,7 @@ def test_exploration_logp_matches_forward_train(temperature: float) -> None:
 
 def test_sampled_log_probs_are_gathered_one_step_late_and_follow_undone_steps() -> None:
     """The generate-time recorder: step t's token shows up in input_ids at step t + 1 (or at the end)."""
-    recorder = rl_module._SampledLogProbs()
+    recorder = _SampledLogProbs()
     scores = [torch.randn(2, 5) for _ in range(3)]
     tokens = torch.tensor([[1, 4, 2], [0, 3, 3]])
     prompt = torch.zeros((2, 4), dtype=torch.long)
@@ -287,14 +267,16 @@ def test_response_masks_end_at_the_first_eos() -> None:
 
 def test_inference_samples_at_eval_temperature_and_exploration_at_temperature() -> None:
     module = build(temperature=1.3, eval_temperature=0.4)
+    generator = module.generator()
+    assert isinstance(generator, HFGenerator) and module.generator() is generator  # made once
     used = []
-    sample = module._hf_generate
+    sample = generator.generate
 
-    def spy(ids: torch.Tensor, mask: torch.Tensor, temperature: float, allowed: Any) -> Any:
+    def spy(ids: torch.Tensor, mask: torch.Tensor, *, temperature: float, **kwargs: Any) -> Any:
         used.append(temperature)
-        return sample(ids, mask, temperature, allowed)
+        return sample(ids, mask, temperature=temperature, **kwargs)
 
-    module._hf_generate = spy
+    generator.generate = spy
     prompts = module.encode_prompts(["go north"])
     module.forward_inference(prompts)
     module.forward_exploration(prompts)
@@ -332,7 +314,7 @@ def test_reference_model_is_a_frozen_copy_on_learners_only(monkeypatch: pytest.M
     def no_copy(obj: Any) -> Any:
         raise AssertionError("the reference model was built on an inference-only module")
 
-    monkeypatch.setattr(rl_module, "copy", SimpleNamespace(deepcopy=no_copy))
+    monkeypatch.setattr(llm_rl_module, "copy", SimpleNamespace(deepcopy=no_copy))
     runner = build(inference_only=True, kl_coeff=0.1)
     assert not hasattr(runner, "ref_lm")
     with pytest.raises(RuntimeError, match="kl_coeff"):

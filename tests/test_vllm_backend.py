@@ -12,14 +12,14 @@ from typing import Any
 
 import numpy as np
 import pytest
-import ray
 import torch
+from helpers import TINY_MODEL, keychest_config
 from ray.rllib.core.columns import Columns
 
 from hgpo_rllib import HGPO
-from hgpo_rllib.rl_module import ALLOWED_IDS, LLMRLModule
-from hgpo_rllib.vllm_backend import engine_state
-from tests.test_algorithm import TINY_MODEL, keychest_config
+from hgpo_rllib.columns import ALLOWED_IDS
+from hgpo_rllib.rl_module import LLMRLModule
+from hgpo_rllib.rl_module.vllm_generation import VLLMGenerator, engine_state
 
 # Eager mode and an explicit KV cache size skip vLLM's compilation and memory profiling at start-up.
 ENGINE_ARGS = {"enforce_eager": True, "kv_cache_memory_bytes": 64 << 20}
@@ -28,20 +28,18 @@ TINY_VLLM_MODEL = {**TINY_MODEL, "tiny_model": {**TINY_MODEL["tiny_model"], "hid
 
 
 @pytest.fixture(scope="module")
-def algo() -> Iterator[HGPO]:
-    ray.init(num_cpus=2, include_dashboard=False, ignore_reinit_error=True)
+def algo(ray_session: None) -> Iterator[HGPO]:
     config = keychest_config(remote_runners=0).rl_module(
         model_config={**TINY_VLLM_MODEL, "inference_backend": "vllm", "vllm_engine_args": ENGINE_ARGS}
     )
     algorithm = config.build_algo()
     yield algorithm
     algorithm.stop()
-    ray.shutdown()
 
 
 def runner_module(algo: HGPO) -> LLMRLModule:
     module = algo.env_runner.module
-    assert module.backend == "vllm"
+    assert module.backend == "vllm" and isinstance(module.generator(), VLLMGenerator)
     return module
 
 
@@ -128,6 +126,6 @@ def test_a_failed_sync_raises_with_the_workers_error(algo: HGPO) -> None:
         model_config={**module.model_config, "tiny_model": {**TINY_MODEL["tiny_model"], "hidden_size": 96}},
     )
     with pytest.raises(RuntimeError, match="vLLM weight sync failed") as info:
-        module._vllm.load_weights(wrong.lm)
+        module.generator().load_weights(wrong.lm)
     # The worker's error (a bare assert on the element counts) arrives with its type and place.
     assert "AssertionError" in str(info.value.__cause__) and "numel" in str(info.value.__cause__)

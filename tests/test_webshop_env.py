@@ -7,8 +7,8 @@ import re
 
 import gymnasium as gym
 import pytest
-from data_files import webshop_golden
 from gymnasium.utils.env_checker import check_env
+from helpers import webshop_golden
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -238,8 +238,14 @@ def test_an_engine_exception_truncates_with_env_error(env, monkeypatch) -> None:
 
 
 def test_reset_options_are_validated(env) -> None:
-    for options in ({"goal_index": -1}, {"goal_index": 6910}, {"goal_index": True}, {"goal_index": "3"},
-                    {"seed": 3}, {"goal_index": 1, "goal": env.goals[1]}):
+    for options in (
+        {"goal_index": -1},
+        {"goal_index": 6910},
+        {"goal_index": True},
+        {"goal_index": "3"},
+        {"seed": 3},
+        {"goal_index": 1, "goal": env.goals[1]},
+    ):
         with pytest.raises(ValueError):
             env.reset(options=options)
     with pytest.raises(ValueError, match="lacks"):
@@ -348,7 +354,8 @@ def test_later_prompts_show_the_last_k_records(env) -> None:
     assert f"[Observation {steps - 1}: '{last}', Action {steps - 1}: '{history[-2][1]}']" in prompt
     assert "[Observation 1:" not in prompt and "'click[buy now]',\n" in prompt
     assert render_prompt(task, history, episode.observations[-1], [], steps, 0).startswith(
-        WEBSHOP_TEMPLATE_NO_HIS[:60])
+        WEBSHOP_TEMPLATE_NO_HIS[:60]
+    )
     long_history = [("x" * 20_000, "click[x]")] * 3  # the HGPO recipe keeps even very long histories
     assert "Prior to this step" in render_prompt(task, long_history, "obs", [], 3, 2)
 

@@ -6,7 +6,7 @@ import json
 import random
 
 import pytest
-from data_files import webshop_golden
+from helpers import webshop_golden
 
 from envs.webshop import reward
 from envs.webshop.data import CATALOG_DIR, DATA_DIR_ENV, data_file, load_shop, normalize_product, read_json
@@ -34,8 +34,10 @@ def catalog() -> dict[str, dict]:
 
 
 def test_goal_list_is_the_originals(shop, golden_goals) -> None:
-    rows = [[g["asin"], g["goal_options"], g["price_upper"], g["weight"], g["instruction_text"]]
-            for g in shop.goals]
+    rows = [
+        [g["asin"], g["goal_options"], g["price_upper"], g["weight"], g["instruction_text"]]
+        for g in shop.goals
+    ]
     assert len(rows) == golden_goals["num_goals"] == 6910
     assert rows == golden_goals["all_goals"]
     assert [{"index": i, **g} for i, g in enumerate(shop.goals[:50])] == golden_goals["first_50_goals"]
@@ -102,8 +104,18 @@ def test_the_shipped_catalog_is_the_default_and_a_users_folder_wins(monkeypatch,
 def test_raw_records_load_like_the_processed_ones(shop, catalog) -> None:
     """A record as WebShop downloads it (price string, no derived fields) gives the same product."""
     attributes = read_json(data_file(DATA_DIR, "items_ins_v2_1000.json"))
-    derived = {"Title", "Description", "BulletPoints", "Price", "options", "option_to_image",
-               "Attributes", "MainImage", "Reviews", "Rating"}
+    derived = {
+        "Title",
+        "Description",
+        "BulletPoints",
+        "Price",
+        "options",
+        "option_to_image",
+        "Attributes",
+        "MainImage",
+        "Reviews",
+        "Rating",
+    }
     for product in shop.products[::25]:
         raw = {k: v for k, v in catalog[product["asin"]].items() if k not in derived}
         raw["pricing"] = "".join(f"${p:,}" for p in raw["pricing"])
@@ -131,9 +143,13 @@ def test_reward_parts_equal_the_originals(golden_rewards, catalog) -> None:
     for case in golden_rewards["get_option_reward_unit_cases"]:
         values, goal_options = case["purchased_option_values"], case["goal_options"]
         assert reward.get_option_reward(values, goal_options.items()) == (
-            case["r_option_goal_items"], case["num_matches_goal_items"])
+            case["r_option_goal_items"],
+            case["num_matches_goal_items"],
+        )
         assert reward.get_option_reward(values, list(goal_options.values())) == (
-            case["r_option_goal_values"], case["num_matches_goal_values"])
+            case["r_option_goal_values"],
+            case["num_matches_goal_values"],
+        )
     nouns = golden_rewards["title_noun_tokens_by_asin"]
     for asin in sorted(nouns)[::10]:  # 100 names: spaCy takes a few ms each
         assert list(reward.noun_tokens(catalog[asin]["name"])) == nouns[asin], asin

@@ -5,41 +5,51 @@
     python tuned_examples/hgpo_alfworld.py --preset paper-1.5b --model /models/Qwen2.5-1.5B-Instruct -k 2
 
 On CPU the run starts from a warm start: a 3.5M-parameter model fine-tuned on the searcher's play of
-800 training games, then one DAgger round (``rllib sft``, recipe ``hgpo_rllib.sft.ALFWORLD_WARM_START``),
-built on the first run (about 2 hours on 2 cores, with progress bars; resumable) and cached under
-``~/.cache/hgpo_rllib``. It then trains for 30 minutes, generating free text
+800 training games, then one DAgger round (``rllib sft``, recipe
+``hgpo_rllib.warm_start.cache.ALFWORLD_WARM_START`` at the run's K), built when the run starts (about
+2 hours on 2 cores, with progress bars; resumable) and cached under ``~/.cache/hgpo_rllib``
+(``HGPO_CACHE``). It then trains for 30 minutes, generating free text
 (``<think>...</think><action>...</action>``, no action constraint). ``HGPO_WARM_START=<dir>`` starts
 from another ``rllib sft`` model directory; ``HGPO_WARM_START=none`` runs the 2-minute pipeline demo
 instead (a random-init tiny model restricted to single-token commands, success near 0).
 The paper presets (2 GPUs for 1.5B, 4 for 7B, each + 1 for evaluation) use the published settings
 (docs/hgpo_algorithm.md §5) and need a local model directory; nothing is downloaded.
+Importing this file builds nothing: ``rllib train file`` calls ``prepare()`` when the run starts.
 """
 
-import os
-
 from hgpo_rllib import HGPOConfig
-from hgpo_rllib.presets import (
+from hgpo_rllib.cli.scripts import run_as_script
+from hgpo_rllib.experiments.presets import (
     RunSettings,
     apply_paper_preset,
-    run_as_script,
     tiny_cpu_config,
+    warm_start_cpu_config,
 )
-from hgpo_rllib.sft import ALFWORLD_WARM_START, cached_warm_start, warm_start_cpu_config
+from hgpo_rllib.warm_start.cache import alfworld_recipe, build_warm_start, recipe_record, warm_start_path
 
 settings = RunSettings.from_env()
-
-# A model directory written by `rllib sft`, or "none" for the random-init pipeline demo.
-warm_start = os.environ.get("HGPO_WARM_START", "")
 stop = {"training_iteration": settings.iterations}
-if settings.preset == "cpu" and warm_start.lower() == "none":
+recipe = alfworld_recipe(settings.history_length)
+builds_warm_start = settings.preset == "cpu" and settings.warm_start is None
+
+if settings.preset == "cpu" and (settings.warm_start or "").lower() == "none":
     config = tiny_cpu_config("alfworld", {"split": "train", "max_steps": 15}, settings, max_new_tokens=8)
 elif settings.preset == "cpu":
-    config = warm_start_cpu_config(warm_start or cached_warm_start(ALFWORLD_WARM_START), settings.training())
+    warm_start = settings.warm_start or warm_start_path(recipe, settings.cache_dir)
+    recorded = recipe_record(recipe) if builds_warm_start else None  # the directory may not exist yet
+    config = warm_start_cpu_config(warm_start, settings.training(), settings=recorded)
     stop = {"time_total_s": 1800}
 else:
     config = apply_paper_preset(HGPOConfig(), "alfworld", settings)
 checkpoint_freq = settings.checkpoint_freq
 name = f"alfworld_{settings.run_name}"
+
+
+def prepare() -> None:
+    """Build (or finish building) the warm start of the recipe before the run starts."""
+    if builds_warm_start:
+        build_warm_start(recipe, settings.cache_dir)
+
 
 if __name__ == "__main__":
     raise SystemExit(run_as_script(__file__))

@@ -11,7 +11,8 @@ the chest room apart. The tiny model knows no language, so it answers in the env
 
 from envs.keychest.env import COMMANDS
 from hgpo_rllib import HGPOConfig
-from hgpo_rllib.presets import RunSettings, run_as_script
+from hgpo_rllib.cli.scripts import run_as_script
+from hgpo_rllib.experiments.presets import RunSettings
 
 settings = RunSettings.from_env()
 GROUP_SIZE, GROUPS = 8, 16

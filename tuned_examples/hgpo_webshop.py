@@ -10,12 +10,8 @@ published settings (docs/hgpo_algorithm.md §5: mean_norm advantages, 30 steps, 
 """
 
 from hgpo_rllib import HGPOConfig
-from hgpo_rllib.presets import (
-    RunSettings,
-    apply_paper_preset,
-    run_as_script,
-    tiny_cpu_config,
-)
+from hgpo_rllib.cli.scripts import run_as_script
+from hgpo_rllib.experiments.presets import RunSettings, apply_paper_preset, tiny_cpu_config
 
 settings = RunSettings.from_env()
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from ray import tune
 
-from hgpo_rllib.cli import load_experiment_file
+from hgpo_rllib.experiments.experiment_file import load_experiment_file
 
 base = load_experiment_file(Path(__file__).with_name("hgpo_keychest.py"))
 config = base.config

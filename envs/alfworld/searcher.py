@@ -159,8 +159,11 @@ def decide(view: View) -> tuple[str, str]:
             return f"I have the {held}. I {verb} it with the {treat.split(' with ')[1]} here.", treat
         tool = _first(view, tool_type)
         return f"I have the {held}. I {verb} it at the {tool}.", f"go to {tool}"
-    state = f"The {held} is {PAST_TENSE[TREATMENTS[task.task_type][0]]}" if task.task_type in TREATMENTS \
+    state = (
+        f"The {held} is {PAST_TENSE[TREATMENTS[task.task_type][0]]}"
+        if task.task_type in TREATMENTS
         else f"I have the {held}"
+    )
     if not view.at(home):
         return f"{state}. It goes to the {home}.", f"go to {home}"
     if f"open {home}" in view.admissible:
@@ -223,8 +226,9 @@ def _treated(view: View, held: str, home: str) -> bool:
 
 
 class Searcher:
-    """:class:`~hgpo_rllib.sft.Demonstrator` over :func:`decide`, seeing the last ``history_length``
-    steps as the prompt does (the task is read from the first observation, as the env does)."""
+    """:class:`~hgpo_rllib.warm_start.demonstrations.Demonstrator` over :func:`decide`, seeing the
+    last ``history_length`` steps as the prompt does (the task is read from the first observation, as
+    the env does)."""
 
     def __init__(self, history_length: int = 2):
         if history_length < 1:

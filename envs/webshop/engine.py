@@ -139,7 +139,7 @@ class WebShopSession:
         self.page_number, self.asin, self.options = page_number, None, {}
         found = self._find_products(self.keywords)
         start = (page_number - 1) * PRODUCTS_PER_PAGE
-        shown = found[start:page_number * PRODUCTS_PER_PAGE]
+        shown = found[start : page_number * PRODUCTS_PER_PAGE]
         self.url = f"{_BASE_URL}/search_results/{self.session_id}/{self._keyword_path()}/{page_number}"
         return pages.results_page(self.goal["instruction_text"], shown, page_number, len(found))
 
@@ -166,13 +166,17 @@ class WebShopSession:
             self.asin = text.upper()
         elif clicked.kind == "option":
             self.options[clicked.target.lower()] = text
-        self.url = (f"{_BASE_URL}/item_page/{self.session_id}/{self.asin}/{self._keyword_path()}/"
-                    f"{self.page_number}/{json.dumps(self.options)}")
+        self.url = (
+            f"{_BASE_URL}/item_page/{self.session_id}/{self.asin}/{self._keyword_path()}/"
+            f"{self.page_number}/{json.dumps(self.options)}"
+        )
         return pages.item_page(self.goal["instruction_text"], self.shop.by_asin[self.asin])
 
     def _sub_page(self, which: str) -> pages.Page:
-        self.url = (f"{_BASE_URL}/item_sub_page/{self.session_id}/{self.asin}/{self._keyword_path()}/"
-                    f"{self.page_number}/{which}/{self.options}")
+        self.url = (
+            f"{_BASE_URL}/item_sub_page/{self.session_id}/{self.asin}/{self._keyword_path()}/"
+            f"{self.page_number}/{which}/{self.options}"
+        )
         return pages.sub_page(self.goal["instruction_text"], self.shop.by_asin[self.asin], which)
 
     def _buy(self) -> StepOutcome:

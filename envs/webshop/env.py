@@ -101,8 +101,11 @@ class WebShopEnv(TextEnv):
             index = options.get("goal_index")
             if index is None:
                 index = self._draw_goal_index()
-            elif not (isinstance(index, Integral) and not isinstance(index, bool)
-                      and 0 <= index < len(self.shop.goals)):
+            elif not (
+                isinstance(index, Integral)
+                and not isinstance(index, bool)
+                and 0 <= index < len(self.shop.goals)
+            ):
                 raise ValueError(f"goal_index must be an int in [0, {len(self.shop.goals)}), got {index!r}")
             self.goal_index, goal = int(index), self.shop.goals[index]
         session_id = "custom" if self.goal_index is None else str(self.goal_index)
@@ -163,4 +166,3 @@ class WebShopEnv(TextEnv):
             won=won,
             extra_info=self._extra_info(outcome),
         )
-

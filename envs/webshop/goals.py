@@ -22,8 +22,16 @@ NO_PRICE_LIMIT = 1_000_000  # the price cap of goals whose product costs too muc
 GOAL_SHUFFLE_SEED = 233
 
 GOAL_KEYS = (
-    "asin", "category", "query", "name", "product_category", "instruction_text", "attributes",
-    "price_upper", "goal_options", "weight",
+    "asin",
+    "category",
+    "query",
+    "name",
+    "product_category",
+    "instruction_text",
+    "attributes",
+    "price_upper",
+    "goal_options",
+    "weight",
 )
 
 
@@ -51,17 +59,19 @@ def synthetic_goals(
             goal_options = dict(zip(names, values, strict=True))
             option_text = ", and ".join(f"{name}: {value}" for name, value in goal_options.items())
             with_options = f" with {option_text}" if option_text else ""
-            goals.append({
-                "asin": product["asin"],
-                "category": product["category"],
-                "query": product["query"],
-                "name": product["Title"],
-                "product_category": product["product_category"],
-                "instruction_text": f"{instruction}{with_options}{price_text}",
-                "attributes": attributes,
-                "price_upper": price_upper,
-                "goal_options": goal_options,
-            })
+            goals.append(
+                {
+                    "asin": product["asin"],
+                    "category": product["category"],
+                    "query": product["query"],
+                    "name": product["Title"],
+                    "product_category": product["product_category"],
+                    "instruction_text": f"{instruction}{with_options}{price_text}",
+                    "attributes": attributes,
+                    "price_upper": price_upper,
+                    "goal_options": goal_options,
+                }
+            )
             attribute_counts.update(attributes)
     for goal in goals:
         goal["weight"] = sum(1.0 / attribute_counts[a] for a in goal["attributes"]) / len(goal["attributes"])
@@ -121,8 +131,11 @@ def complete_goal(goal: Mapping[str, Any], products: Mapping[str, Mapping[str, A
         if product.get("instruction_attributes"):
             filled["attributes"] = list(product["instruction_attributes"])
     filled.update(goal)
-    missing = [key for key in ("instruction_text", "query", "name", "product_category", "attributes")
-               if key not in filled]
+    missing = [
+        key
+        for key in ("instruction_text", "query", "name", "product_category", "attributes")
+        if key not in filled
+    ]
     if missing:
         raise ValueError(f"goal lacks {missing} (give them, or the asin of a catalog product)")
     for key in ("instruction_text", "query", "name", "product_category"):

@@ -63,8 +63,9 @@ def _nodes(*texts: Any) -> tuple[str, ...]:
     return tuple(node for node in map(_node, texts) if node is not None)
 
 
-def _clickables(buttons: Iterable[str], products: Iterable[str] = (),
-                options: Iterable[tuple[str, str]] = ()) -> dict[str, Clickable]:
+def _clickables(
+    buttons: Iterable[str], products: Iterable[str] = (), options: Iterable[tuple[str, str]] = ()
+) -> dict[str, Clickable]:
     table = {text.lower(): Clickable("button") for text in buttons}
     table.update({asin.lower(): Clickable("product", asin) for asin in products})
     for group, value in options:
@@ -78,8 +79,12 @@ def _header(instruction: str, *buttons: str) -> tuple[str, ...]:
 
 def start_page(instruction: str) -> Page:
     """The search page: logo, instruction, search box."""
-    return Page("start", _nodes("WebShop", "Instruction:", instruction, SEARCH_BUTTON),
-                _clickables([SEARCH_BUTTON]), has_search_bar=True)
+    return Page(
+        "start",
+        _nodes("WebShop", "Instruction:", instruction, SEARCH_BUTTON),
+        _clickables([SEARCH_BUTTON]),
+        has_search_bar=True,
+    )
 
 
 def results_page(instruction: str, products: Sequence[Mapping[str, Any]], page: int, total: int) -> Page:
@@ -88,8 +93,9 @@ def results_page(instruction: str, products: Sequence[Mapping[str, Any]], page: 
     nodes = [*_header(instruction), *_nodes(f"Page {page} (Total results: {total})", *buttons)]
     for product in products:
         nodes += _nodes(product["asin"], product["Title"], product["Price"])
-    return Page("results", tuple(nodes),
-                _clickables([BACK_TO_SEARCH, *buttons], [p["asin"] for p in products]))
+    return Page(
+        "results", tuple(nodes), _clickables([BACK_TO_SEARCH, *buttons], [p["asin"] for p in products])
+    )
 
 
 def item_page(instruction: str, product: Mapping[str, Any]) -> Page:
@@ -99,8 +105,13 @@ def item_page(instruction: str, product: Mapping[str, Any]) -> Page:
     for group, values in product["options"].items():
         nodes += _nodes(group, *values)
         options += [(group, value) for value in values]
-    nodes += _nodes(product["Title"], f"Price: {product['Price']}", f"Rating: {product['Rating']}",
-                    *SUB_PAGES[:3], BUY_NOW)
+    nodes += _nodes(
+        product["Title"],
+        f"Price: {product['Price']}",
+        f"Rating: {product['Rating']}",
+        *SUB_PAGES[:3],
+        BUY_NOW,
+    )
     buttons = [BACK_TO_SEARCH, PREV_PAGE, *SUB_PAGES[:3], BUY_NOW]
     return Page("item", tuple(nodes), _clickables(buttons, options=options))
 
@@ -120,10 +131,15 @@ def sub_page(instruction: str, product: Mapping[str, Any], which: str) -> Page:
             )
         )
     else:
-        body = _nodes(*(f" {attribute}" for attribute in product["Attributes"]),
-                      product["category"], product["query"], product["product_category"])
-    return Page(which.lower(), (*_header(instruction, PREV_PAGE), *body),
-                _clickables([BACK_TO_SEARCH, PREV_PAGE]))
+        body = _nodes(
+            *(f" {attribute}" for attribute in product["Attributes"]),
+            product["category"],
+            product["query"],
+            product["product_category"],
+        )
+    return Page(
+        which.lower(), (*_header(instruction, PREV_PAGE), *body), _clickables([BACK_TO_SEARCH, PREV_PAGE])
+    )
 
 
 def _html_safe_json(value: Any) -> str:
@@ -137,11 +153,38 @@ def _html_safe_json(value: Any) -> str:
 def done_page(asin: str, options: Mapping[str, str], score: float) -> Page:
     """The page after "Buy Now" (its hidden goal fields render empty, as in the original)."""
     nodes = _nodes(
-        "Thank you for shopping with us!", "Your code: ", None, " (Paste it in your MTurk interface.)",
-        "Purchased", "asin", asin, "options", _html_safe_json(options),
-        "attrs", None, "category", None, "query", None, "product category", None,
-        "Target", "asin", "options", "attrs", "price upper", "instuction text", "category",
-        "product category", "query", "Goal ", None, "Reward",
-        "Your score (min 0.0, max 1.0)", score, "Reward Details ", None,
+        "Thank you for shopping with us!",
+        "Your code: ",
+        None,
+        " (Paste it in your MTurk interface.)",
+        "Purchased",
+        "asin",
+        asin,
+        "options",
+        _html_safe_json(options),
+        "attrs",
+        None,
+        "category",
+        None,
+        "query",
+        None,
+        "product category",
+        None,
+        "Target",
+        "asin",
+        "options",
+        "attrs",
+        "price upper",
+        "instuction text",
+        "category",
+        "product category",
+        "query",
+        "Goal ",
+        None,
+        "Reward",
+        "Your score (min 0.0, max 1.0)",
+        score,
+        "Reward Details ",
+        None,
     )
     return Page("done", nodes)

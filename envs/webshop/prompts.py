@@ -57,7 +57,7 @@ def format_observation(observation: str, task: str) -> str:
     fields = observation.split(pages.SEP)
     if task not in fields:
         return observation
-    return pages.SEP.join(f"'{field}'" for field in fields[fields.index(task) + 1:])
+    return pages.SEP.join(f"'{field}'" for field in fields[fields.index(task) + 1 :])
 
 
 def render_prompt(
@@ -92,9 +92,20 @@ def tokenizer_corpus(data_dir: str | os.PathLike[str] | None = None, num_episode
     values of every tenth product.
     """
     fixed = [
-        WEBSHOP_TEMPLATE_NO_HIS, WEBSHOP_TEMPLATE, "WebShop", "Instruction:", pages.SEARCH_BUTTON,
-        pages.BACK_TO_SEARCH, pages.NEXT_PAGE, pages.PREV_PAGE, pages.BUY_NOW, *pages.SUB_PAGES,
-        "Page 1 (Total results: 50)", "Price: $19.99 to $27.99", "Rating: N.A.", "search[<your query>]",
+        WEBSHOP_TEMPLATE_NO_HIS,
+        WEBSHOP_TEMPLATE,
+        "WebShop",
+        "Instruction:",
+        pages.SEARCH_BUTTON,
+        pages.BACK_TO_SEARCH,
+        pages.NEXT_PAGE,
+        pages.PREV_PAGE,
+        pages.BUY_NOW,
+        *pages.SUB_PAGES,
+        "Page 1 (Total results: 50)",
+        "Price: $19.99 to $27.99",
+        "Rating: N.A.",
+        "search[<your query>]",
         pages.done_page("B000000000", {"color": "black"}, 1.0).text,
     ]
     # Imported here so that rendering prompts does not load the search stack (NLTK, SciPy).
@@ -109,8 +120,16 @@ def tokenizer_corpus(data_dir: str | os.PathLike[str] | None = None, num_episode
         task = episode.infos[0]["task"]
         for step, answer in enumerate(episode.answers):
             history = [(episode.observations[t], episode.infos[t + 1]["command"]) for t in range(step)]
-            corpus.append(render_prompt(task, history, episode.observations[step],
-                                        episode.infos[step]["admissible_actions"], step, 2))
+            corpus.append(
+                render_prompt(
+                    task,
+                    history,
+                    episode.observations[step],
+                    episode.infos[step]["admissible_actions"],
+                    step,
+                    2,
+                )
+            )
             corpus.append(answer)
     for product in shop.products[::10]:
         corpus.append(product["Title"])

@@ -180,8 +180,10 @@ class LuceneBM25:
         )
         avgdl = np.float32(sum(lengths) / num_docs) if num_docs else np.float32(1)
         inverse_by_norm = np.array(
-            [np.float32(1) / (K1 * ((np.float32(1) - B) + B * np.float32(norm_to_length(n)) / avgdl))
-             for n in range(256)],
+            [
+                np.float32(1) / (K1 * ((np.float32(1) - B) + B * np.float32(norm_to_length(n)) / avgdl))
+                for n in range(256)
+            ],
             dtype=np.float32,
         )
         self._norm_inverse = inverse_by_norm[[length_to_norm(n) for n in lengths]]

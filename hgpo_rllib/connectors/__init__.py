@@ -1,9 +1,18 @@
-"""HGPO's connector pieces: prompts (env-to-module), text actions (module-to-env), advantages and
-reference log-probs (learner)."""
+"""Connector pieces by pipeline (≈ ``rllib/connectors/``): each step's prompt (``env_to_module``), the
+generated text to the env (``module_to_env``), and the learner's token batch, advantages and frozen
+log-probs (``learner``)."""
 
-from hgpo_rllib.connectors.decode_actions import TextActionsToEnv
-from hgpo_rllib.connectors.group_advantages import GroupAdvantages
-from hgpo_rllib.connectors.history_window import HistoryWindowPrompt
-from hgpo_rllib.connectors.reference_logp import ReferenceLogp
+from hgpo_rllib._imports import lazy_getattr
 
-__all__ = ["GroupAdvantages", "HistoryWindowPrompt", "ReferenceLogp", "TextActionsToEnv"]
+__all__ = ["GroupAdvantages", "HistoryWindowPrompt", "RecomputeOldLogp", "ReferenceLogp", "TextActionsToEnv"]
+
+__getattr__ = lazy_getattr(
+    __name__,
+    {
+        "HistoryWindowPrompt": "hgpo_rllib.connectors.env_to_module.history_window",
+        "TextActionsToEnv": "hgpo_rllib.connectors.module_to_env.text_actions",
+        "GroupAdvantages": "hgpo_rllib.connectors.learner.group_advantages",
+        "RecomputeOldLogp": "hgpo_rllib.connectors.learner.frozen_logp",
+        "ReferenceLogp": "hgpo_rllib.connectors.learner.frozen_logp",
+    },
+)

@@ -1,25 +1,7 @@
-"""Module-to-env: the generated texts go to ``env.step``; token ids stay in the episode.
+"""Deprecated path (0.2.0): see :mod:`hgpo_rllib.connectors.module_to_env.text_actions`. Kept because
+checkpoints pickle this path."""
 
-``Columns.ACTIONS`` keeps the right-padded response token ids (the episode's action record and what
-the learner trains on); ``Columns.ACTIONS_FOR_ENV`` carries the decoded strings, which the env parses
-itself (docs/rllib_notes.md §4). RLlib's ``TensorToNumpy`` runs first, so everything here is numpy or lists.
-"""
+from hgpo_rllib._imports import warn_moved_module
+from hgpo_rllib.connectors.module_to_env.text_actions import TextActionsToEnv  # noqa: F401
 
-from __future__ import annotations
-
-from typing import Any
-
-from ray.rllib.connectors.connector_v2 import ConnectorV2
-from ray.rllib.core.columns import Columns
-from ray.rllib.utils.annotations import override
-
-from hgpo_rllib.env_runner import ACTION_TEXT
-
-
-class TextActionsToEnv(ConnectorV2):
-    """Sets ``ACTIONS_FOR_ENV`` to the module's decoded ``action_text`` list."""
-
-    @override(ConnectorV2)
-    def __call__(self, *, rl_module: Any, batch: dict[str, Any], episodes: Any, **kwargs: Any) -> dict:
-        batch[Columns.ACTIONS_FOR_ENV] = list(batch[ACTION_TEXT])
-        return batch
+warn_moved_module(__name__, "hgpo_rllib.connectors.module_to_env.text_actions")

@@ -1,87 +1,11 @@
-"""Env-to-module: each step's prompt from the episode's own history window (docs/hgpo_algorithm.md §5.1).
+"""Deprecated path (0.2.0): see :mod:`hgpo_rllib.connectors.env_to_module.history_window`. Kept because
+checkpoints pickle this path."""
 
-The prompt is the env's own template (``envs.get_prompt_renderer``) over the task, the earlier
-(observation, command) records (the renderer shows the last ``history_length`` = K of them), the
-current raw observation and the admissible actions, as verl-agent's memory manager builds it. The
-rendered text goes through the model's chat template and tokenizer (``module.encode_prompts``),
-which left-truncates to ``max_prompt_tokens`` and left-pads the batch.
-"""
+from hgpo_rllib._imports import warn_moved_module
+from hgpo_rllib.connectors.env_to_module.history_window import (  # noqa: F401
+    HistoryWindowPrompt,
+    PromptRenderer,
+    episode_prompt_text,
+)
 
-from __future__ import annotations
-
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any
-
-from ray.rllib.connectors.connector_v2 import ConnectorV2
-from ray.rllib.env.single_agent_episode import SingleAgentEpisode
-from ray.rllib.utils.annotations import override
-
-from hgpo_rllib.rl_module import ALLOWED_IDS
-
-PromptRenderer = Callable[..., str]
-
-
-def episode_prompt_text(
-    episode: SingleAgentEpisode,
-    render_prompt: PromptRenderer,
-    history_length: int,
-    render_kwargs: Mapping[str, Any] | None = None,
-) -> str:
-    """Render the prompt for the episode's next action.
-
-    History record j pairs the observation of step j with the command executed on it, which the
-    env reports as ``info["command"]`` of the following step.
-    """
-    observations = episode.get_observations()
-    infos = episode.get_infos()
-    steps = len(observations) - 1
-    history = [(observations[j], infos[j + 1]["command"]) for j in range(steps)]
-    info = infos[-1]
-    return render_prompt(
-        info["task"],
-        history,
-        observations[-1],
-        info["admissible_actions"],
-        steps,
-        history_length,
-        **(render_kwargs or {}),
-    )
-
-
-class HistoryWindowPrompt(ConnectorV2):
-    """Emits ``prompt_ids``/``prompt_mask`` for the given (active) episodes, one row each, and
-    ``allowed_ids`` (each step's admissible-action tokens) when the module constrains to them."""
-
-    def __init__(
-        self,
-        input_observation_space: Any = None,
-        input_action_space: Any = None,
-        *,
-        render_prompt: PromptRenderer,
-        history_length: int,
-        render_kwargs: Mapping[str, Any] | None = None,
-        **kwargs: Any,
-    ):
-        super().__init__(input_observation_space, input_action_space, **kwargs)
-        self.render_prompt = render_prompt
-        self.history_length = history_length
-        self.render_kwargs = dict(render_kwargs or {})
-
-    @override(ConnectorV2)
-    def __call__(
-        self,
-        *,
-        rl_module: Any,
-        batch: dict[str, Any],
-        episodes: Sequence[SingleAgentEpisode],
-        **kwargs: Any,
-    ) -> dict[str, Any]:
-        texts = [
-            episode_prompt_text(ep, self.render_prompt, self.history_length, self.render_kwargs)
-            for ep in episodes
-        ]
-        batch.update(rl_module.encode_prompts(texts))
-        if rl_module.llm_config.constrain_to_admissible:
-            admissible = [ep.get_infos(-1)["admissible_actions"] for ep in episodes]
-            batch[ALLOWED_IDS] = rl_module.allowed_ids(admissible)
-        return batch
+warn_moved_module(__name__, "hgpo_rllib.connectors.env_to_module.history_window")

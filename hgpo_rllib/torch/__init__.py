@@ -1,5 +1,2 @@
-"""Torch implementation of the HGPO learner."""
-
-from hgpo_rllib.torch.hgpo_torch_learner import HGPOTorchLearner
-
-__all__ = ["HGPOTorchLearner"]
+"""Deprecated package path (0.2.0): the torch learners live in :mod:`hgpo_rllib.algorithms.torch` and
+:mod:`hgpo_rllib.algorithms.hgpo.torch`."""

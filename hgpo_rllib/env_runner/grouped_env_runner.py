@@ -31,30 +31,19 @@ from ray.rllib.utils.metrics import (
 )
 
 import envs
-from hgpo_rllib.env_pool import EnvCrash, EnvWorkerPool
-
-#: Keys the runner adds to the reset ``info`` of every episode.
-GROUP_ID = "group_id"
-TASK_SEED = "task_seed"
-#: Per-step extra model outputs: prompt token ids without padding (frozen at sampling time, so the
-#: learner trains on exactly the prompt the sampler saw), response mask and sampling log-probs.
-PROMPT_IDS = "prompt_ids"
-PROMPT_MASK = "prompt_mask"
-RESP_MASK = "resp_mask"
-RESP_LOGP = "resp_logp"
-ACTION_TEXT = "action_text"
-#: Runner metrics: generated (valid) response tokens and their rate during generation only.
-NUM_GENERATED_TOKENS = "num_generated_tokens"
-GENERATED_TOKENS_PER_S = "generated_tokens_per_s"
-#: Runner state key of the task-seed generator (its position and the count of groups started).
-TASK_GENERATOR = "task_generator"
+from hgpo_rllib.columns import (
+    GENERATED_TOKENS_PER_S,
+    GROUP_ID,
+    NUM_GENERATED_TOKENS,
+    PROMPT_IDS,
+    PROMPT_MASK,
+    RESP_MASK,
+    TASK_GENERATOR,
+    TASK_SEED,
+)
+from hgpo_rllib.env_runner.env_pool import EnvCrash, EnvWorkerPool
 
 _MAX_TASK_SEED = 2**31 - 1
-
-
-def group_id_of(episode: SingleAgentEpisode) -> str:
-    """The rollout-group id the runner stamped into the episode's reset info."""
-    return episode.get_infos(0)[GROUP_ID]
 
 
 class GroupedEnvRunner(SingleAgentEnvRunner):
@@ -125,9 +114,7 @@ class GroupedEnvRunner(SingleAgentEnvRunner):
         if random_actions:
             raise ValueError("GroupedEnvRunner does not support random_actions: actions are LLM text")
         if num_episodes % self.group_size:
-            raise ValueError(
-                f"num_episodes={num_episodes} is not a multiple of group_size={self.group_size}"
-            )
+            raise ValueError(f"num_episodes={num_episodes} is not a multiple of group_size={self.group_size}")
         num_groups = num_episodes // self.group_size
         groups_per_wave = self.num_envs // self.group_size
         episodes: list[SingleAgentEpisode] = []
@@ -221,8 +208,12 @@ class GroupedEnvRunner(SingleAgentEnvRunner):
         for (index, _), result in zip(calls, self._env_pool().step(calls), strict=True):
             if isinstance(result, EnvCrash):
                 last = episodes[index]
-                info = {**last.get_infos(-1), "admissible_actions": [], "won": False,
-                        "env_error": result.message}
+                info = {
+                    **last.get_infos(-1),
+                    "admissible_actions": [],
+                    "won": False,
+                    "env_error": result.message,
+                }
                 result = (last.get_observations(-1), 0.0, False, True, info)
             results.append(result)
         return results

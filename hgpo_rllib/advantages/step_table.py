@@ -1,0 +1,196 @@
+"""A learner batch as the estimators see it: one row per environment step (docs/hgpo_algorithm.md §1.1).
+
+:class:`StepTable` collects each step's estimator inputs (group id, trajectory id, step index, raw
+anchor observation, reward, validity) from complete episodes, and :func:`estimate_advantages` runs the
+configured estimator on it. Episodes are read through their public accessors only, so this module needs
+neither Ray nor torch: the learner connector, the benchmarks and the tests share it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
+import numpy.typing as npt
+
+from hgpo_rllib.advantages.estimators import (
+    HGPOLevels,
+    gigpo_advantages,
+    grpo_advantages,
+    hgpo_level_stats,
+)
+from hgpo_rllib.advantages.grouping import FloatArray
+from hgpo_rllib.advantages.returns import step_returns_and_scores
+from hgpo_rllib.columns import group_id_of
+
+#: The advantage estimators of HGPOConfig.training(estimator=...).
+ESTIMATORS = ("hgpo", "gigpo", "grpo")
+
+
+class Episode(Protocol):
+    """What :meth:`StepTable.from_episodes` reads of an RLlib ``SingleAgentEpisode``."""
+
+    id_: str
+    t_started: int
+    is_done: bool
+
+    def __len__(self) -> int: ...
+    def get_observations(self) -> Sequence[Any]: ...
+    def get_rewards(self) -> Sequence[float]: ...
+    def get_infos(self, indices: Any = None) -> Any: ...
+
+
+@dataclass(frozen=True)
+class EstimatorSettings:
+    """The advantage options of ``HGPOConfig.training()`` (docs/hgpo_algorithm.md §2-§4)."""
+
+    estimator: str = "hgpo"
+    gamma: float = 0.95
+    invalid_action_penalty: float = 0.1
+    history_length: int = 2
+    adv_mode: str = "mean_std_norm"
+    length_weight_alpha: float = 1.0
+    base_group: bool = False
+    weighting: str = "reference"
+    step_advantage_w: float = 1.0
+
+
+@dataclass
+class StepTable:
+    """Estimator inputs, one row per environment step; each episode's rows are contiguous, in order."""
+
+    group_ids: list[str]
+    traj_ids: list[str]
+    step_idx: npt.NDArray[np.int64]
+    obs: list[str]
+    rewards: npt.NDArray[np.float64]
+    is_action_valid: npt.NDArray[np.bool_]
+
+    @classmethod
+    def from_episodes(cls, episodes: Sequence[Episode]) -> StepTable:
+        group_ids: list[str] = []
+        traj_ids: list[str] = []
+        steps: list[range] = []
+        obs: list[str] = []
+        rewards: list[Any] = []
+        valid: list[bool] = []
+        for ep in episodes:
+            if ep.t_started != 0 or not ep.is_done:
+                raise ValueError(
+                    f"episode {ep.id_} is not a complete episode (t_started={ep.t_started}, "
+                    f"done={ep.is_done}); the estimators need whole episodes from GroupedEnvRunner"
+                )
+            n = len(ep)
+            group_ids += [group_id_of(ep)] * n
+            traj_ids += [ep.id_] * n
+            steps.append(range(n))
+            obs += list(ep.get_observations())[:n]  # the anchor: the raw observation acted on
+            rewards += list(ep.get_rewards())
+            valid += [bool(info["is_action_valid"]) for info in list(ep.get_infos())[1:]]
+        return cls(
+            group_ids,
+            traj_ids,
+            np.fromiter((t for r in steps for t in r), np.int64, len(obs)),
+            obs,
+            np.asarray(rewards, dtype=np.float64),
+            np.asarray(valid, dtype=bool),
+        )
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """What :func:`estimate_advantages` computed: the inputs it derived, one advantage per row, and the
+    history levels behind them (HGPO; GiGPO's anchor-state groups; None for GRPO)."""
+
+    step_returns: FloatArray
+    episode_scores: FloatArray
+    advantages: FloatArray
+    levels: HGPOLevels | None
+
+
+def estimate_advantages(table: StepTable, settings: EstimatorSettings) -> Estimate:
+    """Step returns and episode scores (§1.1), then the configured estimator (§2-§4), each computed once."""
+    returns, scores = step_returns_and_scores(
+        table.traj_ids,
+        table.step_idx,
+        table.rewards,
+        table.is_action_valid,
+        settings.gamma,
+        invalid_penalty=settings.invalid_action_penalty,
+    )
+    if settings.estimator == "grpo":
+        advantages = grpo_advantages(
+            table.group_ids, scores, norm_by_std=settings.adv_mode == "mean_std_norm"
+        )
+        return Estimate(returns, scores, advantages, None)
+    hgpo = settings.estimator == "hgpo"
+    if not hgpo and settings.estimator != "gigpo":
+        raise ValueError(f"estimator must be one of {ESTIMATORS}, got {settings.estimator!r}")
+    # HGPO's own hierarchy; for GiGPO its anchor-state groups (K = 0), whose sizes the metrics report.
+    levels = hgpo_level_stats(
+        table.group_ids,
+        table.traj_ids,
+        table.step_idx,
+        table.obs,
+        returns,
+        episode_scores=scores,
+        history_length=settings.history_length if hgpo else 0,
+        mode=settings.adv_mode,
+        alpha=settings.length_weight_alpha,
+        base_group=hgpo and settings.base_group,
+        weighting=settings.weighting if hgpo else "reference",
+    )
+    if hgpo:
+        return Estimate(returns, scores, levels.advantages, levels)
+    advantages = gigpo_advantages(
+        table.group_ids,
+        table.obs,
+        returns,
+        scores,
+        mode=settings.adv_mode,
+        step_advantage_w=settings.step_advantage_w,
+    )
+    return Estimate(returns, scores, advantages, levels)
+
+
+def _mean(values: npt.NDArray[Any]) -> float:
+    """Mean, NaN for no values (the key stays; RLlib's mean reduction skips NaN)."""
+    return float(values.mean()) if values.size else float("nan")
+
+
+def level_metrics(estimate: Estimate, settings: EstimatorSettings) -> dict[str, float]:
+    """History-level monitoring from the estimator's own grouping.
+
+    Keys ``level{d}_*`` count from d = 1 (paper level k = d - 1, docs/hgpo_algorithm.md §4.2), so
+    ``level1`` is the current-state group. For each level of HGPO (d = 1..K+1): mean group size
+    and singleton fraction over the steps that have the level, and mean / std / mean |a| of the
+    level's items (§4.3; exact-zero items included, singletons have none), and
+    ``level{d}_weight_mean``, the level's mean weight in the step advantages (0 where a step has
+    no item there, so with ``base_weight_mean`` under ``base_group`` they sum to the share of
+    steps with any item): what the configured weighting, ``adaptive`` above all, chose. GiGPO gets the
+    sizes of its anchor-state group only (its items use another std); GRPO has no levels.
+    ``all_levels_singleton_frac``: steps with no shared group at any level, which get no step
+    item (HGPO advantage 0 unless ``base_group``, §4.6). Undefined statistics are NaN.
+    """
+    levels = estimate.levels
+    if levels is None:
+        return {}
+    hgpo = settings.estimator == "hgpo"
+    stats: dict[str, float] = {}
+    columns = zip(levels.sizes, levels.items, levels.weights, strict=True)
+    for depth, (sizes, items, weights) in enumerate(columns, start=1):
+        present = sizes[sizes > 0]
+        stats[f"level{depth}_group_size_mean"] = _mean(present)
+        stats[f"level{depth}_singleton_frac"] = _mean(present == 1)
+        if hgpo:
+            items = items[~np.isnan(items)]
+            stats[f"level{depth}_advantage_mean"] = _mean(items)
+            stats[f"level{depth}_advantage_std"] = float(items.std()) if items.size else float("nan")
+            stats[f"level{depth}_advantage_abs_mean"] = _mean(np.abs(items))
+            stats[f"level{depth}_weight_mean"] = _mean(weights)
+    if hgpo and settings.base_group:
+        stats["base_weight_mean"] = _mean(levels.base_weights)
+    stats["all_levels_singleton_frac"] = _mean((levels.sizes <= 1).all(axis=0))
+    return stats

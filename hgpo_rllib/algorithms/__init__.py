@@ -1,0 +1,18 @@
+"""The algorithms (≈ ``rllib/algorithms/``): what every text-agent algorithm shares at this level
+(:mod:`~hgpo_rllib.algorithms.text_agent`: config and iteration; validation; the env-runner pool; the
+learner group; the token loss, torch learner and FSDP in ``torch/``), and one sub-package per
+algorithm (``hgpo/``)."""
+
+from hgpo_rllib._imports import lazy_getattr
+
+__all__ = ["HGPO", "HGPOConfig", "TextAgent", "TextAgentConfig"]
+
+__getattr__ = lazy_getattr(
+    __name__,
+    {
+        "HGPO": "hgpo_rllib.algorithms.hgpo.hgpo",
+        "HGPOConfig": "hgpo_rllib.algorithms.hgpo.hgpo",
+        "TextAgent": "hgpo_rllib.algorithms.text_agent",
+        "TextAgentConfig": "hgpo_rllib.algorithms.text_agent",
+    },
+)

@@ -1,0 +1,1 @@
+"""HGPO's torch learner."""

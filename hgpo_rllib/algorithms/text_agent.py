@@ -1,0 +1,400 @@
+"""What every algorithm of this package shares: an LLM policy acting in text envs, trained on whole
+rollout groups with a token-level clipped loss.
+
+:class:`TextAgentConfig` wires RLlib's new API stack for text (docs/rllib_notes.md §1, §9): grouped env
+runners, the history-window prompt connector, the text-action connector, the LLM RLModule, a learner
+group that never splits a rollout group, and the generation and loss settings. :class:`TextAgent`
+runs one iteration (docs/rllib_notes.md §5.1): sample ``groups_per_iteration`` whole groups on the env
+runners (:mod:`~hgpo_rllib.algorithms.runner_pool`), one learner update on all of them, then a weight
+sync that waits for every runner. An algorithm (HGPO, ...) adds its advantage estimator through its
+learner class and its own settings.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import functools
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from ray.rllib.algorithms.algorithm import Algorithm
+from ray.rllib.algorithms.algorithm_config import AlgorithmConfig, NotProvided
+from ray.rllib.connectors.common.tensor_to_numpy import TensorToNumpy
+from ray.rllib.core import COMPONENT_LEARNER, COMPONENT_RL_MODULE
+from ray.rllib.core.rl_module.rl_module import RLModuleSpec
+from ray.rllib.utils.annotations import override
+from ray.rllib.utils.metrics import (
+    ENV_RUNNER_RESULTS,
+    ENV_RUNNER_SAMPLING_TIMER,
+    LEARNER_RESULTS,
+    LEARNER_UPDATE_TIMER,
+    NUM_ENV_STEPS_SAMPLED_LIFETIME,
+    SYNCH_WORKER_WEIGHTS_TIMER,
+    TIMERS,
+    WEIGHTS_SEQ_NO,
+)
+from ray.train.constants import DEFAULT_STORAGE_PATH
+
+import envs
+from hgpo_rllib.algorithms import validation
+from hgpo_rllib.algorithms.learner_group import GroupShardingLearnerGroup
+from hgpo_rllib.algorithms.runner_pool import RunnerPool
+from hgpo_rllib.columns import ITERATION_SECONDS, NUM_GROUPS_SAMPLED, TASK_GENERATORS
+from hgpo_rllib.connectors.env_to_module.history_window import HistoryWindowPrompt, prompt_connector
+from hgpo_rllib.connectors.module_to_env.text_actions import TextActionsToEnv
+from hgpo_rllib.env_runner.grouped_env_runner import GroupedEnvRunner
+from hgpo_rllib.env_runner.metrics_callback import EpisodeMetricsCallback
+from hgpo_rllib.rl_module.config import ALGORITHM_OWNED_KEYS, TINY_PRESET
+from hgpo_rllib.rl_module.llm_rl_module import LLMRLModule
+
+
+@functools.cache
+def _tokenizer_corpus(env_name: str) -> tuple[str, ...]:
+    return tuple(envs.get_tokenizer_corpus(env_name))
+
+
+class TextAgentConfig(AlgorithmConfig):
+    """Settings every text-agent algorithm shares; defaults are the HGPO paper's (docs/hgpo_algorithm.md §5).
+
+    Besides :meth:`training`, the RLlib settings relied on: ``lr`` 1e-6, ``grad_clip`` 1.0 (global
+    norm), ``minibatch_size`` 256 rows per optimiser step (over all learners), ``num_epochs`` 1, no
+    shuffling, ``gamma`` 0.95; env runners are :class:`~hgpo_rllib.env_runner.GroupedEnvRunner` s
+    whose ``num_envs_per_env_runner`` must be a multiple of ``group_size`` (that many groups run in
+    lock-step per wave); the driver keeps no model copy (``create_local_env_runner=False``), so
+    ``num_env_runners`` must be >= 1 unless you set ``create_local_env_runner=True``. Evaluation runs
+    with ``explore=False`` (the module samples at ``eval_temperature``) and groups of one episode.
+
+    Fault tolerance (``.env_runners(sample_timeout_s=...)``, ``.fault_tolerance(...)``): one call
+    to an env runner (sampling its share of groups, or a weight sync) may take ``sample_timeout_s``
+    seconds (default 1800; None = no limit); a runner that raises, dies or runs out of time loses
+    its share, which is sampled again on the other runners in the same iteration (or, with none
+    left, on restarted ones, waiting at most ``env_runner_restore_timeout_s``).
+    ``num_consecutive_env_runner_failures_tolerance`` (default 2) consecutive iterations that
+    cannot complete their batch are tolerated; the next one raises with the runners' errors.
+
+    Model choice lives in ``.rl_module(model_config=...)``: ``model`` ("tiny-qwen2", a random-init
+    test model whose tokenizer is trained on the env's texts, or a local Hugging Face directory),
+    ``torch_dtype``, ``inference_backend`` ("auto" | "hf" | "vllm"), ``vllm_engine_args``, memory
+    levers (:class:`~hgpo_rllib.rl_module.config.LLMModuleConfig`). Generation lengths, temperatures
+    and ``kl_coeff`` are training settings, passed on to the module.
+    """
+
+    def __init__(self, algo_class: type | None = None):
+        super().__init__(algo_class=algo_class)
+        # The prompt's history window K (docs/hgpo_algorithm.md §5.1).
+        self.history_length = 2
+        self.gamma = 0.95
+        self.invalid_action_penalty = 0.1
+        # Rollouts.
+        self.group_size = 8
+        self.groups_per_iteration = 16
+        # Loss and optimiser (§5).
+        self.clip_param = 0.2
+        self.dual_clip = 3.0
+        self.kl_coeff = 0.01
+        self.entropy_coeff = 0.001
+        self.weight_decay = 0.01
+        self.recompute_old_logp = True
+        self.lr = 1e-6
+        self.grad_clip = 1.0
+        self.grad_clip_by = "global_norm"
+        self.minibatch_size = 256
+        self.micro_batch_size = 16
+        self.num_epochs = 1
+        self.shuffle_batch_per_epoch = False
+        self.learner_sharding = "none"
+        self.learner_offload = False
+        # Generation.
+        self.max_prompt_tokens = 4096
+        self.max_new_tokens = 512
+        self.temperature = 1.0
+        self.eval_temperature = 0.4
+        # RLlib plumbing for text envs (docs/rllib_notes.md §1, §9).
+        self.env_runner_cls = GroupedEnvRunner
+        self.num_env_workers = 0
+        self.num_env_runners = 1
+        self.num_envs_per_env_runner = 8
+        self.create_local_env_runner = False
+        self.batch_mode = "complete_episodes"
+        self.episodes_to_numpy = False  # prompts have different lengths per step
+        self.add_default_connectors_to_env_to_module_pipeline = False
+        self.add_default_connectors_to_module_to_env_pipeline = False
+        self.add_default_connectors_to_learner_pipeline = False
+        self.callbacks_class = EpisodeMetricsCallback
+        self.evaluation_config = {"explore": False}
+        # Fault tolerance: an LLM iteration samples for minutes, so RLlib's 60 s would be too short.
+        self.sample_timeout_s = 1800.0
+        self.num_consecutive_env_runner_failures_tolerance = 2
+
+    @override(AlgorithmConfig)
+    def training(
+        self,
+        *,
+        history_length: int = NotProvided,
+        group_size: int = NotProvided,
+        groups_per_iteration: int = NotProvided,
+        invalid_action_penalty: float = NotProvided,
+        clip_param: float = NotProvided,
+        dual_clip: float = NotProvided,
+        kl_coeff: float = NotProvided,
+        entropy_coeff: float = NotProvided,
+        weight_decay: float = NotProvided,
+        micro_batch_size: int | None = NotProvided,
+        recompute_old_logp: bool = NotProvided,
+        max_prompt_tokens: int = NotProvided,
+        max_new_tokens: int = NotProvided,
+        temperature: float = NotProvided,
+        eval_temperature: float = NotProvided,
+        learner_sharding: str = NotProvided,
+        learner_offload: bool = NotProvided,
+        **kwargs: Any,
+    ) -> TextAgentConfig:
+        """Sets the shared training settings (plus RLlib's: ``gamma``, ``lr``, ``minibatch_size``, ...).
+
+        Args:
+            history_length: K (default 2): past (observation, action) records shown in the prompt.
+            group_size: n, episodes per rollout group, all on one task (default 8).
+            groups_per_iteration: Rollout groups (tasks) per training iteration (default 16).
+            invalid_action_penalty: Subtracted from a format-invalid step's return and episode
+                score, after discounting (default 0.1, docs/hgpo_algorithm.md §1.1).
+            clip_param: PPO ratio clip epsilon (default 0.2).
+            dual_clip: For A < 0 the per-token loss is capped at -A * dual_clip (default 3.0).
+            kl_coeff: Weight of the k3 KL to the frozen initial model (default 0.01); 0 disables the
+                term and no reference model is built.
+            entropy_coeff: Weight of the entropy bonus (default 0.001).
+            weight_decay: AdamW weight decay (default 0.01).
+            micro_batch_size: Rows per forward/backward pass (default 16); a minibatch is
+                processed in such passes with gradient accumulation (exact token mean); also the
+                chunk size of the reference and old log-prob passes. None = the whole minibatch at once.
+            recompute_old_logp: The PPO ratio's old log-probs are the learner's own, computed on the
+                whole batch before the update (default True, as verl); False uses the sampler's,
+                which differ slightly with vLLM or bf16 and so clip spuriously. The sampler's are
+                compared with the learner's in ``logp_gap_vs_sampler`` either way.
+            max_prompt_tokens: Prompt budget in tokens (default 4096); longer prompts lose their
+                beginning (left truncation).
+            max_new_tokens: Longest response in tokens (default 512).
+            temperature: Sampling temperature while training (default 1.0); the learner scores
+                tokens at the same temperature.
+            eval_temperature: Sampling temperature with ``explore=False`` (default 0.4; 0 = greedy).
+            learner_sharding: "none" (default: every learner holds the whole model, DDP) or "fsdp"
+                (FSDP2: the float32 master weights, gradients, AdamW state and the GPU reference
+                sharded over ``num_learners`` >= 2 learners, each decoder layer gathered only while
+                it runs; full fine-tuning only, not with ``model_config['lora']``), see
+                :mod:`hgpo_rllib.algorithms.torch.fsdp`. The memory plan divides accordingly.
+            learner_offload: With ``learner_sharding="fsdp"``: keep each learner's shards (float32
+                master weights, gradients, reference) and AdamW state in host RAM and step AdamW
+                there (FSDP2's ``CPUOffloadPolicy``, as the paper's 7B runs offload); the GPU holds
+                the layers being gathered, activations and the head. Default False. Slower updates
+                (host-device copies every layer, AdamW on the CPU); with CPU learners it changes nothing.
+
+        ``minibatch_size`` (RLlib) is rows per optimiser step summed over all learners (default
+        256, must divide evenly among ``num_learners``); ``num_epochs`` passes over the batch.
+        """
+        super().training(**kwargs)
+        return self._set_provided(locals())
+
+    def _set_provided(self, arguments: dict[str, Any]) -> Any:
+        """Set the keyword arguments a ``training()`` caller provided (RLlib marks the others
+        ``NotProvided``); returns the config, as RLlib's setters do."""
+        for name, value in arguments.items():
+            if name not in ("self", "kwargs", "__class__") and value is not NotProvided:
+                setattr(self, name, value)
+        return self
+
+    @override(AlgorithmConfig)
+    def env_runners(self, *, num_env_workers: int = NotProvided, **kwargs: Any) -> TextAgentConfig:
+        """RLlib's env-runner settings, plus ``num_env_workers``: worker processes per env runner that
+        reset and step its sub-envs concurrently (default 0: in the runner's own process).
+        """
+        super().env_runners(**kwargs)
+        if num_env_workers is not NotProvided:
+            self.num_env_workers = num_env_workers
+        return self
+
+    # ------------------------------------------------------------------------- RLlib wiring
+    @override(AlgorithmConfig)
+    def get_default_rl_module_spec(self) -> RLModuleSpec:
+        return RLModuleSpec(module_class=LLMRLModule)
+
+    @property
+    @override(AlgorithmConfig)
+    def _model_config_auto_includes(self) -> dict[str, Any]:
+        """Generation settings, ``kl_coeff`` and seed go to the module; the tiny test model also
+        gets the env's tokenizer corpus."""
+        auto = {key: getattr(self, key) for key in ALGORITHM_OWNED_KEYS if key != "seed"}
+        if self.seed is not None:
+            auto["seed"] = int(self.seed)
+        user = self.user_model_config()
+        if user.get("model", TINY_PRESET) == TINY_PRESET and "tokenizer_corpus" not in user:
+            if self.envs_name() is not None:
+                auto["tokenizer_corpus"] = list(_tokenizer_corpus(self.envs_name()))
+        return super()._model_config_auto_includes | auto
+
+    def user_model_config(self) -> dict[str, Any]:
+        """``model_config`` as the user set it, without the keys the algorithm adds."""
+        mc = self._model_config
+        return dict(mc) if isinstance(mc, dict) else dataclasses.asdict(mc)
+
+    def envs_name(self) -> str | None:
+        """``config.env`` as a name of the ``envs`` package, or None if it is something else."""
+        if not isinstance(self.env, str):
+            return None
+        try:
+            return envs.get_env_spec(self.env).name
+        except ValueError:
+            return None
+
+    def prompt_connector(self) -> HistoryWindowPrompt:
+        """The env's prompt template with this config's history window and env settings."""
+        return prompt_connector(self.env, self.env_config, self.history_length)
+
+    @override(AlgorithmConfig)
+    def build_env_to_module_connector(self, env: Any = None, spaces: Any = None, device: Any = None) -> Any:
+        pipeline = super().build_env_to_module_connector(env=env, spaces=spaces, device=device)
+        pipeline.append(self.prompt_connector())
+        return pipeline
+
+    @override(AlgorithmConfig)
+    def build_module_to_env_connector(self, env: Any = None, spaces: Any = None) -> Any:
+        pipeline = super().build_module_to_env_connector(env=env, spaces=spaces)
+        pipeline.append(TensorToNumpy())
+        pipeline.append(TextActionsToEnv())
+        return pipeline
+
+    @override(AlgorithmConfig)
+    def build_learner_group(
+        self,
+        *,
+        env: Any = None,
+        spaces: Any = None,
+        rl_module_spec: Any = None,
+        placement_group: Any = None,
+    ) -> GroupShardingLearnerGroup:
+        """RLlib's LearnerGroup, except that rollout groups are never split (docs/rllib_notes.md §5.5)."""
+        if rl_module_spec is None:
+            rl_module_spec = self.get_multi_rl_module_spec(env=env, spaces=spaces)
+        return GroupShardingLearnerGroup(
+            config=self.copy(), module_spec=rl_module_spec, placement_group=placement_group
+        )
+
+    @property
+    def minibatch_size_per_learner(self) -> int | None:
+        """``minibatch_size`` is global (the paper's ppo_mini_batch_size); each learner's share."""
+        if not self.minibatch_size:
+            return None
+        return self.minibatch_size // max(1, self.num_learners)
+
+    # ------------------------------------------------------------------------- validation
+    @override(AlgorithmConfig)
+    def validate(self) -> None:
+        super().validate()
+        for error in self.setting_errors() or validation.memory_errors(self):
+            self._value_error(f"{type(self).__name__}: {error}")
+
+    def setting_errors(self) -> list[str]:
+        """Every invalid setting, each message naming the setting and the value; an algorithm
+        extends the list with its own."""
+        return validation.text_agent_errors(self)
+
+
+class TextAgent(Algorithm):
+    """Sample whole rollout groups -> one learner update on all of them -> sync weights to the runners."""
+
+    @override(Algorithm)
+    def setup(self, config: AlgorithmConfig) -> None:
+        super().setup(config)
+        self.runner_pool = RunnerPool(self.config)
+
+    @override(Algorithm)
+    def cleanup(self) -> None:
+        """Stop as RLlib does, then remove the log directory Ray 2.60 makes in ``~/ray_results`` for
+        every algorithm built outside Tune if it is still empty (nothing writes there), so scripts
+        and benchmarks leave no empty directories behind. Tune's trial directories stay, and
+        ``rmdir`` itself refuses a directory something was written into."""
+        super().cleanup()
+        logdir = Path(self.logdir)
+        if logdir.parent == Path(DEFAULT_STORAGE_PATH):
+            with contextlib.suppress(OSError):  # not empty, or already gone
+                logdir.rmdir()
+
+    @override(Algorithm)
+    def training_step(self) -> None:
+        with self._phase("sampling", ENV_RUNNER_SAMPLING_TIMER):
+            replies, failures = self.runner_pool.sample_groups(
+                self.env_runner_group, self.restore_env_runners
+            )
+        episodes = [ep for reply in replies for ep in reply.episodes]
+        num_groups = len(episodes) // self.config.group_size
+        self.metrics.log_value(NUM_GROUPS_SAMPLED, num_groups, window=1)
+        self.runner_pool.count_failures(num_groups, failures, self.metrics)
+        if replies:
+            self.metrics.aggregate([reply.metrics for reply in replies], key=ENV_RUNNER_RESULTS)
+        if num_groups < max(1, self.config.num_learners):  # nothing to learn from; counted above
+            return
+
+        update_kwargs: dict[str, Any] = {
+            "num_epochs": self.config.num_epochs,
+            "shuffle_batch_per_epoch": self.config.shuffle_batch_per_epoch,
+        }
+        # Minibatches only when the batch has more rows than one minibatch (RLlib's iterator would
+        # otherwise repeat rows to fill it); never pass None (docs/rllib_notes.md §9 obstacle 9).
+        if self.config.minibatch_size and self.config.minibatch_size < sum(map(len, episodes)):
+            update_kwargs["minibatch_size"] = self.config.minibatch_size_per_learner
+        with self._phase("learner_update", LEARNER_UPDATE_TIMER):
+            learner_results = self.learner_group.update(
+                episodes=episodes,
+                timesteps={
+                    NUM_ENV_STEPS_SAMPLED_LIFETIME: self.metrics.peek(
+                        (ENV_RUNNER_RESULTS, NUM_ENV_STEPS_SAMPLED_LIFETIME), default=0
+                    )
+                },
+                **update_kwargs,
+            )
+        self.metrics.aggregate(learner_results, key=LEARNER_RESULTS)
+
+        with self._phase("weight_sync", SYNCH_WORKER_WEIGHTS_TIMER):
+            state = self.learner_group.get_state(
+                components=f"{COMPONENT_LEARNER}/{COMPONENT_RL_MODULE}", inference_only=True
+            )[COMPONENT_LEARNER]
+            state = {k: v for k, v in state.items() if k in (COMPONENT_RL_MODULE, WEIGHTS_SEQ_NO)}
+            self.runner_pool.sync_weights(self.env_runner_group, state, self.metrics)
+
+    @contextlib.contextmanager
+    def _phase(self, name: str, rllib_timer: str) -> Iterator[None]:
+        """Time a phase into RLlib's timer (an EMA over iterations) and, unsmoothed, into
+        ``iteration_seconds/<name>`` (this iteration's value)."""
+        start = time.perf_counter()
+        with self.metrics.log_time((TIMERS, rllib_timer)):
+            yield
+        self.metrics.log_value((ITERATION_SECONDS, name), time.perf_counter() - start, window=1)
+
+    @override(Algorithm)
+    def restore_env_runners(self, env_runner_group: Any) -> list[int]:
+        """RLlib's restore (weights and connector states of the restarted runners), plus each
+        runner's last known task-generator position, so a restarted runner plays new tasks."""
+        restored = super().restore_env_runners(env_runner_group)
+        if env_runner_group is self.env_runner_group:
+            self.runner_pool.push_task_generators(env_runner_group, restored)
+        return restored
+
+    @override(Algorithm)
+    def get_state(self, components: Any = None, *, not_components: Any = None, **kwargs: Any) -> dict:
+        """RLlib's state plus the remote runners' task generators (a local runner's is part of
+        its own state), so a restored algorithm does not replay the tasks already played."""
+        state = super().get_state(components, not_components=not_components, **kwargs)
+        generators = self.runner_pool.task_generators
+        if generators and self._check_component(TASK_GENERATORS, components, not_components):
+            state[TASK_GENERATORS] = dict(generators)
+        return state
+
+    @override(Algorithm)
+    def set_state(self, state: dict) -> None:
+        super().set_state(state)
+        if TASK_GENERATORS in state:
+            self.runner_pool.task_generators = dict(state[TASK_GENERATORS])
+            self.runner_pool.push_task_generators(
+                self.env_runner_group, self.env_runner_group.healthy_env_runner_ids()
+            )

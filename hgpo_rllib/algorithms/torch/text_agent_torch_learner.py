@@ -1,0 +1,254 @@
+"""The text-agent algorithms' torch learner: micro-batched token-mean updates, AdamW, metrics and FSDP.
+
+A minibatch may be processed as several forward/backward passes of ``micro_batch_size`` rows; every
+pass divides by the minibatch's token count, so the accumulated gradient is exactly the token mean's
+(:mod:`~hgpo_rllib.algorithms.torch.token_loss`). AdamW (weight decay) and global-norm gradient
+clipping (``config.grad_clip``) then take one step.
+
+Several learners either hold whole replicas (DDP, RLlib's default) or, with ``learner_sharding="fsdp"``,
+1/N of every weight, gradient and optimizer moment (FSDP2, :mod:`hgpo_rllib.algorithms.torch.fsdp`).
+DDP all-reduces once per minibatch (``no_sync`` on all but the last micro-batch); FSDP reduce-scatters
+after every micro-batch into the sharded float32 gradients: skipping that sync would keep a full
+unsharded gradient per learner between micro-batches, the memory sharding exists to save.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections import defaultdict
+from typing import Any
+
+import torch
+import tree
+from ray.rllib.core import DEFAULT_MODULE_ID
+from ray.rllib.core.learner.learner import ENTROPY_KEY, POLICY_LOSS_KEY
+from ray.rllib.core.learner.torch.torch_learner import TorchLearner
+from ray.rllib.core.rl_module.multi_rl_module import MultiRLModule
+from ray.rllib.utils.annotations import override
+from ray.rllib.utils.numpy import convert_to_numpy
+from ray.rllib.utils.torch_utils import convert_to_torch_tensor
+from ray.rllib.utils.typing import ModuleID, StateDict
+
+from hgpo_rllib.algorithms.text_agent_learner import TextAgentLearner
+from hgpo_rllib.algorithms.torch import fsdp
+from hgpo_rllib.algorithms.torch.token_loss import non_finite_terms, token_loss_terms
+from hgpo_rllib.columns import (
+    ADVANTAGES,
+    CLIP_FRAC_KEY,
+    DUAL_CLIP_FRAC_KEY,
+    KL_KEY,
+    LOGP_GAP_KEY,
+    NUM_OPTIMIZER_STEPS,
+    OLD_LOGP,
+    RATIO_MEAN_KEY,
+    REF_LOGP,
+    RESP_MASK,
+    SAMPLER_LOGP,
+)
+
+
+def _numpy_compatible(value: Any) -> Any:
+    """bfloat16 tensors as float32 (exact), everything else unchanged."""
+    if isinstance(value, torch.Tensor) and value.dtype == torch.bfloat16:
+        return value.float()
+    return value
+
+
+class TextAgentTorchLearner(TextAgentLearner, TorchLearner):
+    """Token-mean clipped policy gradient with dual clip, k3 KL and entropy bonus (verl's actor); the
+    algorithm subclass supplies the advantage piece (:meth:`TextAgentLearner.advantage_connector`)."""
+
+    @override(TorchLearner)
+    def build(self) -> None:
+        super().build()
+        self._token_sums: dict[str, float] = defaultdict(float)
+        self._minibatch_tokens: torch.Tensor | None = None
+        self._num_minibatches = 0
+
+    @property
+    def sharded(self) -> bool:
+        """True when the learners shard the model (``learner_sharding="fsdp"``)."""
+        return self.config.learner_sharding == "fsdp"
+
+    @override(TorchLearner)
+    def _make_module(self) -> MultiRLModule:
+        """RLlib's module on this learner's device, sharded (FSDP2) when ``learner_sharding="fsdp"``.
+
+        Sharding replaces the parameters, so it must happen before ``configure_optimizers()`` builds
+        AdamW over them; RLlib has no public hook between the two, and ``Learner._make_module``'s
+        docstring invites overriding it for steps of module construction.
+        """
+        module = super()._make_module()
+        if self.sharded:
+            for rl_module in module.values():
+                fsdp.shard_llm_module(rl_module, self._device, offload=self.config.learner_offload)
+        return module
+
+    @override(TorchLearner)
+    def _make_modules_ddp_if_necessary(self) -> None:
+        """RLlib's DDP wrapping, unless the module is sharded (it synchronises its own gradients)."""
+        if not self.sharded:
+            super()._make_modules_ddp_if_necessary()
+
+    @override(TorchLearner)
+    def configure_optimizers_for_module(self, module_id: ModuleID, config: Any = None) -> None:
+        """AdamW over the trainable weights (the frozen reference model has none)."""
+        params = [p for p in self.get_parameters(self._module[module_id]) if p.requires_grad]
+        # Fused on GPU: the foreach default allocates a temporary the size of all trained weights per step.
+        fused = bool(params) and all(p.is_cuda for p in params)
+        optimizer = torch.optim.AdamW(params, weight_decay=config.weight_decay, fused=fused or None)
+        self.register_optimizer(
+            module_id=module_id, optimizer=optimizer, params=params, lr_or_lr_schedule=config.lr
+        )
+
+    @override(TorchLearner)
+    def _get_optimizer_state(self) -> StateDict:
+        """TorchLearner's, except that bfloat16 state is saved as float32 (numpy has no bfloat16).
+
+        The cast is exact, and ``Optimizer.load_state_dict`` casts the state back to the parameters'
+        dtype on restore. (Learners keep float32 master weights, so this guards custom setups.)
+        Sharded learners save the full state, keyed by parameter names, gathered on rank 0 (a
+        collective: all learners call this; the others return empty states).
+        """
+        states = {}
+        for name, optim in self._named_optimizers.items():
+            module_id = self._optimizer_name_to_module[name]
+            module = self.module[module_id]
+            state = fsdp.full_optimizer_state(module, optim) if self.sharded else optim.state_dict()
+            states[name] = {
+                "module_id": module_id,
+                "state": convert_to_numpy(tree.map_structure(_numpy_compatible, state)),
+            }
+        return states
+
+    @override(TorchLearner)
+    def _set_optimizer_state(self, state: StateDict) -> None:
+        """TorchLearner's; sharded learners each keep their shard of the full state."""
+        if not self.sharded:
+            return super()._set_optimizer_state(state)
+        for name, saved in state.items():
+            full = {**saved["state"], "state": convert_to_torch_tensor(saved["state"]["state"])}
+            module = self.module[saved["module_id"]]
+            fsdp.load_full_optimizer_state(module, self._named_optimizers[name], full)
+
+    @override(TorchLearner)
+    def before_gradient_based_update(self, *, timesteps: dict[str, Any]) -> None:
+        super().before_gradient_based_update(timesteps=timesteps)
+        self._token_sums.clear()
+        self._num_minibatches = 0
+
+    @override(TorchLearner)
+    def _uncompiled_update(self, batch: dict[str, Any], **kwargs: Any) -> tuple[Any, Any, dict]:
+        """One optimiser step on one minibatch, in micro-batches of ``micro_batch_size`` rows."""
+        self._compute_off_policyness(batch)
+        rows = batch[DEFAULT_MODULE_ID]
+        num_rows = len(rows[ADVANTAGES])
+        self._minibatch_tokens = rows[RESP_MASK].sum().clamp(min=1).float()
+        step = self.config.micro_batch_size or num_rows
+        starts = range(0, num_rows, step)
+        for optim in self._optimizer_parameters:
+            optim.zero_grad(set_to_none=True)
+        total: dict[ModuleID, torch.Tensor] = {}
+        for start in starts:
+            micro = {mid: {k: v[start : start + step] for k, v in b.items()} for mid, b in batch.items()}
+            last = start == starts[-1]
+            with contextlib.ExitStack() as stack:
+                if self.distributed and not self.sharded and not last:  # DDP: all-reduce once, at the end
+                    for module in self.module.values():
+                        stack.enter_context(module.no_sync())
+                fwd_out = self.module.forward_train(micro)
+                losses = self.compute_losses(fwd_out=fwd_out, batch=micro)
+                sum(losses.values()).backward()
+            for mid, loss in losses.items():
+                total[mid] = total.get(mid, 0.0) + loss.detach()
+        self._num_minibatches += 1
+        grads = {pid: p.grad for pid, p in self._params.items() if p.grad is not None}
+        self.apply_gradients(self.postprocess_gradients(grads))
+        return fwd_out, total, {}
+
+    @override(TorchLearner)
+    def compute_loss_for_module(
+        self,
+        *,
+        module_id: ModuleID,
+        config: Any,
+        batch: dict[str, Any],
+        fwd_out: dict[str, torch.Tensor],
+    ) -> torch.Tensor:
+        mask = batch[RESP_MASK].to(torch.float32)
+        terms = token_loss_terms(
+            logp=fwd_out["logp"],
+            old_logp=batch[OLD_LOGP],
+            advantages=batch[ADVANTAGES],
+            ref_logp=batch[REF_LOGP] if config.kl_coeff > 0 else None,
+            clip_param=config.clip_param,
+            dual_clip=config.dual_clip,
+        )
+        entropy = fwd_out["entropy"]
+        per_token = terms.pg - config.entropy_coeff * entropy
+        if terms.kl is not None:
+            per_token = per_token + config.kl_coeff * terms.kl
+        first = self._num_minibatches == 0
+        sampler_logp = batch[SAMPLER_LOGP] if SAMPLER_LOGP in batch else batch[OLD_LOGP]
+        self._accumulate(
+            mask,
+            {
+                POLICY_LOSS_KEY: terms.pg,
+                ENTROPY_KEY: entropy,
+                KL_KEY: terms.kl,
+                CLIP_FRAC_KEY: terms.clipped,
+                DUAL_CLIP_FRAC_KEY: terms.dual_clipped,
+                RATIO_MEAN_KEY: terms.ratio,
+                LOGP_GAP_KEY: (fwd_out["logp"] - sampler_logp).abs() if first else None,
+            },
+        )
+        loss = (per_token * mask).sum() / self._minibatch_tokens
+        if not torch.isfinite(loss):  # stop before backward(): no NaN/inf reaches the weights
+            bad = non_finite_terms(
+                mask,
+                {
+                    "policy_loss": terms.pg,
+                    f"kl_coeff * kl (kl_coeff={config.kl_coeff})": (
+                        None if terms.kl is None else config.kl_coeff * terms.kl
+                    ),
+                    f"entropy_coeff * entropy (entropy_coeff={config.entropy_coeff})": (
+                        config.entropy_coeff * entropy
+                    ),
+                    "logp (the learner's log-probs)": fwd_out["logp"],
+                    "old_logp": batch[OLD_LOGP],
+                    "ref_logp": batch[REF_LOGP] if config.kl_coeff > 0 else None,
+                    "advantages": batch[ADVANTAGES],
+                },
+            )
+            raise FloatingPointError(
+                f"learner: non-finite loss ({float(loss.detach())}) in minibatch "
+                f"{self._num_minibatches + 1} "
+                f"of this update; non-finite terms: {', '.join(bad) or 'none alone (their sum overflows)'}. "
+                "The update stops before this minibatch's optimiser step; a huge lr, kl_coeff or "
+                "entropy_coeff, or weights that are already non-finite, cause this."
+            )
+        return loss
+
+    def _accumulate(self, mask: torch.Tensor, values: dict[str, torch.Tensor | None]) -> None:
+        """Token-weighted sums over the whole update, reported as token means at its end."""
+        with torch.no_grad():
+            tokens = float(mask.sum())
+            self._token_sums["tokens"] += tokens
+            if self._num_minibatches == 0:
+                self._token_sums["first_minibatch_tokens"] += tokens
+            for key, value in values.items():
+                if value is not None:
+                    self._token_sums[key] += float((value * mask).sum())
+
+    @override(TorchLearner)
+    def after_gradient_based_update(self, *, timesteps: dict[str, Any]) -> None:
+        super().after_gradient_based_update(timesteps=timesteps)
+        sums = self._token_sums
+        tokens = max(sums["tokens"], 1.0)
+        for key in (POLICY_LOSS_KEY, ENTROPY_KEY, KL_KEY, CLIP_FRAC_KEY, DUAL_CLIP_FRAC_KEY, RATIO_MEAN_KEY):
+            if key in sums:
+                self.metrics.log_value((DEFAULT_MODULE_ID, key), sums[key] / tokens, window=1)
+        if LOGP_GAP_KEY in sums:
+            gap = sums[LOGP_GAP_KEY] / max(sums["first_minibatch_tokens"], 1.0)
+            self.metrics.log_value((DEFAULT_MODULE_ID, LOGP_GAP_KEY), gap, window=1)
+        self.metrics.log_value((DEFAULT_MODULE_ID, NUM_OPTIMIZER_STEPS), self._num_minibatches, window=1)

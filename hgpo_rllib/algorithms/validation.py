@@ -1,0 +1,260 @@
+"""Config validation shared by the text-agent algorithms: every bad setting at once, each message naming
+the setting, its value and what was expected, checked in the driver before any process starts.
+
+RLlib's ``validate()`` raises on the first problem with generic text; a run of an LLM agent fails late
+and expensively (after the model loads and the first wave samples), so everything that can be checked
+from the config is checked here, including whether each GPU role fits its memory
+(:mod:`hgpo_rllib.experiments.memory_plan`).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from hgpo_rllib.checks import is_bool, is_int, is_lr, is_number
+from hgpo_rllib.env_runner.grouped_env_runner import GroupedEnvRunner
+from hgpo_rllib.experiments import memory_plan
+from hgpo_rllib.rl_module.config import (
+    ALGORITHM_OWNED_KEYS,
+    TINY_MODEL_DEFAULTS,
+    TINY_PRESET,
+    LLMModuleConfig,
+    read_model_config,
+)
+
+LEARNER_SHARDING = ("none", "fsdp")
+#: Upper bound on max_prompt_tokens + max_new_tokens whatever the model claims (a typo guard).
+MAX_TOKENS = 1 << 20
+
+
+class SettingErrors:
+    """Collects one message per invalid setting of ``config``."""
+
+    def __init__(self, config: Any):
+        self.config = config
+        self.messages: list[str] = []
+
+    def need(self, ok: bool, name: str, expected: str) -> None:
+        if not ok:
+            self.messages.append(f"{name}={getattr(self.config, name)!r} is invalid: expected {expected}")
+
+    def add(self, message: str) -> None:
+        self.messages.append(message)
+
+
+def text_agent_errors(config: Any) -> list[str]:
+    """Every invalid shared setting of a :class:`~hgpo_rllib.algorithms.text_agent.TextAgentConfig`."""
+    errors = SettingErrors(config)
+    need = errors.need
+    c = config
+    need(is_int(c.history_length) and c.history_length >= 0, "history_length", "an int >= 0")
+    need(is_int(c.group_size) and c.group_size >= 1, "group_size", "an int >= 1")
+    min_groups = max(1, c.num_learners)  # every learner needs at least one whole group
+    need(
+        is_int(c.groups_per_iteration) and c.groups_per_iteration >= min_groups,
+        "groups_per_iteration",
+        f"an int >= max(1, num_learners={c.num_learners})",
+    )
+    need(is_number(c.gamma) and 0 <= c.gamma <= 1, "gamma", "a number in [0, 1]")
+    need(
+        is_number(c.invalid_action_penalty) and c.invalid_action_penalty >= 0,
+        "invalid_action_penalty",
+        "a number >= 0",
+    )
+    need(is_number(c.clip_param) and 0 < c.clip_param < 1, "clip_param", "a number in (0, 1)")
+    need(is_number(c.dual_clip) and c.dual_clip > 1, "dual_clip", "a number > 1")
+    need(is_number(c.kl_coeff) and c.kl_coeff >= 0, "kl_coeff", "a number >= 0")
+    need(is_number(c.entropy_coeff) and c.entropy_coeff >= 0, "entropy_coeff", "a number >= 0")
+    need(is_number(c.weight_decay) and c.weight_decay >= 0, "weight_decay", "a number >= 0")
+    need(is_bool(c.recompute_old_logp), "recompute_old_logp", "True or False")
+    need(is_lr(c.lr), "lr", "a number > 0, or a schedule [[0, lr0], [timestep, lr], ...]")
+    need(
+        c.grad_clip is None or (is_number(c.grad_clip) and c.grad_clip > 0),
+        "grad_clip",
+        "None or a number > 0",
+    )
+    need(
+        c.minibatch_size is None or (is_int(c.minibatch_size) and c.minibatch_size >= 1),
+        "minibatch_size",
+        "None or an int >= 1",
+    )
+    if is_int(c.minibatch_size) and c.num_learners > 1:
+        need(
+            c.minibatch_size % c.num_learners == 0,
+            "minibatch_size",
+            f"a multiple of num_learners={c.num_learners} (rows per step over all learners)",
+        )
+    need(
+        c.micro_batch_size is None or (is_int(c.micro_batch_size) and c.micro_batch_size >= 1),
+        "micro_batch_size",
+        "None or an int >= 1",
+    )
+    if is_int(c.micro_batch_size) and is_int(c.minibatch_size) and c.minibatch_size >= 1:
+        need(
+            c.micro_batch_size <= c.minibatch_size_per_learner,
+            "micro_batch_size",
+            f"<= the minibatch per learner ({c.minibatch_size_per_learner} rows)",
+        )
+    need(is_int(c.num_epochs) and c.num_epochs >= 1, "num_epochs", "an int >= 1")
+    need(is_int(c.num_env_workers) and c.num_env_workers >= 0, "num_env_workers", "an int >= 0")
+    _sharding_errors(errors)
+    need(
+        c.sample_timeout_s is None or (is_number(c.sample_timeout_s) and 0 < c.sample_timeout_s < math.inf),
+        "sample_timeout_s",
+        "None (no limit) or a finite number of seconds > 0",
+    )
+    need(
+        is_int(c.num_consecutive_env_runner_failures_tolerance)
+        and c.num_consecutive_env_runner_failures_tolerance >= 0,
+        "num_consecutive_env_runner_failures_tolerance",
+        "an int >= 0",
+    )
+    for name in ("max_prompt_tokens", "max_new_tokens"):
+        need(is_int(getattr(c, name)) and getattr(c, name) >= 1, name, "an int >= 1")
+    need(is_number(c.temperature) and c.temperature > 0, "temperature", "a number > 0")
+    need(
+        is_number(c.eval_temperature) and c.eval_temperature >= 0,
+        "eval_temperature",
+        "a number >= 0 (0 = greedy)",
+    )
+    _rllib_plumbing_errors(errors)
+    if c.envs_name() is None:
+        errors.add(
+            f"env={c.env!r} is invalid: expected a name of the envs package "
+            "('alfworld', 'webshop', 'keychest'), whose prompt template the prompt connector renders"
+        )
+    model = c.user_model_config().get("model", TINY_PRESET)
+    if c.evaluation_interval and c.evaluation_num_env_runners == 0 and model != TINY_PRESET:
+        errors.add(
+            "evaluation_num_env_runners=0 is invalid with evaluation_interval="
+            f"{c.evaluation_interval} and model_config['model']={model!r}: it would evaluate that "
+            "model in the driver process (one CPU, HF generate); set "
+            ".evaluation(evaluation_num_env_runners=1): evaluation env runners of their own, "
+            "GPU-backed with num_gpus_per_env_runner"
+        )
+    clashes = sorted(set(c.user_model_config()) & set(ALGORITHM_OWNED_KEYS))
+    if clashes:
+        errors.add(
+            f"model_config sets {clashes}: set these with config.training(...) "
+            "(seed: config.debugging(seed=...)) so module and algorithm agree"
+        )
+    else:
+        errors.messages += model_errors(c)
+    return errors.messages
+
+
+def _sharding_errors(errors: SettingErrors) -> None:
+    c, need = errors.config, errors.need
+    need(c.learner_sharding in LEARNER_SHARDING, "learner_sharding", f"one of {LEARNER_SHARDING}")
+    if c.learner_sharding == "fsdp":
+        need(
+            is_int(c.num_learners) and c.num_learners >= 2,
+            "learner_sharding",
+            f"'none' with num_learners={c.num_learners}: 'fsdp' shards over >= 2 learners "
+            "(a single learner holds the whole model either way)",
+        )
+        need(
+            not c.user_model_config().get("lora"),
+            "learner_sharding",
+            "'none' with model_config['lora']: only the small adapters train, each learner "
+            "holds them whole (sharding them would save almost nothing)",
+        )
+    need(is_bool(c.learner_offload), "learner_offload", "True or False")
+    need(
+        not c.learner_offload or c.learner_sharding == "fsdp",
+        "learner_offload",
+        f"False with learner_sharding={c.learner_sharding!r}: offloading moves FSDP2's shards to "
+        "host RAM, so it needs learner_sharding='fsdp'",
+    )
+
+
+def _rllib_plumbing_errors(errors: SettingErrors) -> None:
+    """RLlib settings the text pipeline depends on (docs/rllib_notes.md §9)."""
+    c, need = errors.config, errors.need
+    if is_int(c.group_size) and c.group_size >= 1:
+        envs_ok = is_int(c.num_envs_per_env_runner) and c.num_envs_per_env_runner >= 1
+        need(
+            envs_ok and c.num_envs_per_env_runner % c.group_size == 0,
+            "num_envs_per_env_runner",
+            f"a multiple of group_size={c.group_size} (each runner steps whole groups in lock-step)",
+        )
+    need(
+        isinstance(c.env_runner_cls, type) and issubclass(c.env_runner_cls, GroupedEnvRunner),
+        "env_runner_cls",
+        "GroupedEnvRunner or a subclass (the estimators need complete rollout groups)",
+    )
+    mode = str(c.gym_env_vectorize_mode).lower()
+    need(
+        mode.endswith("sync") and "async" not in mode,
+        "gym_env_vectorize_mode",
+        "'sync' (GroupedEnvRunner steps the sub-envs itself)",
+    )
+    need(c.episodes_to_numpy is False, "episodes_to_numpy", "False (per-step prompts have different lengths)")
+    for name in (
+        "add_default_connectors_to_env_to_module_pipeline",
+        "add_default_connectors_to_module_to_env_pipeline",
+        "add_default_connectors_to_learner_pipeline",
+    ):
+        need(getattr(c, name) is False, name, "False (RLlib's default pieces cannot handle text)")
+    need(
+        c.evaluation_duration_unit == "episodes",
+        "evaluation_duration_unit",
+        "'episodes' (GroupedEnvRunner samples whole episodes)",
+    )
+    if c.is_multi_agent:
+        errors.add(
+            "multi-agent setups are invalid here: this algorithm trains one policy (single-agent text envs)"
+        )
+    need(
+        c.num_aggregator_actors_per_learner == 0,
+        "num_aggregator_actors_per_learner",
+        "0 (the learner connector must see whole rollout groups)",
+    )
+    if c.num_env_runners == 0 and not c.in_evaluation:
+        need(
+            c.create_local_env_runner,
+            "create_local_env_runner",
+            "True when num_env_runners=0 (someone has to sample)",
+        )
+
+
+def model_errors(config: Any) -> list[str]:
+    """model_config keys and values, the model directory, and the prompt + response length
+    against the model's positions: checked here, not later inside a runner."""
+    try:
+        module_config = LLMModuleConfig.from_model_config(config.model_config)
+    except ValueError as exc:
+        return [str(exc)]
+    if module_config.model == TINY_PRESET:
+        positions = {**TINY_MODEL_DEFAULTS, **module_config.tiny_model}["max_position_embeddings"]
+    else:
+        try:
+            positions = read_model_config(module_config.model).get("max_position_embeddings", MAX_TOKENS)
+        except (FileNotFoundError, ValueError) as exc:
+            return [str(exc)]
+    tokens = config.max_prompt_tokens + config.max_new_tokens
+    if tokens > min(positions, MAX_TOKENS):
+        return [
+            f"max_prompt_tokens={config.max_prompt_tokens!r} is invalid: with max_new_tokens="
+            f"{config.max_new_tokens} it exceeds the model's {positions} positions"
+            + (f" (and the cap of {MAX_TOKENS})" if positions > MAX_TOKENS else "")
+        ]
+    return []
+
+
+def memory_errors(config: Any) -> list[str]:
+    """GPU roles that cannot fit their model (the memory plan), sized by this machine's GPU if it
+    has one, else 80 GB; CPU-only configs have nothing to check."""
+    if not (config.num_gpus_per_learner > 0 or config.num_gpus_per_env_runner > 0):
+        return []
+    import torch
+
+    gpu_gb = memory_plan.DEFAULT_GPU_MEMORY_GB
+    if torch.cuda.is_available():
+        gpu_gb = torch.cuda.get_device_properties(0).total_memory / memory_plan.GB
+    try:
+        plans = memory_plan.plan_for_config(config, gpu_gb)
+    except (ValueError, FileNotFoundError) as exc:  # e.g. a config.json without the model's sizes
+        return [f"memory plan: {exc}"]
+    return [f"memory plan: {e}" for e in memory_plan.fit_errors(plans)]

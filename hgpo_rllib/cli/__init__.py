@@ -1,0 +1,47 @@
+"""The ``rllib`` command: ``rllib train file <experiment.py>`` (:mod:`~hgpo_rllib.cli.train`), ``rllib
+evaluate <checkpoint>`` (:mod:`~hgpo_rllib.cli.evaluate`) and ``rllib sft`` (:mod:`~hgpo_rllib.cli.sft`).
+
+RLlib 2.60 ships no CLI any more; this one is hgpo-rllib's own. Every user error (a bad flag, a bad
+file, a bad setting) is one line on stderr with exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from hgpo_rllib.cli import evaluate, sft, train
+from hgpo_rllib.cli.args import Parser, user_error
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = Parser(prog="rllib", description=__doc__.splitlines()[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    train_cmd = commands.add_parser("train", help="train an algorithm")
+    train_sub = train_cmd.add_subparsers(dest="source", required=True)
+    train.add_arguments(train_sub.add_parser("file", help="train from a Python experiment file"))
+    evaluate.add_arguments(commands.add_parser("evaluate", help="evaluate a checkpoint and the baselines"))
+    sft.add_arguments(commands.add_parser("sft", help="warm-start a model on expert play"))
+    return parser
+
+
+#: Each command's runner and the exceptions that are the user's errors (one line, exit 2).
+_COMMANDS = {
+    "train": (train.run, (OSError, ValueError)),
+    "evaluate": (evaluate.run, (OSError, ValueError)),
+    "sft": (sft.run, (OSError, ValueError, RuntimeError)),
+}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    run, user_errors = _COMMANDS[args.command]
+    try:
+        return run(args)
+    except user_errors as exc:
+        return user_error(exc)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,7 @@
+"""``python -m hgpo_rllib.cli ...``: the ``rllib`` command without its console script."""
+
+import sys
+
+from hgpo_rllib.cli import main
+
+sys.exit(main())

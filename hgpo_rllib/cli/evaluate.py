@@ -1,0 +1,50 @@
+"""``rllib evaluate [CHECKPOINT]``: the paper's evaluation protocol (:mod:`hgpo_rllib.evaluation`)."""
+
+from __future__ import annotations
+
+import argparse
+
+from hgpo_rllib.cli.args import count, json_dict
+from hgpo_rllib.evaluation.protocol import DEFAULT_SEEDS, SPLIT_CHOICES, evaluate
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of ``rllib evaluate``."""
+    parser.add_argument("checkpoint", nargs="?", help="algorithm checkpoint dir (omit: baselines only)")
+    parser.add_argument("--env", required=True, choices=["alfworld", "webshop", "keychest"])
+    parser.add_argument(
+        "--split",
+        choices=sorted(SPLIT_CHOICES),
+        help="ALFWorld evaluation split: eval_in_distribution, eval_out_of_distribution (default) or both",
+    )
+    parser.add_argument("--seeds", type=count(0), nargs="+", default=list(DEFAULT_SEEDS))
+    parser.add_argument(
+        "--episodes",
+        type=count(1),
+        help="episodes per seed, policy and split (default: the whole ALFWorld split, else 32)",
+    )
+    parser.add_argument(
+        "--output", required=True, help="directory for the CSV/Markdown tables (rerun: resumes it)"
+    )
+    parser.add_argument(
+        "--baselines", nargs="*", default=["expert", "random"], help="expert and/or random (none: '')"
+    )
+    parser.add_argument("--env-config", type=json_dict, default={}, help="env settings as JSON")
+    parser.add_argument("--batch-size", type=count(1), default=16, help="episodes played in lock-step")
+
+
+def run(args: argparse.Namespace) -> int:
+    summary = evaluate(
+        args.checkpoint,
+        env=args.env,
+        split=args.split,
+        seeds=args.seeds,
+        episodes=args.episodes,
+        output=args.output,
+        baselines=[b for b in args.baselines if b],
+        env_config=args.env_config,
+        batch_size=args.batch_size,
+    )
+    print(summary.to_markdown(index=False))
+    print(f"Tables written to {args.output}")
+    return 0

@@ -1,0 +1,96 @@
+"""``rllib sft``: a warm start from a demonstrator's play (:mod:`hgpo_rllib.warm_start`)."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from typing import Any
+
+import envs
+from hgpo_rllib.cli.args import count, json_dict
+from hgpo_rllib.warm_start.dagger import DaggerSettings, train_dagger
+from hgpo_rllib.warm_start.trainer import SFTSettings, train_warm_start
+
+_SFT = {f.name: f.default for f in dataclasses.fields(SFTSettings)}
+_DAGGER = {f.name: f.default for f in dataclasses.fields(DaggerSettings)}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of ``rllib sft`` (defaults: :class:`SFTSettings`, :class:`DaggerSettings`)."""
+    parser.add_argument("--env", required=True, choices=sorted(envs.ENV_SPECS))
+    parser.add_argument("--episodes", type=count(1), required=True, help="demonstration episodes to play")
+    parser.add_argument("--output", required=True, help="model directory to write (rerun to resume)")
+    parser.add_argument(
+        "--demonstrator",
+        choices=["expert", "searcher"],
+        help="default: searcher on alfworld, expert elsewhere",
+    )
+    parser.add_argument("--env-config", type=json_dict, default={}, help="env settings as JSON")
+    parser.add_argument(
+        "-k",
+        "--history-length",
+        type=count(0),
+        default=_SFT["history_length"],
+        help="K of the prompt (as in RL)",
+    )
+    parser.add_argument("--epochs", type=float, default=_SFT["epochs"])
+    parser.add_argument("--batch-size", type=count(1), default=_SFT["batch_size"])
+    parser.add_argument("--lr", type=float, default=_SFT["lr"])
+    parser.add_argument(
+        "--train-on-prompt",
+        action="store_true",
+        help="language-model loss on the prompt tokens too (teaches a from-scratch model "
+        "to read its prompt: the history and admissible actions repeat observed text)",
+    )
+    parser.add_argument("--max-minutes", type=float, help="stop training after this many minutes")
+    parser.add_argument("--max-prompt-tokens", type=count(1), default=_SFT["max_prompt_tokens"])
+    parser.add_argument(
+        "--max-new-tokens",
+        type=count(1),
+        default=_SFT["max_new_tokens"],
+        help="longest response the policy writes",
+    )
+    parser.add_argument(
+        "--vocab-size",
+        type=count(1),
+        default=_SFT["vocab_size"],
+        help="size of the locally trained tokenizer",
+    )
+    parser.add_argument("--model", type=json_dict, default={}, help="Qwen2Config overrides as JSON")
+    parser.add_argument("--save-steps", type=count(1), default=200, help="checkpoint every N optimiser steps")
+    parser.add_argument("--seed", type=count(0), default=_SFT["seed"])
+    parser.add_argument("--workers", type=count(1), default=1, help="processes playing demonstrations")
+    parser.add_argument(
+        "--dagger-rounds",
+        type=count(0),
+        default=_DAGGER["rounds"],
+        help="then DAgger: the model plays new tasks and learns the demonstrator's answers "
+        "in the states it reached (each round is a model directory inside --output)",
+    )
+    parser.add_argument(
+        "--dagger-episodes",
+        type=count(1),
+        default=_DAGGER["episodes"],
+        help="tasks the model plays per round",
+    )
+    parser.add_argument("--dagger-epochs", type=float, default=_DAGGER["epochs"])
+    parser.add_argument("--dagger-lr", type=float, default=_DAGGER["lr"])
+
+
+def run(args: argparse.Namespace) -> int:
+    settings: dict[str, Any] = {name: getattr(args, name) for name in _SFT}
+    runtime = {"max_minutes": args.max_minutes, "save_steps": args.save_steps}
+    out = train_warm_start(
+        args.output, workers=args.workers, reuse_finished=args.dagger_rounds > 0, **runtime, **settings
+    )
+    if args.dagger_rounds:
+        out = train_dagger(
+            out,
+            rounds=args.dagger_rounds,
+            episodes=args.dagger_episodes,
+            epochs=args.dagger_epochs,
+            lr=args.dagger_lr,
+            **runtime,
+        )
+    print(f"Warm start written to {out}; use it with model_config={{'model': '{out}'}}")
+    return 0

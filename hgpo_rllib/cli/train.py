@@ -1,0 +1,256 @@
+"""``rllib train file <experiment.py>``: run an experiment file through Ray Tune.
+
+Every trial writes Tensorboard event files, ``progress.csv`` and checkpoints under the storage path:
+every ``checkpoint_freq`` iterations (default 5) and at the end. A trial that crashes is retried from
+its last checkpoint (``--max-failures``, default 3), and ``--resume`` continues an interrupted
+experiment from its trials' last checkpoints. An existing experiment directory is never overwritten.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import ray
+from ray import tune
+
+import envs
+from hgpo_rllib.cli.args import count, json_dict
+from hgpo_rllib.experiments.experiment_file import (
+    DEFAULT_CHECKPOINT_FREQ,
+    Experiment,
+    apply_config_overrides,
+    check_param_space,
+    load_experiment_file,
+)
+from hgpo_rllib.experiments.presets import estimator_run_name
+from hgpo_rllib.run_records import changed_settings, read_record, write_record
+
+DEFAULT_MAX_FAILURES = 3
+#: What ``rllib train file`` started a run with, in its experiment directory (checked by --resume).
+RUN_RECORD = "rllib_train_args.json"
+#: Columns of Tune's progress table (result key -> header); keys a run does not report are left out.
+#: ``*_smoothed``: over the last ``metrics_num_episodes_for_smoothing`` episodes
+#: (hgpo_rllib/env_runner/metrics_callback.py).
+PROGRESS_COLUMNS = {
+    "training_iteration": "iter",
+    "time_total_s": "total time (s)",
+    "env_runners/success_rate_smoothed": "success",
+    "env_runners/success_rate": "success (iter)",
+    "env_runners/episode_len_mean_smoothed": "episode len",
+    "env_runners/invalid_action_rate_smoothed": "invalid actions",
+    "env_runners/score_mean_smoothed": "score",
+    "env_runners/episode_return_mean_smoothed": "return",
+}
+
+
+def _check_resume(experiment_dir: Path, record: dict[str, Any]) -> None:
+    """``--resume`` continues the run as it was started: Tune would silently ignore a new stop,
+    checkpoint frequency or experiment file, so a change is refused instead."""
+    saved = experiment_dir / RUN_RECORD
+    if not saved.is_file():
+        return  # a run started before run records existed
+    changed = changed_settings(read_record(saved), record, keys=record)
+    if changed:
+        raise ValueError(
+            f"--resume cannot change a run's settings ({'; '.join(changed)}); resume with the original "
+            "flags and file, or start a new run with --name"
+        )
+
+
+def trial_name(trial: Any) -> str:
+    """Name a trial from its settings, as the authors' scripts do (e.g. ``k2_hgpo_alpha1.0_base0_<id>``)."""
+    cfg = trial.config
+    name = estimator_run_name(
+        cfg.get("history_length", "?"),
+        cfg.get("estimator", "hgpo"),
+        cfg.get("length_weight_alpha", "?"),
+        cfg.get("base_group", False),
+    )
+    return f"{name}_{trial.trial_id}"
+
+
+def _logger_callbacks(project: str) -> list[Any]:
+    """Weights & Biases through Tune's own integration when ``WANDB_API_KEY`` is set."""
+    if not os.environ.get("WANDB_API_KEY"):
+        return []
+    if importlib.util.find_spec("wandb") is None:
+        print("WANDB_API_KEY is set but `wandb` is not installed; logging to Tensorboard only.")
+        return []
+    from ray.air.integrations.wandb import WandbLoggerCallback
+
+    return [WandbLoggerCallback(project=project)]
+
+
+def experiment_runs(storage: Path, name: str) -> dict[int, Path]:
+    """The runs of experiment ``name`` under ``storage`` by number: 1 is ``name``, n is ``name_run<n>``."""
+    runs = {1: storage / name} if (storage / name).exists() else {}
+    for path in storage.glob(f"{name}_run*"):
+        suffix = path.name[len(name) + len("_run") :]
+        if suffix.isdigit():
+            runs[int(suffix)] = path
+    return dict(sorted(runs.items()))
+
+
+def _progress_reporter() -> Any:
+    """Tune's legacy console table with our columns (the newer console output takes no column list)."""
+    from ray import tune
+
+    os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
+    return tune.CLIReporter(metric_columns=dict(PROGRESS_COLUMNS), max_report_frequency=10)
+
+
+def train(
+    experiment: Experiment,
+    *,
+    stop: dict[str, Any] | None = None,
+    storage_path: str | None = None,
+    checkpoint_freq: int | None = None,
+    max_failures: int = DEFAULT_MAX_FAILURES,
+    num_samples: int = 1,
+    name: str | None = None,
+    resume: bool = False,
+    max_concurrent_trials: int | None = None,
+):
+    """Run an experiment through Ray Tune and return its ``ResultGrid``.
+
+    An existing experiment directory is never overwritten: a new run of the same name goes to
+    ``<name>_run2``, ``<name>_run3``, ...; ``resume=True`` continues the latest of them.
+    ``checkpoint_freq`` None takes the experiment file's; a checkpoint is always written at the end.
+    """
+    if checkpoint_freq is None:
+        checkpoint_freq = experiment.checkpoint_freq
+    if not isinstance(checkpoint_freq, int) or checkpoint_freq < 0 or max_failures < 0 or num_samples < 1:
+        raise ValueError(
+            f"checkpoint_freq must be an int >= 0 (got {checkpoint_freq!r}), max_failures >= 0 "
+            f"(got {max_failures}) and num_samples >= 1 (got {num_samples})"
+        )
+    storage = Path(storage_path or os.environ.get("CHECKPOINTS_DIR") or Path.home() / "ray_results")
+    storage = storage.expanduser().resolve()
+    name = name or experiment.name or f"{experiment.config.algo_class.__name__}_{experiment.config.env}"
+    runs = experiment_runs(storage, name)
+    trainable = experiment.config.algo_class
+    if not ray.is_initialized():
+        ray.init(include_dashboard=False)
+    envs.register_all()  # Ray's registry forgets names across ray.shutdown()/ray.init()
+    record = {
+        "stop": stop or experiment.stop,
+        "checkpoint_freq": checkpoint_freq,
+        "num_samples": num_samples,
+        "experiment_file_sha256": experiment.source_sha256,
+    }
+    if resume:
+        if not runs:
+            raise FileNotFoundError(f"nothing to resume: no experiment {name!r} under {storage}")
+        latest = runs[max(runs)]
+        _check_resume(latest, record)
+        print(f"Resuming {latest}")
+        tuner = tune.Tuner.restore(str(latest), trainable=trainable, resume_errored=True)
+        return tuner.fit()
+    if runs:
+        name = f"{name}_run{max(runs) + 1}"
+    check_param_space(experiment.config, experiment.param_space)
+    if experiment.prepare is not None:
+        experiment.prepare()
+    experiment.config.copy(copy_frozen=False).validate()  # fail here, not inside a trial
+    experiment_dir = storage / name
+    experiment_dir.mkdir(parents=True)
+    write_record(experiment_dir / RUN_RECORD, record)
+    print(f"Results go to {experiment_dir}")
+    param_space = experiment.config.copy(copy_frozen=False)
+    if experiment.param_space:
+        param_space = {**param_space.to_dict(), **experiment.param_space}
+    tuner = tune.Tuner(
+        trainable,
+        param_space=param_space,
+        tune_config=tune.TuneConfig(
+            num_samples=num_samples,
+            trial_name_creator=trial_name,
+            trial_dirname_creator=trial_name,
+            max_concurrent_trials=max_concurrent_trials,
+        ),
+        run_config=tune.RunConfig(
+            name=name,
+            storage_path=str(storage),
+            stop=stop or experiment.stop,
+            progress_reporter=_progress_reporter(),
+            callbacks=_logger_callbacks(project=name),
+            failure_config=tune.FailureConfig(max_failures=max_failures),
+            checkpoint_config=tune.CheckpointConfig(
+                checkpoint_frequency=checkpoint_freq, checkpoint_at_end=True
+            ),
+        ),
+    )
+    return tuner.fit()
+
+
+def _incomplete_trials(results: Any) -> list[str]:
+    """Trials that reached their stop while their last iterations sampled too few groups to train
+    (below ``num_consecutive_env_runner_failures_tolerance``, so the algorithm did not raise): a
+    run that trains nothing must not exit 0."""
+    messages = []
+    for result in results:
+        metrics = result.metrics or {}
+        failed = int(metrics.get("num_consecutive_failed_iterations") or 0)
+        if not result.error and failed:
+            messages.append(
+                f"{result.path}: its last {failed} iteration(s) sampled only "
+                f"{int(metrics.get('num_groups_sampled') or 0)} rollout group(s), fewer than configured; "
+                "see the env runners' errors above and num_groups_sampled in progress.csv"
+            )
+    return messages
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of ``rllib train file``."""
+    parser.add_argument("path", help="Python file defining `config` (and optionally `stop`)")
+    parser.add_argument("--stop", type=json_dict, help="Tune stop criteria as JSON")
+    parser.add_argument("--config", type=json_dict, help="settings merged into the file's config, as JSON")
+    parser.add_argument(
+        "--storage-path", help="results directory (default: $CHECKPOINTS_DIR or ~/ray_results)"
+    )
+    parser.add_argument("--name", help="experiment name (a sub-directory of the storage path)")
+    parser.add_argument(
+        "--checkpoint-freq",
+        type=count(0),
+        help=f"checkpoint every N iterations and at the end (default: the file's `checkpoint_freq`, "
+        f"else {DEFAULT_CHECKPOINT_FREQ}; 0: at the end only)",
+    )
+    parser.add_argument(
+        "--max-failures",
+        type=count(0),
+        default=DEFAULT_MAX_FAILURES,
+        help="retries of a crashed trial, each from its last checkpoint (Tune FailureConfig)",
+    )
+    parser.add_argument("--num-samples", type=count(1), default=1, help="Tune samples of the param space")
+    parser.add_argument("--max-concurrent-trials", type=count(1), help="trials running at once")
+    parser.add_argument("--resume", action="store_true", help="continue the latest run of the experiment")
+
+
+def run(args: argparse.Namespace) -> int:
+    """``rllib train file``: 0 when every trial finished, 1 when one failed (user errors raise)."""
+    experiment = load_experiment_file(args.path)
+    if args.config:
+        if args.resume:
+            raise ValueError("--config cannot change a resumed run (it keeps its own config)")
+        apply_config_overrides(experiment.config, args.config)
+    results = train(
+        experiment,
+        stop=args.stop,
+        storage_path=args.storage_path,
+        checkpoint_freq=args.checkpoint_freq,
+        max_failures=args.max_failures,
+        num_samples=args.num_samples,
+        name=args.name,
+        resume=args.resume,
+        max_concurrent_trials=args.max_concurrent_trials,
+    )
+    errors = [r.error for r in results if r.error] + _incomplete_trials(results)
+    for error in errors:
+        print(f"rllib: trial failed: {error}", file=sys.stderr)
+    print(f"Finished {len(results)} trial(s) in {results.experiment_path}; errors: {len(errors)}")
+    return 1 if errors else 0

@@ -1,0 +1,85 @@
+"""Every name that travels between the package's pieces: episode info keys, per-step columns, batch
+columns and metric keys.
+
+A leaf module (no imports from this package, no third-party imports), so the env runner, the
+connectors, the learners, the callbacks and the tests agree on one spelling of each name without
+importing each other (docs/rllib_notes.md §1).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Protocol
+
+# ----------------------------------------------------------------------------- episode info
+#: Keys the env runner adds to the reset ``info`` of every episode.
+GROUP_ID = "group_id"
+TASK_SEED = "task_seed"
+
+# ----------------------------------------------------------------------------- per-step outputs
+#: Per-step extra model outputs stored in the episode by the env runner: prompt token ids without
+#: padding (frozen at sampling time, so the learner trains on exactly the prompt the sampler saw),
+#: the response mask and the sampling log-probs, and the decoded response text.
+PROMPT_IDS = "prompt_ids"
+PROMPT_MASK = "prompt_mask"
+RESP_MASK = "resp_mask"
+RESP_LOGP = "resp_logp"
+ACTION_TEXT = "action_text"
+#: Optional per-row column: token ids [B, A] a row may emit (-1 pads), from its admissible actions.
+ALLOWED_IDS = "allowed_ids"
+
+# ----------------------------------------------------------------------------- learner batch
+#: Token batch columns besides the runner's (the RLModule's ``forward_train`` reads TOKEN_COLUMNS).
+RESP_IDS = "resp_ids"
+OLD_LOGP = "old_logp"
+ADVANTAGES = "advantages"
+REF_LOGP = "ref_logp"
+#: The sampler's log-probs, kept next to the learner's recomputed ``old_logp``.
+SAMPLER_LOGP = "sampler_logp"
+TOKEN_COLUMNS = (PROMPT_IDS, PROMPT_MASK, RESP_IDS, RESP_MASK)
+#: Present only when the module constrains generation to each step's admissible actions.
+OPTIONAL_TOKEN_COLUMNS = (ALLOWED_IDS,)
+
+# ----------------------------------------------------------------------------- metrics
+#: Env runner metrics (results: ``env_runners/...``): generated (valid) response tokens, and their
+#: rate during generation only.
+NUM_GENERATED_TOKENS = "num_generated_tokens"
+GENERATED_TOKENS_PER_S = "generated_tokens_per_s"
+#: Episode metrics of the metrics callback (``env_runners/...``).
+SUCCESS_RATE = "success_rate"
+INVALID_ACTION_RATE = "invalid_action_rate"
+ENV_ERROR_RATE = "env_error_rate"
+SCORE = "score_mean"
+SMOOTHED_SUFFIX = "_smoothed"
+#: Algorithm metrics (results top level).
+NUM_GROUPS_SAMPLED = "num_groups_sampled"
+#: Env runner calls of this iteration (sampling and weight sync) that raised, died or timed out.
+NUM_ENV_RUNNER_FAILURES = "num_env_runner_failures"
+#: Iterations in a row, up to this one, whose sampling did not deliver ``groups_per_iteration``.
+NUM_CONSECUTIVE_FAILED_ITERATIONS = "num_consecutive_failed_iterations"
+#: Unsmoothed seconds of this iteration's phases: ``iteration_seconds/<phase>``.
+ITERATION_SECONDS = "iteration_seconds"
+#: Learner metrics (``learners/<module>/...``) besides RLlib's policy loss and entropy.
+KL_KEY = "kl"
+CLIP_FRAC_KEY = "clip_frac"
+DUAL_CLIP_FRAC_KEY = "dual_clip_frac"
+RATIO_MEAN_KEY = "ratio_mean"
+#: Mean |logp_learner - sampler's logp| over the first minibatch of the first epoch: before any update
+#: the learner must reproduce the sampler's log-probs, so this checks weight sync and token alignment.
+LOGP_GAP_KEY = "logp_gap_vs_sampler"
+NUM_OPTIMIZER_STEPS = "num_optimizer_steps"
+
+# ----------------------------------------------------------------------------- state keys
+#: Env runner state key of its task-seed generator (its position and the count of groups started).
+TASK_GENERATOR = "task_generator"
+#: Algorithm state key: each remote env runner's task generator, by worker index.
+TASK_GENERATORS = "task_generators"
+
+
+class _Episode(Protocol):
+    def get_infos(self, indices: int) -> Mapping[str, Any]: ...
+
+
+def group_id_of(episode: _Episode) -> str:
+    """The rollout-group id the env runner stamped into the episode's reset info."""
+    return episode.get_infos(0)[GROUP_ID]

@@ -1,0 +1,1 @@
+"""Env-to-module connector pieces: the prompt of each step."""

@@ -1,0 +1,1 @@
+"""Learner connector pieces: the token batch, the advantages and the frozen log-probs."""

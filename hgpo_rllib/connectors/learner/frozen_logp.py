@@ -1,0 +1,90 @@
+"""Learner connectors: per-token log-probs that stay fixed during an update, computed once.
+
+Both run without gradients on the whole batch in chunks of ``chunk_rows`` (bounded memory), before
+RLlib minibatches the rows (docs/hgpo_algorithm.md §5):
+
+* :class:`ReferenceLogp`: the frozen initial model's, for the k3 KL term;
+* :class:`RecomputeOldLogp`: the policy's own before the update, the PPO ratio's denominator, as
+  verl recomputes them on the training engine. The sampler's (vLLM, another dtype or kernel) differ
+  slightly, which would make the first minibatch's ratio differ from 1 and clip spuriously; they are
+  kept as ``sampler_logp`` for the ``logp_gap_vs_sampler`` metric.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from ray.rllib.connectors.connector_v2 import ConnectorV2
+from ray.rllib.core import DEFAULT_MODULE_ID
+from ray.rllib.utils.annotations import override
+
+from hgpo_rllib.columns import OLD_LOGP, OPTIONAL_TOKEN_COLUMNS, REF_LOGP, SAMPLER_LOGP, TOKEN_COLUMNS
+
+
+def logp_in_chunks(
+    score: Callable[[dict[str, Any]], torch.Tensor], rows: dict[str, Any], chunk_rows: int | None
+) -> torch.Tensor:
+    """``score`` (token rows -> [n, T] log-probs) over ``rows`` in chunks, without gradients, as float32."""
+    n = len(rows[TOKEN_COLUMNS[0]])
+    chunk = chunk_rows or n
+    columns = [*TOKEN_COLUMNS, *(k for k in OPTIONAL_TOKEN_COLUMNS if k in rows)]
+    with torch.no_grad():
+        parts = [score({k: rows[k][s : s + chunk] for k in columns}) for s in range(0, n, chunk)]
+    return torch.cat(parts).float()
+
+
+class _ChunkedLogp(ConnectorV2):
+    """Base of the two: one timed no-grad pass over the module's rows; subclasses fill the columns."""
+
+    #: Learner metric (seconds of this pass).
+    timer_key: str = ""
+
+    def __init__(
+        self,
+        input_observation_space: Any = None,
+        input_action_space: Any = None,
+        *,
+        chunk_rows: int | None = None,
+        **kwargs: Any,
+    ):
+        super().__init__(input_observation_space, input_action_space, **kwargs)
+        self.chunk_rows = chunk_rows
+
+    @override(ConnectorV2)
+    def __call__(
+        self, *, rl_module: Any, batch: dict[str, Any], episodes: Any, metrics: Any = None, **kwargs: Any
+    ) -> dict:
+        start = time.perf_counter()
+        self.fill(rl_module[DEFAULT_MODULE_ID].unwrapped(), batch[DEFAULT_MODULE_ID])
+        if metrics is not None:
+            metrics.log_value((DEFAULT_MODULE_ID, self.timer_key), time.perf_counter() - start, window=1)
+        return batch
+
+    def fill(self, module: Any, rows: dict[str, Any]) -> None:
+        raise NotImplementedError
+
+
+class ReferenceLogp(_ChunkedLogp):
+    """Adds ``ref_logp`` ``[N, T]`` (float32 tensor) next to the token columns."""
+
+    timer_key = "reference_logp_s"
+
+    def fill(self, module: Any, rows: dict[str, Any]) -> None:
+        rows[REF_LOGP] = logp_in_chunks(module.compute_ref_logp, rows, self.chunk_rows)
+
+
+class RecomputeOldLogp(_ChunkedLogp):
+    """Moves the sampler's ``old_logp`` to ``sampler_logp`` and puts the learner's own in its place.
+
+    They come from the same forward as training's (same chunks of ``chunk_rows`` = the micro-batch
+    size, same compute dtype), so before the first optimiser step the ratio is exactly 1.
+    """
+
+    timer_key = "old_logp_s"
+
+    def fill(self, module: Any, rows: dict[str, Any]) -> None:
+        rows[SAMPLER_LOGP] = rows[OLD_LOGP]
+        rows[OLD_LOGP] = logp_in_chunks(lambda b: module.forward_train(b)["logp"], rows, self.chunk_rows)

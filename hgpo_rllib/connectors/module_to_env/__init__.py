@@ -1,0 +1,1 @@
+"""Module-to-env connector pieces: the generated text goes to the env."""

@@ -1,0 +1,99 @@
+"""Episode metrics of text agents, logged on the env runners (results: ``env_runners/...``).
+
+RLlib already reports episode return and length (``episode_return_mean``, ``episode_len_mean``).
+This adds what the paper reports and what shows a policy's health (docs/hgpo_algorithm.md §7):
+success rate overall and per task type, the share of format-invalid actions, the share of episodes
+that an environment error ended (``info["env_error"]``, otherwise only a log warning, see
+envs/common/text_env.py), and WebShop's score when the env reports one (``info["score"]``).
+Evaluation runners log the same keys under ``evaluation/env_runners``.
+
+RLlib documents ``metrics_num_episodes_for_smoothing`` as a window over the last N episodes, but its
+2.60 metrics restart every training iteration (each reduce empties the window), so every episode
+metric above, and RLlib's return and length, is a mean over one iteration's episodes: with 2 tasks
+per iteration, mostly a statement about which 2 were drawn. The ``*_smoothed`` keys restore the
+documented window across iterations; the Tune progress table shows them.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+from ray.rllib.callbacks.callbacks import RLlibCallback
+from ray.rllib.env.single_agent_episode import SingleAgentEpisode
+from ray.rllib.utils.metrics import ENV_RUNNER_RESULTS, NUM_EPISODES
+
+from hgpo_rllib.columns import ENV_ERROR_RATE, INVALID_ACTION_RATE, SCORE, SMOOTHED_SUFFIX, SUCCESS_RATE
+
+#: Per-iteration episode means that also get a ``<key>_smoothed`` over the smoothing window.
+SMOOTHED_METRICS = (
+    SUCCESS_RATE,
+    INVALID_ACTION_RATE,
+    ENV_ERROR_RATE,
+    SCORE,
+    "episode_len_mean",
+    "episode_return_mean",
+)
+
+
+def episode_weighted_means(iterations: Sequence[tuple[int, Mapping[str, float]]]) -> dict[str, float]:
+    """Means over all the episodes of several iterations, from each iteration's episode count and
+    per-episode means. An iteration that lacks a key (or reports NaN for it) does not count for it."""
+    totals: dict[str, list[float]] = {}
+    for episodes, means in iterations:
+        for key, value in means.items():
+            if np.isfinite(value):
+                total = totals.setdefault(key, [0.0, 0.0])
+                total[0] += episodes * value
+                total[1] += episodes
+    return {key: weighted / episodes for key, (weighted, episodes) in totals.items() if episodes}
+
+
+class EpisodeMetricsCallback(RLlibCallback):
+    """Logs success, invalid-action rate, env-error rate and score of every finished episode (means over
+    the iteration) and, after each iteration, the smoothed means of those and of return and length.
+
+    To add callbacks of your own, keep this one: ``config.callbacks([EpisodeMetricsCallback, Mine])``.
+    The smoothing window lives in this object: a run restored from a checkpoint starts a new one.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        # (episodes, per-episode means) of the latest iterations, oldest first.
+        self._recent_iterations: deque[tuple[int, dict[str, float]]] = deque()
+
+    def on_episode_end(
+        self, *, episode: SingleAgentEpisode, metrics_logger: Any = None, **kwargs: Any
+    ) -> None:
+        infos = list(episode.get_infos())
+        last = infos[-1]
+        won = float(bool(last.get("won", False)))
+        steps = infos[1:]
+        window = kwargs["env_runner"].config.metrics_num_episodes_for_smoothing
+        metrics_logger.log_value(SUCCESS_RATE, won, window=window)
+        env_error = float(any("env_error" in info for info in steps))
+        metrics_logger.log_value(ENV_ERROR_RATE, env_error, window=window)
+        task_type = last.get("task_type") or infos[0].get("task_type")
+        if task_type:
+            metrics_logger.log_value((f"{SUCCESS_RATE}_by_task", str(task_type)), won, window=window)
+        if steps:
+            invalid = sum(not info.get("is_action_valid", True) for info in steps) / len(steps)
+            metrics_logger.log_value(INVALID_ACTION_RATE, invalid, window=window)
+        if "score" in last:
+            metrics_logger.log_value(SCORE, float(last["score"]), window=window)
+
+    def on_train_result(self, *, algorithm: Any, result: dict[str, Any], **kwargs: Any) -> None:
+        """Adds ``<metric>_smoothed``: the mean over the last ``metrics_num_episodes_for_smoothing``
+        episodes (whole iterations, at least that many once there are), as RLlib documents the window."""
+        runners = result.get(ENV_RUNNER_RESULTS)
+        if not isinstance(runners, dict) or not runners.get(NUM_EPISODES):
+            return
+        means = {key: float(runners[key]) for key in SMOOTHED_METRICS if key in runners}
+        self._recent_iterations.append((int(runners[NUM_EPISODES]), means))
+        window = algorithm.config.metrics_num_episodes_for_smoothing
+        while sum(episodes for episodes, _ in list(self._recent_iterations)[1:]) >= window:
+            self._recent_iterations.popleft()
+        smoothed = episode_weighted_means(self._recent_iterations)
+        runners.update({key + SMOOTHED_SUFFIX: value for key, value in smoothed.items()})

@@ -1,0 +1,45 @@
+"""The paper's evaluation protocol (``rllib evaluate``): playing policies on fixed evaluation tasks
+(:mod:`~hgpo_rllib.evaluation.rollout`), loading trained policies
+(:mod:`~hgpo_rllib.evaluation.policy_loading`) and the tables over seeds
+(:mod:`~hgpo_rllib.evaluation.protocol`)."""
+
+from hgpo_rllib._imports import lazy_getattr
+
+_ROLLOUT = "hgpo_rllib.evaluation.rollout"
+_LOADING = "hgpo_rllib.evaluation.policy_loading"
+_PROTOCOL = "hgpo_rllib.evaluation.protocol"
+
+__all__ = [
+    "ALFWORLD_CATEGORIES",
+    "CheckpointPolicy",
+    "DEFAULT_SEEDS",
+    "EpisodeSlot",
+    "Policy",
+    "TASK_SEED_STRIDE",
+    "evaluate",
+    "expert_policy",
+    "export_merged",
+    "play",
+    "random_policy",
+    "summarize",
+]
+
+__getattr__ = lazy_getattr(
+    __name__,
+    {
+        "EpisodeSlot": _ROLLOUT,
+        "Policy": _ROLLOUT,
+        "TASK_SEED_STRIDE": _ROLLOUT,
+        "expert_policy": _ROLLOUT,
+        "random_policy": _ROLLOUT,
+        "play": _ROLLOUT,
+        "CheckpointPolicy": _LOADING,
+        "export_merged": _LOADING,
+        "ALFWORLD_CATEGORIES": _PROTOCOL,
+        "DEFAULT_SEEDS": _PROTOCOL,
+        "SPLIT_CHOICES": _PROTOCOL,
+        "DEFAULT_EPISODES": _PROTOCOL,
+        "evaluate": _PROTOCOL,
+        "summarize": _PROTOCOL,
+    },
+)

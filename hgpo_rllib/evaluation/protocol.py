@@ -1,0 +1,201 @@
+"""The paper's evaluation protocol as one function and one command (``rllib evaluate``).
+
+A policy plays ``episodes`` tasks for each evaluation seed (the paper reports mean ± std over seeds
+123, 456 and 789, docs/hgpo_algorithm.md §7). ALFWorld is evaluated on ``eval_out_of_distribution``
+unless told otherwise (``split`` "in", "out" or "all"), by default on every game of the split; WebShop
+on its test goals (0-499). The tables name the split. A checkpoint's policy samples at its
+``eval_temperature`` with the same history-window prompts it was trained on; two baselines come from
+the same command: the privileged expert (ALFWorld's planner, WebShop's scripted buyer, KeyChest's
+shortest path) and a uniform-random choice among the admissible actions. Tables are written as CSV
+and Markdown.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+import envs
+from hgpo_rllib.evaluation.policy_loading import CheckpointPolicy
+from hgpo_rllib.evaluation.rollout import Policy, expert_policy, play, random_policy, task_seeds
+from hgpo_rllib.run_records import changed_settings, read_record, write_atomically, write_record
+
+DEFAULT_SEEDS = (123, 456, 789)
+#: ``split`` values of :func:`evaluate` (ALFWorld) and the splits each one plays.
+SPLIT_CHOICES = {
+    "in": ("eval_in_distribution",),
+    "out": ("eval_out_of_distribution",),
+    "all": ("eval_in_distribution", "eval_out_of_distribution"),
+}
+DEFAULT_ALFWORLD_SPLIT = "out"
+#: Episodes per seed where an environment has no fixed list of evaluation games.
+DEFAULT_EPISODES = 32
+ALFWORLD_CATEGORIES = ("Pick", "Look", "Clean", "Heat", "Cool", "Pick2")
+#: The output directory's settings record.
+EVALUATION_RECORD = "evaluation.json"
+
+
+def summarize(episodes: pd.DataFrame, env_name: str) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Per (split, policy, seed) metrics, and their mean ± std over seeds."""
+    keys = ["split", "policy", "seed"] if "split" in episodes else ["policy", "seed"]
+    per_seed = episodes.groupby(keys).agg(
+        success=("won", "mean"), steps=("steps", "mean"), invalid_rate=("invalid_rate", "mean")
+    )
+    if env_name == "webshop":
+        per_seed["score"] = episodes.groupby(keys)["score"].mean()
+    if env_name == "alfworld":
+        by_type = episodes.pivot_table(index=keys, columns="task_type", values="won", aggfunc="mean")
+        for category in ALFWORLD_CATEGORIES:
+            per_seed[category] = by_type[category] if category in by_type else np.nan
+    rate_columns = ["success", *ALFWORLD_CATEGORIES, "score"]
+    per_seed = per_seed.apply(lambda col: col * 100 if col.name in rate_columns else col)
+    per_seed = per_seed.reset_index()
+    grouped = per_seed.drop(columns="seed").groupby(keys[:-1], sort=False)
+    summary = grouped.mean().round(2).astype(str) + " ± " + grouped.std(ddof=0).round(2).astype(str)
+    return per_seed.round(3), summary.reset_index()
+
+
+def evaluate(
+    checkpoint: str | Path | None,
+    *,
+    env: str,
+    split: str | None = None,
+    seeds: Sequence[int] = DEFAULT_SEEDS,
+    episodes: int | None = None,
+    output: str | Path,
+    baselines: Sequence[str] = ("expert", "random"),
+    env_config: dict[str, Any] | None = None,
+    batch_size: int = 16,
+) -> pd.DataFrame:
+    """Evaluate a checkpoint (and/or the baselines) and write tables to ``output``.
+
+    Returns the mean ± std summary. ``split`` ("in" | "out" | "all", default "out" unless
+    ``env_config`` names a split) selects ALFWorld's evaluation split(s); ``episodes`` (default: the
+    whole split for ALFWorld, else 32) is per seed and split. WebShop plays its ``test`` goals unless
+    ``env_config`` says otherwise. Each finished (split, policy, seed) is written at once
+    (atomically) to ``episodes.csv``; a rerun of the same evaluation into the same ``output`` skips
+    what is already there and plays the rest.
+    """
+    env_name = envs.get_env_spec(env).name
+    if (episodes is not None and episodes < 1) or not seeds or batch_size < 1:
+        raise ValueError("episodes and batch_size must be >= 1 and at least one seed is needed")
+    if any(seed < 0 for seed in seeds) or len(set(seeds)) < len(seeds):
+        raise ValueError(f"seeds must be distinct and >= 0, got {list(seeds)}")
+    unknown = sorted(set(baselines) - {"expert", "random"})
+    if unknown:
+        raise ValueError(f"unknown baselines {unknown}; choose from ['expert', 'random']")
+    if checkpoint is None and not baselines:
+        raise ValueError("nothing to evaluate: give a checkpoint or at least one baseline")
+    config = dict(env_config or {})
+    splits = _eval_splits(env_name, split, config)
+    policies: dict[str, Callable[[int], Policy]] = {}
+    if checkpoint is not None:
+        trained = CheckpointPolicy(checkpoint, env_config=config)
+        config = trained.env_config
+        policies["checkpoint"] = trained.reseed
+    if "expert" in baselines:
+        policies["expert"] = lambda seed: expert_policy
+    if "random" in baselines:
+        policies["random"] = random_policy
+    settings = {
+        "env": env_name,
+        "splits": list(splits),
+        "episodes": episodes,
+        "env_config": config,
+        "checkpoint": None if checkpoint is None else str(Path(checkpoint).expanduser().resolve()),
+    }
+    out_dir = Path(output).expanduser()
+    table = _open_output(out_dir, settings)
+    if splits != (None,) and "split" not in table:
+        table["split"] = pd.Series(dtype=object)  # a new output: no episodes yet
+    lines = []
+    for split_name in splits:
+        split_config = config if split_name is None else {**config, "split": split_name}
+        size = _split_size(env_name, split_config)
+        n = episodes or size or DEFAULT_EPISODES
+        if split_name is not None:
+            games = f" ({size} games{', all played' if size == n else ''})" if size else ""
+            lines.append(f"- split `{split_name}`{games}: {n} episodes per seed and policy")
+        label = {} if split_name is None else {"split": split_name}
+        for name, make_policy in policies.items():
+            for seed in seeds:
+                done = (table["policy"] == name) & (table["seed"] == seed)
+                if label:
+                    done &= table["split"] == split_name
+                if done.any():
+                    continue  # finished by an earlier run into the same directory
+                policy = make_policy(seed)
+                desc = f"{name} seed {seed}" + (f" {split_name}" if split_name else "")
+                records = play(
+                    env_name, split_config, policy, task_seeds(seed, n), batch_size=batch_size, desc=desc
+                )
+                rows = pd.DataFrame([{**label, "policy": name, "seed": seed, **record} for record in records])
+                table = rows if table.empty else pd.concat([table, rows], ignore_index=True)
+                write_atomically(out_dir / "episodes.csv", table.to_csv(index=False))
+    wanted = table["policy"].isin(list(policies)) & table["seed"].isin(list(seeds))
+    per_seed, summary = summarize(table[wanted], env_name)
+    write_atomically(out_dir / "per_seed.csv", per_seed.to_csv(index=False))
+    write_atomically(out_dir / "summary.csv", summary.to_csv(index=False))
+    header = "".join(f"{line}\n" for line in lines)
+    write_atomically(
+        out_dir / "summary.md",
+        f"# {env_name} evaluation\n\n{header}\n## Mean ± std over seeds {list(seeds)}\n\n"
+        f"{summary.to_markdown(index=False)}\n\n## Per seed\n\n{per_seed.to_markdown(index=False)}\n",
+    )
+    return summary
+
+
+def _eval_splits(env_name: str, split: str | None, user_config: dict[str, Any]) -> tuple[str | None, ...]:
+    """The env splits to evaluate on (None: the env has no split)."""
+    if env_name == "alfworld":
+        if split is None and "split" in user_config:
+            return (user_config["split"],)
+        split = split or DEFAULT_ALFWORLD_SPLIT
+        if split not in SPLIT_CHOICES:
+            raise ValueError(f"split must be one of {sorted(SPLIT_CHOICES)}, got {split!r}")
+        return SPLIT_CHOICES[split]
+    if split is not None:
+        raise ValueError(f"--split applies to ALFWorld only, not {env_name}")
+    if env_name == "webshop":
+        return (user_config.get("split", "test"),)
+    return (None,)
+
+
+def _split_size(env_name: str, env_config: dict[str, Any]) -> int | None:
+    """Games in the env's fixed evaluation list, if it has one (ALFWorld's evaluation splits)."""
+    if env_name != "alfworld":
+        return None
+    env = envs.make_env(env_name, env_config)
+    try:
+        return env.unwrapped.num_games
+    finally:
+        env.close()
+
+
+def _open_output(out_dir: Path, settings: dict[str, Any]) -> pd.DataFrame:
+    """Create ``out_dir`` or reopen one that an earlier run of the same evaluation left (possibly
+    unfinished); returns the episodes already played there. A directory of anything else is refused
+    and left untouched."""
+    if out_dir.exists() and not out_dir.is_dir():
+        raise ValueError(f"--output {out_dir} is a file; give a directory for the tables")
+    record = out_dir / EVALUATION_RECORD
+    if record.is_file():
+        changed = changed_settings(read_record(record), settings)
+        if changed:
+            raise FileExistsError(
+                f"{out_dir} holds results of another evaluation ({'; '.join(changed)}); "
+                "choose a new --output directory"
+            )
+        episodes = out_dir / "episodes.csv"
+        if episodes.is_file():
+            return pd.read_csv(episodes, keep_default_na=False)
+        return pd.DataFrame(columns=["policy", "seed"])
+    if out_dir.is_dir() and any(out_dir.iterdir()):
+        raise FileExistsError(f"{out_dir} already holds other files; choose a new --output directory")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    write_record(record, settings)
+    return pd.DataFrame(columns=["policy", "seed"])

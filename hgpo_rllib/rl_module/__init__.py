@@ -1,0 +1,34 @@
+"""The LLM policy as an RLlib RLModule (≈ ``rllib/core/rl_module/``).
+
+- :mod:`~hgpo_rllib.rl_module.config`: ``model_config`` keys, validated without loading a model;
+- :mod:`~hgpo_rllib.rl_module.apis`: :class:`TokenPolicyAPI`, what the connectors ask of a policy;
+- :mod:`~hgpo_rllib.rl_module.llm_rl_module`: :class:`LLMRLModule`, the policy itself;
+- :mod:`~hgpo_rllib.rl_module.models` and :mod:`~hgpo_rllib.rl_module.tokenizer`: loading a local
+  Hugging Face model, or building the random-init ``"tiny-qwen2"`` preset;
+- :mod:`~hgpo_rllib.rl_module.generation` (HF ``generate``) and
+  :mod:`~hgpo_rllib.rl_module.vllm_generation` (vLLM): the one generator interface and its engines;
+- :mod:`~hgpo_rllib.rl_module.logprobs`: per-token log-probs and entropies, chunked;
+- :mod:`~hgpo_rllib.rl_module.lora`: LoRA adapters through PEFT.
+"""
+
+from hgpo_rllib._imports import lazy_getattr
+
+__all__ = ["LLMModuleConfig", "LLMRLModule", "TokenPolicyAPI"]
+
+__getattr__ = lazy_getattr(
+    __name__,
+    {
+        "LLMRLModule": "hgpo_rllib.rl_module.llm_rl_module",
+        "LLMModuleConfig": "hgpo_rllib.rl_module.config",
+        "TokenPolicyAPI": "hgpo_rllib.rl_module.apis",
+    },
+    moved={
+        "TINY_PRESET": "hgpo_rllib.rl_module.config",
+        "INFERENCE_BACKENDS": "hgpo_rllib.rl_module.config",
+        "VLLM_MANAGED_ARGS": "hgpo_rllib.rl_module.config",
+        "TORCH_DTYPES": "hgpo_rllib.rl_module.models",
+        "resolve_inference_backend": "hgpo_rllib.rl_module.models",
+        "chat_prompt": "hgpo_rllib.rl_module.models",
+        "ALLOWED_IDS": "hgpo_rllib.columns",
+    },
+)

@@ -1,0 +1,38 @@
+"""What the connectors ask of a token-level text policy, as an RLlib-style capability API.
+
+RLlib's connectors check capabilities such as ``ValueFunctionAPI`` rather than concrete module classes
+(``rllib/core/rl_module/apis/``); ours type against :class:`TokenPolicyAPI` the same way, so they import
+neither the module nor torch. :class:`~hgpo_rllib.rl_module.LLMRLModule` implements it.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Sequence
+from typing import Any
+
+
+class TokenPolicyAPI(abc.ABC):
+    """A policy over tokens: prompts in, token ids out, and per-token log-probs of stored responses."""
+
+    @property
+    @abc.abstractmethod
+    def pad_token_id(self) -> int:
+        """The id that pads prompt and response rows."""
+
+    @property
+    @abc.abstractmethod
+    def constrains_to_admissible(self) -> bool:
+        """Whether each step's sampling is restricted to the tokens of its admissible actions."""
+
+    @abc.abstractmethod
+    def encode_prompts(self, texts: list[str]) -> dict[str, Any]:
+        """Rendered prompts -> ``prompt_ids`` / ``prompt_mask`` (the model's chat format, left-padded)."""
+
+    @abc.abstractmethod
+    def allowed_ids(self, admissible: Sequence[Sequence[str]]) -> Any:
+        """[B, A] token ids each row may emit, from its admissible actions (-1 pads)."""
+
+    @abc.abstractmethod
+    def compute_ref_logp(self, batch: dict[str, Any]) -> Any:
+        """Per-token log-probs [N, T] of ``resp_ids`` under the frozen reference (no gradient)."""

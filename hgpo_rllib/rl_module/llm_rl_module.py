@@ -1,0 +1,368 @@
+"""LLMRLModule: a Hugging Face causal LM as an RLlib (new API stack) RLModule for text agents.
+
+Env runners call ``forward_exploration`` / ``forward_inference`` to generate one response per
+prompt through the module's :class:`~hgpo_rllib.rl_module.generation.Generator` (HF ``generate`` on
+CPU, vLLM on GPU); learners call ``forward_train`` to get per-token log-probs and entropies of stored
+responses. Both sides use the same temperature-scaled distribution and the same position ids, so on
+one device the learner reproduces the sampler's log-probs exactly (the "log-prob gap" is ~1e-6); see
+``docs/rllib_notes.md`` §4 and §5.6.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
+
+import torch
+from peft import PeftModel
+from ray.rllib.core.columns import Columns
+from ray.rllib.core.rl_module.apis import InferenceOnlyAPI
+from ray.rllib.core.rl_module.torch import TorchRLModule
+from transformers import GenerationConfig
+
+from hgpo_rllib.columns import (
+    ACTION_TEXT,
+    ALLOWED_IDS,
+    PROMPT_IDS,
+    PROMPT_MASK,
+    RESP_IDS,
+    RESP_LOGP,
+    RESP_MASK,
+)
+from hgpo_rllib.rl_module.apis import TokenPolicyAPI
+from hgpo_rllib.rl_module.config import LLMModuleConfig
+from hgpo_rllib.rl_module.generation import Generator, HFGenerator, trim_left_padding
+from hgpo_rllib.rl_module.logprobs import token_logp_entropy
+from hgpo_rllib.rl_module.lora import (
+    ADAPTER_MARK,
+    adapter_state_dict,
+    add_adapters,
+    merge_adapter_state,
+    merged_state_dict,
+)
+from hgpo_rllib.rl_module.models import TORCH_DTYPES, chat_prompt, load_lm, resolve_inference_backend
+
+
+class WeightGatherer(Protocol):
+    """Full weights of a module whose parameters are sharded over several learners (a collective)."""
+
+    def full_state_dict(self, module: torch.nn.Module) -> dict[str, torch.Tensor]: ...
+
+    def load_full_state_dict(self, module: torch.nn.Module, state: Mapping[str, Any]) -> None: ...
+
+
+class LLMRLModule(TorchRLModule, InferenceOnlyAPI, TokenPolicyAPI):
+    """Causal-LM policy: one generated response per prompt is one RL action.
+
+    Log-prob convention: exploration samples from ``softmax(logits / temperature)`` and reports the
+    log-probs of exactly that distribution (the processed scores HF sampled from, or vLLM's
+    ``processed_logprobs``); ``_forward_train`` and ``compute_ref_logp`` divide the logits by the same
+    exploration ``temperature`` (as verl does), so old, new and reference log-probs all refer to one
+    distribution. ``_forward_inference`` samples at ``eval_temperature`` and reports log-probs at that
+    temperature, or at temperature 1 when greedy (``eval_temperature == 0``); it is never trained on.
+
+    ``action_vocabulary`` (optional list of texts) restricts generation, and the trained distribution
+    alike, to the tokens of those texts plus EOS: a from-scratch model then acts in the env's command
+    language from the first step. With the tiny preset each text is one token.
+    ``constrain_to_admissible`` narrows each step further to the tokens of that step's admissible
+    actions (plus EOS), given per row as ``allowed_ids`` by the prompt connector and stored with the
+    step, so the learner scores the same restricted distribution. With single-token commands this is
+    a choice among the admissible actions, as text-game agents that rank candidates make.
+    """
+
+    def setup(self) -> None:
+        self.llm_config = LLMModuleConfig.from_model_config(self.model_config)
+        self.backend = resolve_inference_backend(self.llm_config.inference_backend)
+        # torch_dtype is the compute dtype. Env runners hold the model in it; learners keep float32
+        # master weights (and so float32 optimizer state), because an AdamW step of lr 1e-6 applied
+        # to bf16 weights mostly rounds away, and compute in torch_dtype under autocast.
+        self.compute_dtype = TORCH_DTYPES[self.llm_config.torch_dtype]
+        weights_dtype = self.compute_dtype if self.inference_only else torch.float32
+        self.tokenizer, self.lm, self._model_dir = load_lm(self.llm_config, weights_dtype)
+        self.tokenizer.padding_side = "left"
+        gen_eos = self.lm.generation_config.eos_token_id
+        eos = {self.tokenizer.eos_token_id, *(gen_eos if isinstance(gen_eos, list) else [gen_eos])}
+        self.eos_token_ids = sorted(i for i in eos if i is not None)
+        # A checkpoint's generation_config.json (e.g. Qwen's top_k=20, top_p=0.8, repetition_penalty)
+        # would otherwise fill every sampling knob not set per call, and bias the sampled distribution.
+        self.lm.generation_config = GenerationConfig(
+            eos_token_id=self.eos_token_ids, pad_token_id=self.tokenizer.pad_token_id
+        )
+        if not self.inference_only:
+            self._setup_learner_model()
+        self._generator: Generator | None = None  # made on first use: learners never generate
+        #: Set by a learner that shards this module's parameters (FSDP, algorithms/torch/fsdp.py).
+        self.weight_gatherer: WeightGatherer | None = None
+        self.allowed_tokens = self._allowed_token_mask()
+
+    def _setup_learner_model(self) -> None:
+        """The learner's model: frozen reference (a copy, or with LoRA the base itself), gradient
+        checkpointing, adapters. Env runners (inference-only) keep a plain model and get merged weights."""
+        cfg = self.llm_config
+        if cfg.kl_coeff > 0 and not cfg.lora:
+            # Frozen, so it needs no float32 master: it is kept in the compute dtype.
+            reference = copy.deepcopy(self.lm).to(self.compute_dtype).requires_grad_(False).eval()
+            if cfg.reference_on_cpu:  # in a tuple: hidden from .to(device), state_dict and DDP
+                self._cpu_reference = (reference,)
+            else:
+                self.ref_lm = reference
+        if cfg.gradient_checkpointing:
+            self.lm.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        if cfg.lora:  # the frozen base needs no float32 master; PEFT keeps the adapters in float32
+            self.lm = add_adapters(self.lm.to(self.compute_dtype), cfg.lora)
+
+    @property
+    def uses_lora(self) -> bool:
+        """True on a learner whose model carries LoRA adapters."""
+        return isinstance(self.lm, PeftModel)
+
+    @property
+    def pad_token_id(self) -> int:
+        return self.tokenizer.pad_token_id
+
+    @property
+    def constrains_to_admissible(self) -> bool:
+        return self.llm_config.constrain_to_admissible
+
+    def trained_models(self) -> list[torch.nn.Module]:
+        """The causal LMs whose decoder layers a sharded learner shards: the policy and, when it lives
+        with it on the device, the frozen reference."""
+        return [self.lm] + ([self.ref_lm] if hasattr(self, "ref_lm") else [])
+
+    def allowed_ids(self, admissible: Sequence[Sequence[str]]) -> torch.Tensor:
+        """[B, A] ids each row may emit (the tokens of its admissible actions, and EOS), -1 padded."""
+        rows = [
+            sorted(
+                {i for text in texts for i in self.tokenizer(text, add_special_tokens=False)["input_ids"]}
+                | set(self.eos_token_ids)
+            )
+            for texts in admissible
+        ]
+        out = torch.full((len(rows), max((len(r) for r in rows), default=1)), -1, dtype=torch.long)
+        for i, row in enumerate(rows):
+            out[i, : len(row)] = torch.tensor(row, dtype=torch.long)
+        return out
+
+    def _logit_mask(self, batch: Mapping[str, Any], device: torch.device) -> torch.Tensor | None:
+        """Allowed-token mask, [V] (action vocabulary) or [B, V] (per-row admissible), or None."""
+        mask = None if self.allowed_tokens is None else self.allowed_tokens.to(device)
+        if ALLOWED_IDS in batch:
+            ids = torch.as_tensor(batch[ALLOWED_IDS], device=device).long()
+            vocab = self.lm.get_output_embeddings().weight.shape[0]
+            rows = torch.zeros((ids.shape[0], vocab + 1), dtype=torch.bool, device=device)
+            rows.scatter_(1, torch.where(ids < 0, vocab, ids), True)  # -1 pads land in a spare column
+            mask = rows[:, :vocab] if mask is None else rows[:, :vocab] & mask
+        return mask
+
+    def _allowed_token_mask(self) -> torch.Tensor | None:
+        """Boolean [vocab] mask of the tokens the policy may emit, or None for the whole vocabulary."""
+        texts = self.llm_config.action_vocabulary
+        if texts is None:
+            return None
+        ids = {i for text in texts for i in self.tokenizer(text, add_special_tokens=False)["input_ids"]}
+        mask = torch.zeros(self.lm.get_output_embeddings().weight.shape[0], dtype=torch.bool)
+        mask[sorted(ids | set(self.eos_token_ids))] = True
+        return mask
+
+    def get_non_inference_attributes(self) -> list[str]:
+        return ["ref_lm"]
+
+    def train(self, mode: bool = True) -> LLMRLModule:
+        """Keep the frozen reference in eval mode when RLlib switches the module to training."""
+        super().train(mode)
+        if hasattr(self, "ref_lm"):
+            self.ref_lm.eval()
+        return self
+
+    # ----------------------------------------------------------------------------------- prompts
+    def encode_prompts(self, texts: list[str]) -> dict[str, torch.Tensor]:
+        """Chat-format (single user turn), tokenize, keep the last max_prompt_tokens, left-pad."""
+        texts = [chat_prompt(self.tokenizer, text) for text in texts]
+        limit = self.llm_config.max_prompt_tokens
+        rows = [ids[-limit:] for ids in self.tokenizer(texts, add_special_tokens=False)["input_ids"]]
+        width = max((len(r) for r in rows), default=0)
+        prompt_ids = torch.full((len(rows), width), self.tokenizer.pad_token_id, dtype=torch.long)
+        prompt_mask = torch.zeros((len(rows), width), dtype=torch.long)
+        for i, row in enumerate(rows):
+            if row:
+                prompt_ids[i, width - len(row) :] = torch.tensor(row, dtype=torch.long)
+                prompt_mask[i, width - len(row) :] = 1
+        return {PROMPT_IDS: prompt_ids, PROMPT_MASK: prompt_mask}
+
+    # -------------------------------------------------------------------------------- generation
+    def _forward_exploration(self, batch: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
+        return self._generate(batch, self.llm_config.temperature)
+
+    def _forward_inference(self, batch: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
+        return self._generate(batch, self.llm_config.eval_temperature)
+
+    def _generate(self, batch: dict[str, Any], temperature: float) -> dict[str, Any]:
+        out_device = batch[PROMPT_IDS].device
+        ids, mask = trim_left_padding(batch[PROMPT_IDS].long(), batch[PROMPT_MASK].long())
+        generated = self.generator().generate(
+            ids,
+            mask,
+            temperature=temperature,
+            max_new_tokens=self.llm_config.max_new_tokens,
+            stop_token_ids=self.eos_token_ids,
+            pad_token_id=self.tokenizer.pad_token_id,
+            allowed=self._logit_mask(batch, self.lm.device),
+        )
+        out = self._pack_response(*(t.to(out_device) for t in generated))
+        if ALLOWED_IDS in batch:  # stored with the step, so the learner applies the same restriction
+            out[ALLOWED_IDS] = torch.as_tensor(batch[ALLOWED_IDS]).to(out_device)
+        return out
+
+    def _pack_response(self, resp: torch.Tensor, logp: torch.Tensor, lengths: torch.Tensor) -> dict[str, Any]:
+        """Right-pad to max_new_tokens; mask everything after the first EOS or beyond a row's length.
+
+        Runs outside inference mode so the outputs are ordinary tensors (usable in autograd later).
+        """
+        batch_size, length = resp.shape
+        width = self.llm_config.max_new_tokens
+        is_eos = torch.isin(resp, torch.tensor(self.eos_token_ids, device=resp.device)).long()
+        # Within the row's length, and no EOS strictly before this position.
+        keep = (torch.arange(length, device=resp.device) < lengths[:, None]) & (
+            (is_eos.cumsum(1) - is_eos) == 0
+        )
+        pad = self.tokenizer.pad_token_id
+        resp_ids = torch.full((batch_size, width), pad, dtype=torch.long, device=resp.device)
+        resp_mask = torch.zeros((batch_size, width), dtype=torch.long, device=resp.device)
+        resp_logp = torch.zeros((batch_size, width), dtype=torch.float32, device=resp.device)
+        resp_ids[:, :length] = torch.where(keep, resp, pad)
+        resp_mask[:, :length] = keep.long()
+        resp_logp[:, :length] = torch.where(keep, logp.float(), 0.0)
+        return {
+            Columns.ACTIONS: resp_ids,
+            RESP_MASK: resp_mask,
+            RESP_LOGP: resp_logp,
+            ACTION_TEXT: self.tokenizer.batch_decode(resp_ids.tolist(), skip_special_tokens=True),
+        }
+
+    def generator(self) -> Generator:
+        """The generation engine of ``inference_backend``, started on first use."""
+        if self._generator is None:
+            if self.backend == "vllm":
+                from hgpo_rllib.rl_module.vllm_generation import VLLMGenerator  # needs vllm installed
+
+                cfg = self.llm_config
+                self._generator = VLLMGenerator(
+                    self.lm,
+                    self.tokenizer,
+                    self._model_dir,
+                    dtype=cfg.torch_dtype,
+                    gpu_memory_utilization=cfg.vllm_gpu_memory_utilization,
+                    max_model_len=cfg.max_prompt_tokens + cfg.max_new_tokens,
+                    # Not cfg.seed (that fixes the tiny init, identical everywhere): sampling randomness
+                    # follows this process's torch seed, as on the HF path, so env runners differ.
+                    sampling_seed=torch.initial_seed() % 2**31,
+                    engine_args=cfg.vllm_engine_args,
+                )
+            else:
+                self._generator = HFGenerator(self.lm)
+        return self._generator
+
+    # ---------------------------------------------------------------------------------- training
+    def _token_logp(
+        self, lm: torch.nn.Module, batch: dict[str, Any], with_entropy: bool
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Per-token log-probs and entropies [N, T] of ``resp_ids`` at the exploration temperature.
+
+        position_ids = cumsum(mask) - 1 makes left-padded rows see the same positions as in
+        ``generate``. The backbone gives hidden states; the LM head runs only on valid response
+        positions, ``logprob_chunk_tokens`` at a time (:mod:`hgpo_rllib.rl_module.logprobs`).
+        """
+        prompt_ids, prompt_mask = trim_left_padding(batch[PROMPT_IDS], batch[PROMPT_MASK])
+        resp_ids, resp_mask = batch[RESP_IDS], batch[RESP_MASK]
+        input_ids = torch.cat([prompt_ids.long(), resp_ids.long()], dim=1)
+        attention_mask = torch.cat([prompt_mask.long(), resp_mask.long()], dim=1)
+        position_ids = (attention_mask.cumsum(dim=1) - 1).clamp(min=0)
+        model = lm.get_base_model() if isinstance(lm, PeftModel) else lm
+        backbone = getattr(model, model.base_model_prefix)
+        width = resp_ids.shape[1]
+        # Learners: float32 master weights, the forward in the compute dtype (no-op for float32).
+        mixed = self.compute_dtype != torch.float32
+        # The batch's device, not the model's: offloaded shards (learner_offload) sit on the CPU.
+        with torch.autocast(input_ids.device.type, dtype=self.compute_dtype, enabled=mixed):
+            hidden = backbone(
+                input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False
+            ).last_hidden_state
+            return token_logp_entropy(
+                hidden[:, -(width + 1) : -1],
+                model.get_output_embeddings(),
+                resp_ids,
+                resp_mask,
+                temperature=self.llm_config.temperature,
+                allowed=self._logit_mask(batch, hidden.device),
+                chunk_tokens=self.llm_config.logprob_chunk_tokens,
+                with_entropy=with_entropy,
+            )
+
+    def _forward_train(self, batch: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
+        """Per-token log-probs and entropies of ``resp_ids`` (0 where ``resp_mask`` is 0)."""
+        logp, entropy = self._token_logp(self.lm, batch, with_entropy=True)
+        return {"logp": logp, "entropy": entropy}
+
+    def compute_ref_logp(self, batch: dict[str, Any]) -> torch.Tensor:
+        """Per-token log-probs [N, T] of ``resp_ids`` under the frozen initial weights (for the KL term):
+        the base with adapters disabled (LoRA), the CPU copy (``reference_on_cpu``) or ``ref_lm``."""
+        with torch.no_grad():
+            if self.uses_lora:
+                with self.lm.disable_adapter():
+                    return self._token_logp(self.lm, batch, with_entropy=False)[0]
+            if hasattr(self, "_cpu_reference"):
+                device = batch[RESP_IDS].device
+                on_cpu = {k: v.cpu() if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
+                return self._token_logp(self._cpu_reference[0], on_cpu, with_entropy=False)[0].to(device)
+            if hasattr(self, "ref_lm"):
+                return self._token_logp(self.ref_lm, batch, with_entropy=False)[0]
+        raise RuntimeError(
+            "compute_ref_logp needs the frozen reference model, which exists only on learners "
+            f"(inference_only=False) with model_config['kl_coeff'] > 0; here kl_coeff="
+            f"{self.llm_config.kl_coeff}, inference_only={self.inference_only}"
+        )
+
+    # ------------------------------------------------------------------------------ state sync
+    def get_state(
+        self,
+        components: Any = None,
+        *,
+        not_components: Any = None,
+        inference_only: bool = False,
+        **kwargs: Any,
+    ) -> dict[str, Any]:
+        """TorchRLModule.get_state, but bfloat16 weights become float32 arrays (numpy has no bf16).
+
+        With ``inference_only=True`` (weight sync to env runners) the reference model is left out. With
+        LoRA, env runners get merged weights and everything else (checkpoints) the adapters only. A
+        sharded module gathers its full weights, a collective of all learners: rank 0 gets them, the
+        others an empty state.
+        """
+        if self.uses_lora:
+            lora_state = merged_state_dict(self.lm) if inference_only else adapter_state_dict(self.lm)
+            state = {f"lm.{k}": v for k, v in lora_state.items()}
+        elif self.weight_gatherer is not None:
+            state = self.weight_gatherer.full_state_dict(self)
+        else:
+            state = self.state_dict()
+        if inference_only and not self.inference_only:
+            skip = tuple(f"{attr}." for attr in self.get_non_inference_attributes())
+            state = {k: v for k, v in state.items() if not k.startswith(skip)}
+        return {
+            k: (v.float() if v.dtype == torch.bfloat16 else v).detach().cpu().numpy()
+            for k, v in state.items()
+        }
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        """Load the weights; a running vLLM engine gets the new weights too. A plain (inference-only)
+        module given adapters only (a LoRA checkpoint) folds them into its base weights."""
+        if not self.uses_lora and any(ADAPTER_MARK in k for k in state):
+            adapters = {k.removeprefix("lm."): torch.as_tensor(v) for k, v in state.items()}
+            self.lm = merge_adapter_state(self.lm, self.llm_config.lora, adapters)
+        elif self.weight_gatherer is not None:  # every learner is given the full weights, keeps its shard
+            self.weight_gatherer.load_full_state_dict(self, state)
+        else:
+            super().set_state(state)
+        if self._generator is not None:
+            self._generator.load_weights(self.lm)

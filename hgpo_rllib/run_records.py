@@ -1,0 +1,55 @@
+"""The settings record of a resumable job (a leaf module, standard library only).
+
+``rllib train file``, ``rllib evaluate`` and ``rllib sft`` each keep a JSON record of the settings a
+job started with in its output directory. Rerunning the same command resumes the job; a rerun with
+other settings is refused, naming what changed, instead of mixing two jobs' results in one directory.
+Files are written atomically (a temporary file, then a rename), so a crash never leaves a half-written
+record or table.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+
+def write_atomically(path: Path, text: str) -> None:
+    """Write ``text`` to a temporary file beside ``path``, then rename it over ``path``."""
+    tmp = path.with_name(f".{path.name}.partial")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def as_json(settings: Mapping[str, Any]) -> dict[str, Any]:
+    """``settings`` as they read back from JSON (tuples become lists, other objects their repr)."""
+    return json.loads(json.dumps(dict(settings), default=repr))
+
+
+def read_record(path: Path) -> dict[str, Any]:
+    """A JSON object from ``path``; a corrupt or non-object file is a ValueError naming the file."""
+    try:
+        value = json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{path} is not valid JSON ({exc}); it may be truncated") from None
+    if not isinstance(value, dict):
+        raise ValueError(f"{path} must hold a JSON object, got {type(value).__name__}")
+    return value
+
+
+def changed_settings(
+    saved: Mapping[str, Any], wanted: Mapping[str, Any], keys: Iterable[str] | None = None
+) -> list[str]:
+    """``"key was X, now Y"`` for every setting that differs (over ``keys``, default both records')."""
+    wanted = as_json(wanted)
+    names = sorted(set(saved) | set(wanted)) if keys is None else list(keys)
+    return [
+        f"{k} was {saved.get(k)!r}, now {wanted.get(k)!r}" for k in names if saved.get(k) != wanted.get(k)
+    ]
+
+
+def write_record(path: Path, settings: Mapping[str, Any]) -> None:
+    """Write ``settings`` as the record at ``path`` (atomically)."""
+    write_atomically(path, json.dumps(as_json(settings), indent=2))

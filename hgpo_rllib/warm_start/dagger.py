@@ -1,0 +1,175 @@
+"""DAgger rounds after the warm start (Ross et al., 2011): the model plays new training tasks as
+``rllib evaluate`` plays them, the demonstrator labels every state it reached, and the model is
+fine-tuned on those labels plus as many demonstration steps. Expert play alone never shows the model's
+own detours, invented receptacles and repeated failures; its own play does.
+
+Each round is a model directory ``dagger-DIGEST-r`` inside the warm start (DIGEST names the rounds'
+settings); the states a round collected are written once, so a rerun resumes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import random
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from hgpo_rllib.evaluation.policy_loading import CheckpointPolicy
+from hgpo_rllib.evaluation.rollout import EpisodeSlot, play, task_seeds
+from hgpo_rllib.run_records import read_record, write_record
+from hgpo_rllib.warm_start.demonstrations import demonstrator_answer, make_demonstrator, prompt_renderer
+from hgpo_rllib.warm_start.format import DEMONSTRATIONS, SFT_CONFIG, read_settings, response_text
+from hgpo_rllib.warm_start.trainer import fit, open_run, tokenize_examples
+
+
+@dataclasses.dataclass(frozen=True)
+class DaggerSettings:
+    """DAgger rounds over a finished warm start; the defaults of ``rllib sft --dagger-*``."""
+
+    rounds: int = 0
+    #: Tasks the model plays per round.
+    episodes: int = 96
+    epochs: float = 1.0
+    lr: float = 3e-4
+
+    def record(self) -> dict[str, Any]:
+        """The rounds' settings as their directories record them."""
+        return {"dagger_episodes": self.episodes, "dagger_epochs": self.epochs, "dagger_lr": self.lr}
+
+    def digest(self) -> str:
+        """Names the rounds' directories (``dagger-DIGEST-r``)."""
+        return hashlib.sha256(json.dumps(self.record(), sort_keys=True).encode()).hexdigest()[:8]
+
+    def check(self) -> None:
+        if self.rounds < 1 or self.episodes < 1 or self.epochs <= 0 or self.lr <= 0:
+            raise ValueError(
+                f"need dagger rounds >= 1 (got {self.rounds}), episodes >= 1 ({self.episodes}), "
+                f"epochs > 0 ({self.epochs}), lr > 0 ({self.lr})"
+            )
+
+
+def collect_dagger_states(model_dir: Path, path: Path, seeds: Sequence[int]) -> list[dict[str, Any]]:
+    """The model of ``model_dir`` plays the tasks ``seeds`` as ``rllib evaluate`` plays them (its own prompts,
+    sampling at its evaluation temperature); every state it reaches becomes an example whose response
+    is the demonstrator's in that state (DAgger, Ross et al. 2011: the imitator learns to recover from
+    its own mistakes, which expert play never shows). Written to ``path`` once; a rerun reads it."""
+    if path.exists():
+        return [json.loads(line) for line in path.read_text().splitlines()]
+    settings = read_settings(model_dir)
+    env_name, env_config, k = settings["env"], settings["env_config"], settings["history_length"]
+    policy = CheckpointPolicy(model_dir).reseed(settings["seed"])
+    demonstrator = make_demonstrator(env_name, settings["demonstrator"], k)
+    render = prompt_renderer(env_name, env_config, k)
+    steps: dict[int, list[dict[str, str]]] = {}
+
+    def labelled(slots: list[EpisodeSlot]) -> list[str]:
+        for slot in slots:
+            thought, command = demonstrator_answer(demonstrator, slot)
+            steps.setdefault(slot.result["task_seed"], []).append(
+                {"prompt": render(slot.episode), "response": response_text(thought, command)}
+            )
+        return policy(slots)
+
+    records = play(env_name, env_config, labelled, seeds, desc="DAgger: the model plays")
+    records = [{**record, "states": steps[record["task_seed"]]} for record in records]
+    partial = path.with_suffix(".partial")
+    partial.write_text("".join(json.dumps(record) + "\n" for record in records))
+    partial.replace(path)
+    return records
+
+
+def train_dagger(
+    base: str | Path,
+    *,
+    max_minutes: float | None = None,
+    save_steps: int = 200,
+    reuse_finished: bool = False,
+    **settings: Any,
+) -> Path:
+    """``rounds`` rounds of DAgger on the finished warm start ``base`` (``settings``: the fields of
+    :class:`DaggerSettings`): in round r the latest model plays ``episodes`` new training tasks, the
+    demonstrator labels the states it reached, and the model is fine-tuned for ``epochs`` on every
+    round's states so far plus as many demonstration steps. Round r is the model directory
+    ``base/dagger-DIGEST-r``; returns the last."""
+    dagger = DaggerSettings(**settings)
+    dagger.check()
+    base = Path(base).expanduser()
+    base_settings = read_record(base / SFT_CONFIG) if (base / SFT_CONFIG).is_file() else {}
+    if not base_settings.get("finished"):
+        raise ValueError(f"{base} holds no finished warm start to run DAgger on")
+    episodes, digest = dagger.episodes, dagger.digest()
+    # What a round keeps of its warm start: how it plays and prompts, and how it is trained.
+    kept = {
+        k: base_settings[k]
+        for k in (
+            "env",
+            "env_config",
+            "history_length",
+            "max_prompt_tokens",
+            "max_new_tokens",
+            "demonstrator",
+            "seed",
+            "batch_size",
+            "train_on_prompt",
+        )
+    }
+    demonstrations = [
+        step
+        for line in (base / DEMONSTRATIONS).read_text().splitlines()
+        if (record := json.loads(line))["won"]
+        for step in record["steps"]
+    ]
+    first_task = base_settings["episodes"]  # the first task after the demonstrations'
+    states: list[dict[str, str]] = []
+    previous = base
+    for round_ in range(1, dagger.rounds + 1):
+        out = base / f"dagger-{digest}-{round_}"
+        last = round_ == dagger.rounds
+        settings = open_run(
+            out,
+            {**kept, **dagger.record(), "dagger_round": round_},
+            reuse_finished=reuse_finished or not last,
+        )
+        seeds = task_seeds(kept["seed"], episodes, start=first_task + (round_ - 1) * episodes)
+        records = collect_dagger_states(previous, out / "dagger_states.jsonl", seeds)
+        states += [state for record in records for state in record["states"]]
+        if not settings.get("finished"):
+            rng = random.Random(kept["seed"] + round_)
+            replay = rng.sample(demonstrations, min(len(states), len(demonstrations)))
+            tokenizer = AutoTokenizer.from_pretrained(previous)
+            examples = tokenize_examples(
+                tokenizer, states + replay, kept["max_prompt_tokens"], kept["train_on_prompt"]
+            )
+            lm = AutoModelForCausalLM.from_pretrained(previous)
+            summary = fit(
+                lm,
+                tokenizer,
+                examples,
+                out,
+                epochs=dagger.epochs,
+                batch_size=kept["batch_size"],
+                lr=dagger.lr,
+                seed=kept["seed"],
+                save_steps=save_steps,
+                max_minutes=max_minutes,
+            )
+            write_record(
+                out / SFT_CONFIG,
+                {
+                    **settings,
+                    **summary,
+                    "dagger_states": len(states),
+                    # How the model that played this round did on its training tasks.
+                    "played_won": sum(r["won"] for r in records),
+                    "played": len(records),
+                },
+            )
+            if not summary["finished"]:
+                return out
+        previous = out
+    return previous

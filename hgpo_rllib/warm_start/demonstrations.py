@@ -1,0 +1,145 @@
+"""Demonstrations for the warm start: a demonstrator plays training tasks, and every step becomes one
+example whose prompt is rendered by the very connector code RL uses.
+
+The prompt comes from :func:`~hgpo_rllib.connectors.env_to_module.history_window.prompt_connector` with
+the env, K and env-config keywords RL uses (then the chat template of
+:func:`~hgpo_rllib.rl_module.models.chat_prompt` when the examples are tokenized), so RL later sees
+byte-identical prompts. The response is ``<think>thought</think><action>command</action>``; thoughts are
+templates over what the agent sees. Demonstrations are appended per finished episode, so an interrupted
+collection resumes.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+from typing import Any, Protocol
+
+from tqdm.auto import tqdm
+
+import envs
+from hgpo_rllib.connectors.env_to_module.history_window import prompt_connector
+from hgpo_rllib.evaluation.rollout import EpisodeSlot, new_episode, task_seeds
+from hgpo_rllib.warm_start.format import response_text
+
+
+class Demonstrator(Protocol):
+    """Chooses the next step from what the agent has seen: (thought, command)."""
+
+    def act(
+        self, env: Any, observations: Sequence[str], commands: Sequence[str], admissible: Sequence[str]
+    ) -> tuple[str, str]: ...
+
+
+class ExpertDemonstrator:
+    """The env's own expert (``expert_action()``); its thought only restates the chosen command."""
+
+    def act(
+        self, env: Any, observations: Sequence[str], commands: Sequence[str], admissible: Sequence[str]
+    ) -> tuple[str, str]:
+        command = env.unwrapped.expert_action() or "look"
+        return f"The next step of my task is to {command}.", command
+
+
+def make_demonstrator(env_name: str, name: str, history_length: int = 2) -> Demonstrator:
+    """``expert`` (any env) or ``searcher`` (ALFWorld: decides from the prompt's last
+    ``history_length`` steps alone, searching receptacles in a fixed order)."""
+    if name == "expert":
+        return ExpertDemonstrator()
+    if name == "searcher":
+        if env_name != "alfworld":
+            raise ValueError(f"demonstrator 'searcher' exists for alfworld only, not {env_name!r}")
+        from envs.alfworld.searcher import Searcher
+
+        return Searcher(history_length)
+    raise ValueError(f"unknown demonstrator {name!r}; choose 'expert' or 'searcher'")
+
+
+def prompt_renderer(env_name: str, env_config: dict[str, Any], history_length: int) -> Callable[[Any], str]:
+    """episode -> prompt text, through the same connector settings RL builds from this config."""
+    return prompt_connector(env_name, env_config, history_length).prompt_text
+
+
+def demonstrator_answer(demonstrator: Demonstrator, slot: EpisodeSlot) -> tuple[str, str]:
+    """The demonstrator's (thought, command) in the state of a running episode, from what the agent
+    has seen so far."""
+    observations = list(slot.episode.get_observations())
+    commands = [info["command"] for info in slot.episode.get_infos()[1:]]
+    return demonstrator.act(slot.env, observations, commands, slot.info["admissible_actions"])
+
+
+def play_demonstration(
+    env: Any, demonstrator: Demonstrator, render: Callable[[Any], str], task_seed: int
+) -> dict[str, Any]:
+    """One episode: every step's rendered prompt and the demonstrator's response."""
+    observation, info = env.reset(seed=task_seed)
+    episode = new_episode(observation, info)
+    observations, commands, steps = [observation], [], []
+    done = False
+    while not done:
+        thought, command = demonstrator.act(env, observations, commands, info["admissible_actions"])
+        answer = response_text(thought, command)
+        steps.append({"prompt": render(episode), "response": answer})
+        observation, reward, terminated, truncated, info = env.step(answer)
+        episode.add_env_step(
+            observation, answer, reward, infos=info, terminated=terminated, truncated=truncated
+        )
+        observations.append(observation)
+        commands.append(info["command"])
+        done = terminated or truncated
+    return {
+        "task_seed": task_seed,
+        "task_type": info.get("task_type", ""),
+        "won": bool(info["won"]),
+        "steps": steps,
+    }
+
+
+_worker: dict[str, Any] = {}
+
+
+def _start_worker(env_name: str, env_config: dict[str, Any], history_length: int, demonstrator: str) -> None:
+    """Each collecting process plays with its own env and demonstrator."""
+    _worker["env"] = envs.make_env(env_name, env_config)
+    _worker["actor"] = make_demonstrator(env_name, demonstrator, history_length)
+    _worker["render"] = prompt_renderer(env_name, env_config, history_length)
+
+
+def _play_task(task_seed: int) -> dict[str, Any]:
+    return play_demonstration(_worker["env"], _worker["actor"], _worker["render"], task_seed)
+
+
+def collect_demonstrations(
+    path: Path,
+    env_name: str,
+    env_config: dict[str, Any],
+    *,
+    episodes: int,
+    history_length: int,
+    demonstrator: str,
+    seed: int,
+    workers: int = 1,
+) -> list[dict[str, Any]]:
+    """Play ``episodes`` tasks in ``workers`` processes, appending each finished one to ``path`` (JSON
+    lines); tasks already there are not played again. Returns the records in task order."""
+    seeds = task_seeds(seed, episodes)
+    lines = path.read_text().splitlines() if path.exists() else []
+    done = {record["task_seed"]: record for record in map(json.loads, lines)}
+    todo = [s for s in seeds if s not in done]
+    init = (env_name, env_config, history_length, demonstrator)
+    with (
+        path.open("a") as out,
+        tqdm(total=episodes, initial=episodes - len(todo), desc="demonstrations", unit="ep") as progress,
+        ProcessPoolExecutor(max_workers=workers, initializer=_start_worker, initargs=init) as pool,
+    ):
+        for record in pool.map(_play_task, todo) if todo else ():
+            out.write(json.dumps(record) + "\n")
+            out.flush()
+            done[record["task_seed"]] = record
+            progress.update()
+            progress.set_postfix(
+                won=sum(r["won"] for r in done.values()), steps=sum(len(r["steps"]) for r in done.values())
+            )
+    return [done[s] for s in seeds]

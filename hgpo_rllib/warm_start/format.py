@@ -1,0 +1,41 @@
+"""The files of a warm-start directory written by ``rllib sft`` (a leaf module).
+
+The directory is a Hugging Face model directory (weights, ``config.json``, tokenizer files) usable as
+``model_config["model"]``, plus :data:`SFT_CONFIG`: the env, prompt and training settings it was made
+with, which ``rllib evaluate DIR`` and RL from the warm start read. Its demonstrations and ``Trainer``
+checkpoints live beside them, so an interrupted build resumes.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from hgpo_rllib.run_records import read_record
+
+SFT_CONFIG = "hgpo_sft.json"
+DEMONSTRATIONS = "demonstrations.jsonl"
+CHECKPOINTS = "checkpoints"
+#: What a warm start's settings record must hold to play and prompt like it was trained.
+PLAY_SETTINGS = ("env", "env_config", "history_length", "max_prompt_tokens", "max_new_tokens")
+
+
+def response_text(thought: str, command: str) -> str:
+    """A demonstrated answer in the reference's format (docs/hgpo_algorithm.md §5.1)."""
+    return f"<think>{thought}</think><action>{command}</action>"
+
+
+def is_warm_start(path: Path) -> bool:
+    return (path / SFT_CONFIG).is_file()
+
+
+def read_settings(path: Path) -> dict[str, Any]:
+    """The settings record of the warm-start directory ``path``; one clear error when it is missing,
+    corrupt or lacks what playing needs."""
+    settings = read_record(path / SFT_CONFIG)
+    missing = [key for key in PLAY_SETTINGS if key not in settings]
+    if missing:
+        raise ValueError(
+            f"{path / SFT_CONFIG} lacks {missing}: it is not a warm start written by `rllib sft`"
+        )
+    return settings

@@ -1,0 +1,287 @@
+"""Supervised fine-tuning of the warm start (``rllib sft``): a small Qwen2-shaped model trained from
+scratch on the demonstrations, with transformers' ``Trainer``.
+
+The tokenizer is trained locally on the env's text and the demonstrations; the loss is on the response
+tokens (and, with ``train_on_prompt``, on the prompt too, which is what taught the small model to read
+its prompt). The output is a Hugging Face model directory for ``model_config["model"]`` plus its
+settings record (:mod:`hgpo_rllib.warm_start.format`). ``Trainer`` checkpoints under ``checkpoints/``
+make an interrupted run resume.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+from transformers import DataCollatorForSeq2Seq, Trainer, TrainerCallback, TrainingArguments
+
+import envs
+from hgpo_rllib.rl_module.models import chat_prompt
+from hgpo_rllib.rl_module.tokenizer import build_tiny_model, build_tiny_tokenizer
+from hgpo_rllib.run_records import changed_settings, read_record, write_record
+from hgpo_rllib.warm_start.demonstrations import collect_demonstrations
+from hgpo_rllib.warm_start.format import CHECKPOINTS, DEMONSTRATIONS, SFT_CONFIG
+
+#: The from-scratch model: 4 layers, hidden 256 (about 3.7M parameters with a 2k vocabulary), sized
+#: so that an epoch over a few thousand ~450-token examples takes minutes on 2 CPU cores.
+MODEL_DEFAULTS: dict[str, Any] = {
+    "hidden_size": 256,
+    "intermediate_size": 768,
+    "num_hidden_layers": 4,
+    "num_attention_heads": 8,
+    "num_key_value_heads": 4,
+    "max_position_embeddings": 4096,
+}
+#: Default env settings per env: training tasks, and the paper's step limits.
+DEFAULT_ENV_CONFIG = {
+    "alfworld": {"split": "train", "max_steps": 50},
+    "webshop": {"max_steps": 15},
+    "keychest": {"max_steps": 10},
+}
+IGNORE_INDEX = -100
+
+
+@dataclasses.dataclass(frozen=True)
+class SFTSettings:
+    """What a warm start is made of; the defaults of ``rllib sft`` and of :func:`train_warm_start`."""
+
+    env: str
+    episodes: int
+    env_config: dict[str, Any] = dataclasses.field(default_factory=dict)
+    history_length: int = 2
+    #: "expert" (any env) or "searcher" (ALFWorld); None: the searcher on ALFWorld, else the expert.
+    demonstrator: str | None = None
+    seed: int = 0
+    max_prompt_tokens: int = 1024
+    max_new_tokens: int = 96
+    vocab_size: int = 2048
+    #: Qwen2Config overrides of :data:`MODEL_DEFAULTS`.
+    model: dict[str, Any] = dataclasses.field(default_factory=dict)
+    epochs: float = 3.0
+    batch_size: int = 8
+    lr: float = 1e-3
+    train_on_prompt: bool = False
+
+    def record(self) -> dict[str, Any]:
+        """The settings as the output directory records them (defaults filled in)."""
+        env_name = envs.get_env_spec(self.env).name
+        return {
+            **dataclasses.asdict(self),
+            "env": env_name,
+            "env_config": {**DEFAULT_ENV_CONFIG.get(env_name, {}), **self.env_config},
+            "demonstrator": self.demonstrator or ("searcher" if env_name == "alfworld" else "expert"),
+            "model": {**MODEL_DEFAULTS, **self.model},
+        }
+
+    def check(self) -> None:
+        if (
+            self.episodes < 1
+            or self.history_length < 0
+            or self.epochs <= 0
+            or self.batch_size < 1
+            or self.lr <= 0
+        ):
+            raise ValueError(
+                f"need episodes >= 1 (got {self.episodes}), batch_size >= 1 ({self.batch_size}), "
+                f"history_length >= 0 ({self.history_length}), epochs > 0 ({self.epochs}) "
+                f"and lr > 0 ({self.lr})"
+            )
+
+
+def open_run(output: Path, settings: dict[str, Any], reuse_finished: bool = False) -> dict[str, Any]:
+    """Start the run's settings record in ``output``, or check it against the record of the run being
+    resumed (or, with ``reuse_finished``, of a finished run to build on); returns the record."""
+    path = output / SFT_CONFIG
+    if path.exists():
+        saved = read_record(path)
+        if saved.get("finished") and not reuse_finished:
+            raise FileExistsError(f"{output} already holds a finished warm start; choose a new --output")
+        changed = changed_settings(saved, settings, keys=settings)
+        if changed:
+            state = "a finished" if saved.get("finished") else "an unfinished"
+            raise ValueError(
+                f"{output} holds {state} run with other settings ({'; '.join(changed)}); "
+                "rerun with the same settings to resume it, or choose a new --output"
+            )
+        return saved
+    output.mkdir(parents=True, exist_ok=True)
+    write_record(path, {**settings, "finished": False})
+    return settings
+
+
+class _Examples(torch.utils.data.Dataset):
+    def __init__(self, rows: list[dict[str, list[int]]], prompt_tokens: list[int]):
+        self.rows = rows
+        self.prompt_tokens = prompt_tokens
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def __getitem__(self, index: int) -> dict[str, list[int]]:
+        return self.rows[index]
+
+
+def tokenize_examples(
+    tokenizer: Any, steps: Sequence[dict[str, str]], max_prompt_tokens: int, train_on_prompt: bool = False
+) -> _Examples:
+    """Prompt as the policy reads it (chat template, last ``max_prompt_tokens`` tokens) + response +
+    end-of-turn; labels on the response and its end-of-turn token, and on the prompt too with
+    ``train_on_prompt``."""
+    rows, prompt_tokens = [], []
+    for step in steps:
+        prompt = tokenizer(chat_prompt(tokenizer, step["prompt"]), add_special_tokens=False)["input_ids"]
+        prompt = prompt[-max_prompt_tokens:]
+        response = tokenizer(step["response"], add_special_tokens=False)["input_ids"]
+        response.append(tokenizer.eos_token_id)
+        rows.append(
+            {
+                "input_ids": prompt + response,
+                "attention_mask": [1] * (len(prompt) + len(response)),
+                "labels": (prompt if train_on_prompt else [IGNORE_INDEX] * len(prompt)) + response,
+            }
+        )
+        prompt_tokens.append(len(prompt))
+    return _Examples(rows, prompt_tokens)
+
+
+def _time_limit_callback(minutes: float) -> Any:
+    class TimeLimit(TrainerCallback):
+        """Stops (and saves) once ``minutes`` of training have passed in this process."""
+
+        def __init__(self) -> None:
+            self.start = time.monotonic()
+
+        def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
+            if time.monotonic() - self.start > minutes * 60:
+                control.should_training_stop = True
+                control.should_save = True
+            return control
+
+    return TimeLimit()
+
+
+def fit(
+    lm: Any,
+    tokenizer: Any,
+    examples: _Examples,
+    out: Path,
+    *,
+    epochs: float,
+    batch_size: int,
+    lr: float,
+    seed: int,
+    save_steps: int,
+    max_minutes: float | None,
+) -> dict[str, Any]:
+    """Train ``lm`` on ``examples`` with transformers' ``Trainer`` (resuming from ``out/checkpoints``
+    if a run was interrupted), save model and tokenizer to ``out``; returns the run's summary."""
+
+    tokenizer.padding_side = "right"  # positions 0.. for every row while training
+    args = TrainingArguments(
+        output_dir=str(out / CHECKPOINTS),
+        per_device_train_batch_size=batch_size,
+        num_train_epochs=epochs,
+        learning_rate=lr,
+        lr_scheduler_type="cosine",
+        warmup_steps=0.03,
+        weight_decay=0.01,
+        logging_steps=10,
+        save_steps=save_steps,
+        save_total_limit=2,
+        report_to="none",
+        use_cpu=True,
+        seed=seed,
+        dataloader_num_workers=0,
+    )
+    trainer = Trainer(
+        model=lm,
+        args=args,
+        train_dataset=examples,
+        data_collator=DataCollatorForSeq2Seq(tokenizer, label_pad_token_id=IGNORE_INDEX),
+        processing_class=tokenizer,
+        callbacks=None if max_minutes is None else [_time_limit_callback(max_minutes)],
+    )
+    resume = any((out / CHECKPOINTS).glob("checkpoint-*"))
+    started = time.monotonic()
+    result = trainer.train(resume_from_checkpoint=True if resume else None)
+    trainer.save_model(str(out))
+    tokenizer.padding_side = "left"  # as the policy pads its prompts
+    tokenizer.save_pretrained(str(out))
+    losses = [log["loss"] for log in trainer.state.log_history if "loss" in log]
+    return {
+        # A run stopped by --max-minutes is usable but unfinished: rerunning it trains on.
+        "finished": trainer.state.global_step >= trainer.state.max_steps,
+        "examples": len(examples),
+        "mean_prompt_tokens": round(sum(examples.prompt_tokens) / len(examples), 1),
+        "parameters": sum(p.numel() for p in lm.parameters()),
+        "optimizer_steps": trainer.state.global_step,
+        "epochs_done": round(trainer.state.epoch or 0.0, 3),
+        "train_seconds_this_session": round(time.monotonic() - started, 1),
+        "final_loss": losses[-1] if losses else math.nan,
+        "train_loss": result.training_loss,
+    }
+
+
+def train_warm_start(
+    output: str | Path,
+    *,
+    max_minutes: float | None = None,
+    save_steps: int = 200,
+    workers: int = 1,
+    reuse_finished: bool = False,
+    **settings: Any,
+) -> Path:
+    """Collect demonstrations, train the model, and write the model directory ``output``.
+
+    ``settings`` are the fields of :class:`SFTSettings`. With ``reuse_finished``, a finished run of
+    the same settings in ``output`` is kept as it is; ``max_minutes`` stops training early (the
+    directory is usable but unfinished: rerunning trains on).
+    """
+    sft = SFTSettings(**settings)
+    sft.check()
+    if (max_minutes or 0) < 0:
+        raise ValueError(f"need max_minutes >= 0, got {max_minutes}")
+    out = Path(output).expanduser()
+    record = open_run(out, sft.record(), reuse_finished)
+    if record.get("finished"):
+        return out
+    env_name, env_config = record["env"], record["env_config"]
+    records = collect_demonstrations(
+        out / DEMONSTRATIONS,
+        env_name,
+        env_config,
+        episodes=sft.episodes,
+        history_length=sft.history_length,
+        demonstrator=record["demonstrator"],
+        seed=sft.seed,
+        workers=workers,
+    )
+    # Only won episodes are demonstrations worth imitating.
+    steps = [step for r in records if r["won"] for step in r["steps"]]
+    if not steps:
+        raise RuntimeError(
+            f"{record['demonstrator']!r} won none of the {sft.episodes} episodes: nothing to learn"
+        )
+    corpus = [*envs.get_tokenizer_corpus(env_name), *(s["prompt"] + s["response"] for s in steps)]
+    tokenizer = build_tiny_tokenizer(corpus, sft.vocab_size)
+    examples = tokenize_examples(tokenizer, steps, sft.max_prompt_tokens, sft.train_on_prompt)
+    lm = build_tiny_model(tokenizer, record["model"], sft.seed)
+    summary = fit(
+        lm,
+        tokenizer,
+        examples,
+        out,
+        epochs=sft.epochs,
+        batch_size=sft.batch_size,
+        lr=sft.lr,
+        seed=sft.seed,
+        save_steps=save_steps,
+        max_minutes=max_minutes,
+    )
+    write_record(out / SFT_CONFIG, {**record, "episodes_won": sum(r["won"] for r in records), **summary})
+    return out

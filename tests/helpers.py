@@ -1,0 +1,242 @@
+"""Helpers shared by several test modules, imported as ``from helpers import ...`` (pytest puts ``tests/``
+on ``sys.path``). Heavy imports (torch, RLlib) happen inside the functions that need them, so the pure
+tests (advantages, data files) stay light."""
+
+from __future__ import annotations
+
+import copy
+import textwrap
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+import numpy as np
+from hypothesis import settings
+from hypothesis import strategies as st
+
+from envs.webshop.data import read_json
+from hgpo_rllib.advantages import step_returns_and_scores
+
+if TYPE_CHECKING:
+    import torch
+
+    from hgpo_rllib.algorithms.hgpo.hgpo import HGPO, HGPOConfig
+    from hgpo_rllib.rl_module.llm_rl_module import LLMRLModule
+
+ROOT = Path(__file__).resolve().parents[1]
+TESTS = ROOT / "tests"
+TUNED = ROOT / "tuned_examples"
+DATA = TESTS / "data"
+
+
+# ------------------------------------------------------------------------------ test data files
+def golden_cases(estimator: str) -> list[dict[str, Any]]:
+    """The reference's advantage cases for "grpo", "gigpo" or "hgpo" (docs/hgpo_algorithm.md §8)."""
+    return read_json(DATA / "golden" / f"{estimator}_cases.json.xz")["cases"]
+
+
+def webshop_golden(name: str) -> dict[str, Any]:
+    """One of the fixtures made by running the original WebShop code (tests/data/README.md)."""
+    return read_json(DATA / "webshop" / f"webshop_{name}.json.xz")
+
+
+# ------------------------------------------------------------------- random advantage batches
+#: Hypothesis settings of the advantage property tests.
+SETTINGS = settings(max_examples=60, deadline=None)
+
+
+class Batch(NamedTuple):
+    group_ids: list[str]
+    traj_ids: list[str]
+    step_idx: list[int]
+    obs: list[str]
+    step_returns: np.ndarray
+    episode_scores: np.ndarray
+
+
+@st.composite
+def batches(draw: Any, max_groups: int = 3, max_trajs: int = 4, max_len: int = 7) -> Batch:
+    """Rows of random walks over 3 symbols, in shuffled order. Rewards are dyadic and the
+    penalty is 0.25 so that every return is exact and 'equal' means equal."""
+    rows = []
+    for group in range(draw(st.integers(1, max_groups))):
+        for traj in range(draw(st.integers(1, max_trajs))):
+            length = draw(st.integers(1, max_len))
+            obs = draw(st.lists(st.sampled_from("ABC"), min_size=length, max_size=length))
+            rewards = draw(st.lists(st.sampled_from([0.0, 0.0, 1.0, 10.0]), min_size=length, max_size=length))
+            valid = draw(st.lists(st.booleans(), min_size=length, max_size=length))
+            rows += [
+                (f"g{group}", f"g{group}t{traj}", t, obs[t], rewards[t], valid[t]) for t in range(length)
+            ]
+    rows = draw(st.permutations(rows))
+    groups, trajs, steps, obs, rewards, valid = (list(column) for column in zip(*rows, strict=True))
+    returns, scores = step_returns_and_scores(trajs, steps, rewards, valid, 0.5, invalid_penalty=0.25)
+    return Batch(groups, trajs, steps, obs, returns, scores)
+
+
+# --------------------------------------------------------------------------- the tiny policy
+CORPUS = [
+    f"You arrive at drawer {i}. On the drawer {i}, you see a mug {i % 3}.\n"
+    f"go north\ngo south\ntake mug {i % 3} from drawer {i}\nopen drawer {i}"
+    for i in range(300)
+]
+
+
+def build(inference_only: bool = False, **model_config: Any) -> LLMRLModule:
+    """Build the module the way RLlib does (spec -> build); text spaces are unused by the module."""
+    import gymnasium as gym
+    from ray.rllib.core.rl_module.rl_module import RLModuleSpec
+
+    from hgpo_rllib.rl_module.llm_rl_module import LLMRLModule
+
+    spec = RLModuleSpec(
+        module_class=LLMRLModule,
+        observation_space=gym.spaces.Text(max_length=4096),
+        action_space=gym.spaces.Text(max_length=4096),
+        inference_only=inference_only,
+        model_config={"tokenizer_corpus": CORPUS, "max_new_tokens": 16, **model_config},
+    )
+    return spec.build()
+
+
+def train_batch(prompts: dict[str, torch.Tensor], out: dict[str, Any]) -> dict[str, torch.Tensor]:
+    from ray.rllib.core.columns import Columns
+
+    return {**prompts, "resp_ids": out[Columns.ACTIONS], "resp_mask": out["resp_mask"]}
+
+
+# ---------------------------------------------------------------------- HGPO on KeyChest
+TINY_MODEL = {
+    "tiny_model": {
+        "hidden_size": 32,
+        "intermediate_size": 64,
+        "num_hidden_layers": 1,
+        "num_attention_heads": 2,
+        "num_key_value_heads": 1,
+    },
+    "tokenizer_vocab_size": 400,
+}
+GROUP_SIZE = 2
+GROUPS = 3
+
+
+def keychest_config(*, remote_runners: int = 1, **training: Any) -> HGPOConfig:
+    """Small but complete: 3 groups of 2 episodes, <= 4 steps, 8-token responses."""
+    from hgpo_rllib import HGPOConfig
+
+    settings = {
+        "group_size": GROUP_SIZE,
+        "groups_per_iteration": GROUPS,
+        "max_new_tokens": 8,
+        "max_prompt_tokens": 160,
+        "minibatch_size": 8,
+        "micro_batch_size": 4,
+        "lr": 1e-3,
+        **training,
+    }
+    return (
+        HGPOConfig()
+        .environment("keychest", env_config={"max_steps": 4})
+        .env_runners(
+            num_env_runners=remote_runners,
+            num_envs_per_env_runner=2 * GROUP_SIZE,
+            create_local_env_runner=remote_runners == 0,
+        )
+        .rl_module(model_config=TINY_MODEL)
+        .training(**settings)
+        .debugging(seed=0)
+    )
+
+
+def learner_weights(algo: HGPO) -> dict[str, np.ndarray]:
+    """A copy: a local learner's state arrays share memory with its live parameters."""
+    state = algo.learner_group.get_state(components="learner/rl_module")["learner"]["rl_module"]
+    return copy.deepcopy(state["default_policy"])
+
+
+def optimizer_state(algo: HGPO) -> Any:
+    return copy.deepcopy(algo.learner_group.get_state(components="learner/optimizer")["learner"]["optimizer"])
+
+
+def assert_same_tree(a: Any, b: Any) -> None:
+    """Exact equality of nested dicts/lists of arrays, tensors and scalars."""
+    import torch
+
+    if isinstance(a, dict):
+        assert a.keys() == b.keys()
+        for key in a:
+            assert_same_tree(a[key], b[key])
+    elif isinstance(a, (list, tuple)):
+        assert len(a) == len(b)
+        for x, y in zip(a, b, strict=True):
+            assert_same_tree(x, y)
+    elif isinstance(a, (np.ndarray, torch.Tensor)):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    else:
+        assert a == b
+
+
+def max_abs_diff(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> float:
+    assert a.keys() == b.keys()
+    return max(float(np.abs(np.asarray(a[k]) - np.asarray(b[k])).max()) for k in a)
+
+
+#: The largest change one AdamW step (betas 0.9, 0.999) can make to a weight, in units of the learning
+#: rate: |m_hat / sqrt(v_hat)| <= (1 - beta1) / sqrt(1 - beta2) (Kingma & Ba 2015, §2.1), 1 at step 1.
+ADAM_STEP_BOUND = 0.1 / np.sqrt(1e-3)
+
+
+def assert_policy_moved(
+    before: dict[str, np.ndarray], after: dict[str, np.ndarray], *, lr: float, optimizer_steps: int
+) -> None:
+    """An update really moved the policy, by what AdamW can do: every change is finite; the largest
+    is at least half a step of ``lr`` (AdamW's first step moves every weight with a gradient by about
+    ``lr``; float rounding is ~1e-9) and at most ``optimizer_steps`` maximal steps (plus 1% for weight
+    decay); the frozen reference model (``ref_lm.*``) did not move at all."""
+    assert optimizer_steps >= 1 and before.keys() == after.keys()
+    policy = [k for k in before if not k.startswith("ref_lm.")]
+    changes = {k: np.abs(np.subtract(after[k], before[k], dtype=np.float64)) for k in before}
+    assert all(np.isfinite(c).all() for c in changes.values()), "a weight became non-finite"
+    largest = max(float(changes[k].max()) for k in policy)
+    bound = 1.01 * ADAM_STEP_BOUND * lr * optimizer_steps
+    assert 0.5 * lr <= largest <= bound, f"largest change {largest:.3g}, not in [{0.5 * lr}, {bound:.3g}]"
+    assert all(float(changes[k].max()) == 0.0 for k in before if k.startswith("ref_lm."))
+
+
+def optimizer_steps(*results: dict[str, Any]) -> int:
+    """Optimizer steps taken in the iterations of these ``algo.train()`` results."""
+    return sum(int(r["learners"]["default_policy"]["num_optimizer_steps"]) for r in results)
+
+
+# ---------------------------------------------------------------------- experiment files
+EXPERIMENT = textwrap.dedent(
+    """
+    from ray import tune
+    from envs.keychest.env import COMMANDS
+    from hgpo_rllib import HGPOConfig
+
+    config = (
+        HGPOConfig()
+        .environment("keychest", env_config={{"max_steps": 4}})
+        .env_runners(num_env_runners=1, num_envs_per_env_runner=4)
+        .rl_module(model_config={{
+            "tiny_model": {{"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 1,
+                           "num_attention_heads": 2, "num_key_value_heads": 1}},
+            "tokenizer_vocab_size": 400,
+            "action_vocabulary": list(COMMANDS),
+            "constrain_to_admissible": True,
+        }})
+        .training(group_size=2, groups_per_iteration=2, max_new_tokens=1, max_prompt_tokens=160,
+                  minibatch_size=8, micro_batch_size=8, lr=1e-3, kl_coeff=0.0)
+        .debugging(seed=0)
+    )
+    stop = {{"training_iteration": 2}}
+    {extra}
+    """
+)
+
+
+def write_experiment(tmp_path: Path, extra: str = "") -> Path:
+    """A tiny KeyChest experiment file for ``rllib train file`` (``extra``: more lines at the end)."""
+    path = tmp_path / "experiment.py"
+    path.write_text(EXPERIMENT.format(extra=extra))
+    return path

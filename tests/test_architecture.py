@@ -1,0 +1,172 @@
+"""The package's layering: imports point down, no cycles, and the pure parts stay light.
+
+Layers, lowest first (the README's "Layout"): leaf modules (column names, checks, settings records,
+the numpy maths, the module config and API, the memory plan, the warm-start file format) <
+``rl_module`` < ``connectors`` < ``env_runner`` < ``algorithms`` < ``evaluation`` < ``warm_start`` <
+``experiments`` < ``cli``. Every import between project modules counts, function-level ones too, so
+none can hide a cycle. The re-export shims of the 0.2.0 moves sit outside the layers: they may import
+anything, and nothing may import them.
+"""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[1] / "hgpo_rllib"
+#: Module-name prefix -> layer; the longest matching prefix decides.
+LAYERS = {
+    "hgpo_rllib._imports": 0,
+    "hgpo_rllib.columns": 0,
+    "hgpo_rllib.checks": 0,
+    "hgpo_rllib.run_records": 0,
+    "hgpo_rllib.advantages": 0,
+    "hgpo_rllib.rl_module.config": 0,
+    "hgpo_rllib.rl_module.apis": 0,
+    "hgpo_rllib.experiments.memory_plan": 0,
+    "hgpo_rllib.warm_start.format": 0,
+    "hgpo_rllib.rl_module": 1,
+    "hgpo_rllib.connectors": 2,
+    "hgpo_rllib.env_runner": 3,
+    "hgpo_rllib.algorithms": 4,
+    "hgpo_rllib.evaluation": 5,
+    "hgpo_rllib.warm_start": 6,
+    "hgpo_rllib.experiments": 7,
+    "hgpo_rllib.cli": 8,
+    "hgpo_rllib": 9,  # the package's own __init__ (lazy exports only)
+}
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _modules() -> dict[str, ast.Module]:
+    return {_module_name(p): ast.parse(p.read_text(), str(p)) for p in PACKAGE.rglob("*.py")}
+
+
+def _is_shim(tree: ast.Module) -> bool:
+    """A 0.2.0 re-export shim: it calls ``warn_moved_module``."""
+    return any(
+        isinstance(node, ast.Call) and getattr(node.func, "id", "") == "warn_moved_module"
+        for node in ast.walk(tree)
+    )
+
+
+def _imports(name: str, tree: ast.Module, known: set[str]) -> set[str]:
+    """Project modules ``name`` imports anywhere in its body (``from a import b`` counts as ``a.b``
+    when that is a module)."""
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names if alias.name.startswith("hgpo_rllib")}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("hgpo_rllib"):
+            for alias in node.names:
+                sub = f"{node.module}.{alias.name}"
+                found.add(sub if sub in known else node.module)
+    return {m for m in found if m != name}
+
+
+def _layer(name: str) -> int:
+    prefix = max((p for p in LAYERS if name == p or name.startswith(p + ".")), key=len)
+    return LAYERS[prefix]
+
+
+def _graph() -> tuple[dict[str, set[str]], set[str]]:
+    modules = _modules()
+    known = set(modules)
+    shims = {name for name, tree in modules.items() if _is_shim(tree)}
+    edges = {name: _imports(name, tree, known) for name, tree in modules.items()}
+    return edges, shims
+
+
+def test_imports_point_down_and_never_at_a_shim() -> None:
+    edges, shims = _graph()
+    upward = [
+        f"{a} (layer {_layer(a)}) imports {b} (layer {_layer(b)})"
+        for a, targets in edges.items()
+        if a not in shims
+        for b in targets
+        if _layer(b) > _layer(a)
+    ]
+    into_shims = [f"{a} imports the deprecated {b}" for a, targets in edges.items() for b in targets & shims]
+    assert not upward, "\n".join(upward)
+    assert not into_shims, "\n".join(into_shims)
+
+
+def test_no_import_cycles() -> None:
+    edges, shims = _graph()
+    graph = {a: {b for b in targets if b not in shims} for a, targets in edges.items() if a not in shims}
+    state: dict[str, int] = {}  # 1 = on the stack, 2 = done
+    cycles = []
+
+    def visit(node: str, path: list[str]) -> None:
+        state[node] = 1
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == 1:
+                cycles.append(" -> ".join(path[path.index(nxt) :] + [node, nxt]))
+            elif nxt not in state:
+                visit(nxt, path + [node])
+        state[node] = 2
+
+    for node in sorted(graph):
+        if node not in state:
+            visit(node, [])
+    assert not cycles, "\n".join(cycles)
+
+
+def test_the_checker_sees_function_level_imports_and_cycles() -> None:
+    """The two tests above can fail: a function-level upward import is an edge, and a cycle is found."""
+    tree = ast.parse("def f():\n    from hgpo_rllib.cli.train import run\n")
+    assert _imports("hgpo_rllib.columns", tree, {"hgpo_rllib.cli.train"}) == {"hgpo_rllib.cli.train"}
+    assert _layer("hgpo_rllib.cli.train") > _layer("hgpo_rllib.columns")
+    assert _layer("hgpo_rllib.rl_module.config") < _layer("hgpo_rllib.rl_module.llm_rl_module")
+
+
+@pytest.mark.parametrize(
+    "module",
+    [
+        "hgpo_rllib.advantages",
+        "hgpo_rllib.advantages.step_table",
+        "hgpo_rllib.columns",
+        "hgpo_rllib.rl_module.config",
+    ],
+)
+def test_pure_modules_load_neither_torch_transformers_nor_rllib(module: str) -> None:
+    code = (
+        f"import sys, {module}; "
+        "print(','.join(m for m in ('torch', 'transformers', 'peft', 'ray.rllib') if m in sys.modules))"
+    )
+    loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert loaded.strip() == "", f"importing {module} loads {loaded.strip()}"
+
+
+def test_the_iteration_trace_in_rllib_notes_names_what_exists() -> None:
+    """docs/rllib_notes.md §5.1 traces one iteration through the code: every class it names (and
+    ``Class.method``) must exist, so the trace cannot go stale silently."""
+    import importlib
+    import re
+
+    notes = (PACKAGE.parent / "docs" / "rllib_notes.md").read_text()
+    trace = notes.split("### 5.1 One iteration", 1)[1].split("```")[1]
+    defined = {
+        node.name: _module_name(path)
+        for path in PACKAGE.rglob("*.py")
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.ClassDef)
+    }
+    outside = {"NumpyToTensor", "AdamW", "True"}  # RLlib's and torch's names, and Python's
+    missing = []
+    for name, attr in re.findall(r"\b([A-Z][a-z][A-Za-z]*)(?:\.([a-z_]+))?", trace):
+        if name in outside:
+            continue
+        if name not in defined:
+            missing.append(name)
+        elif attr and not hasattr(getattr(importlib.import_module(defined[name]), name), attr):
+            missing.append(f"{name}.{attr}")
+    assert not missing, f"docs/rllib_notes.md §5.1 names what the code lacks: {missing}"

@@ -1,0 +1,226 @@
+"""HGPOConfig validation (hgpo_rllib.algorithms.validation, HGPOConfig.setting_errors and the shared
+value checks of hgpo_rllib.checks): the paper's defaults are valid, every bad setting is named with its
+value, and everything is checked before any process starts."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+import envs
+from hgpo_rllib import HGPOConfig
+from hgpo_rllib.checks import is_bool, is_int, is_lr, is_number, is_text_list
+from hgpo_rllib.experiments.memory_plan import MODEL_CONFIGS_DIR
+
+#: A Qwen2.5-1.5B model directory holding only its config.json (enough for validate()).
+QWEN_1_5B = str(MODEL_CONFIGS_DIR / "qwen2.5-1.5b")
+
+
+def _valid_config() -> HGPOConfig:
+    return HGPOConfig().environment("keychest").env_runners(num_envs_per_env_runner=8)
+
+
+def test_default_config_is_the_papers_and_valid() -> None:
+    config = _valid_config()
+    config.validate()
+    assert (config.lr, config.weight_decay, config.grad_clip) == (1e-6, 0.01, 1.0)
+    assert config.grad_clip_by == "global_norm"
+    assert (config.minibatch_size, config.num_epochs, config.gamma, config.group_size) == (256, 1, 0.95, 8)
+    assert (config.clip_param, config.dual_clip) == (0.2, 3.0)
+    assert (config.kl_coeff, config.entropy_coeff) == (0.01, 0.001)
+    assert (config.max_prompt_tokens, config.max_new_tokens, config.temperature) == (4096, 512, 1.0)
+    assert (config.estimator, config.history_length, config.adv_mode, config.eval_temperature) == (
+        "hgpo",
+        2,
+        "mean_std_norm",
+        0.4,
+    )
+    model_config = config.model_config
+    assert model_config["kl_coeff"] == 0.01 and model_config["max_new_tokens"] == 512
+    assert model_config["tokenizer_corpus"] == envs.get_tokenizer_corpus("keychest")
+    no_corpus = _valid_config().rl_module(model_config={"model": "/some/hf/dir"}).model_config
+    assert "tokenizer_corpus" not in no_corpus and no_corpus["model"] == "/some/hf/dir"
+
+
+BAD_SETTINGS = [
+    ({"estimator": "ppo"}, "estimator"),
+    ({"history_length": -1}, "history_length"),
+    ({"adv_mode": "std"}, "adv_mode"),
+    ({"length_weight_alpha": -1.0}, "length_weight_alpha"),
+    ({"base_group": "yes"}, "base_group"),
+    ({"weighting": "uniform"}, "weighting"),
+    ({"weighting": "adaptive", "base_group": True}, "base_group"),
+    ({"group_size": 0}, "group_size"),
+    ({"groups_per_iteration": 0}, "groups_per_iteration"),
+    ({"gamma": 1.5}, "gamma"),
+    ({"invalid_action_penalty": -0.1}, "invalid_action_penalty"),
+    ({"clip_param": 0.0}, "clip_param"),
+    ({"dual_clip": 1.0}, "dual_clip"),
+    ({"kl_coeff": -0.01}, "kl_coeff"),
+    ({"entropy_coeff": -1.0}, "entropy_coeff"),
+    ({"weight_decay": -1.0}, "weight_decay"),
+    ({"lr": 0.0}, "lr"),
+    ({"lr": [[0, 1e-3], [0, 1e-4]]}, "lr"),  # a schedule's steps increase
+    ({"minibatch_size": 0}, "minibatch_size"),
+    ({"micro_batch_size": 0}, "micro_batch_size"),
+    ({"num_epochs": 0}, "num_epochs"),
+    ({"max_prompt_tokens": 0}, "max_prompt_tokens"),
+    ({"max_new_tokens": 2.5}, "max_new_tokens"),
+    ({"temperature": 0.0}, "temperature"),
+    ({"eval_temperature": -0.1}, "eval_temperature"),
+    ({"recompute_old_logp": 1}, "recompute_old_logp"),
+    ({"group_size": 3}, "num_envs_per_env_runner"),
+    # Non-finite numbers would turn the weights into NaN without an error.
+    *[
+        ({name: value}, name)
+        for value in (np.inf, -np.inf, np.nan)
+        for name in (
+            "length_weight_alpha",
+            "step_advantage_w",
+            "invalid_action_penalty",
+            "kl_coeff",
+            "entropy_coeff",
+            "weight_decay",
+            "lr",
+            "temperature",
+            "grad_clip",
+            "dual_clip",
+            "gamma",
+            "clip_param",
+        )
+    ],
+    ({"lr": [[0, 1e-3], [100, np.inf]]}, "lr"),
+    ({"step_advantage_w": -1.0}, "step_advantage_w"),
+    ({"micro_batch_size": 32, "minibatch_size": 16}, "micro_batch_size"),
+    ({"max_prompt_tokens": 10**9}, "max_prompt_tokens"),
+    ({"max_prompt_tokens": 32_700}, "max_prompt_tokens"),  # + 512 new tokens > the tiny model's 32768
+    ({"length_weight_alpha": 1e4, "history_length": 4}, "length_weight_alpha"),  # 6.0**1e4 overflows
+]
+
+
+def test_validate_accepts_a_learning_rate_schedule() -> None:
+    config = _valid_config().training(lr=[[0, 1e-3], [40_000, 1e-4]])
+    config.validate()
+    assert config.lr == [[0, 1e-3], [40_000, 1e-4]]
+    with pytest.raises(ValueError, match=r"HGPOConfig: lr=\[\[0, 0.001\], \[0, 0.0001\]\]"):
+        _valid_config().training(lr=[[0, 1e-3], [0, 1e-4]]).validate()
+
+
+def test_validate_accepts_numpy_scalars() -> None:
+    """Tune's search spaces hand numpy scalars to the config."""
+    config = _valid_config().training(
+        history_length=np.int64(2),
+        group_size=np.int64(2),
+        gamma=np.float32(0.9),
+        length_weight_alpha=np.float64(0.5),
+        base_group=np.bool_(True),
+        max_prompt_tokens=np.int32(512),
+    )
+    config.validate()
+    assert config.model_config["max_prompt_tokens"] == 512
+
+
+@pytest.mark.parametrize(
+    ("model_config", "message"),
+    [
+        (
+            {"tokenizer_vocab_sise": 400},
+            r"model_config has unknown key\(s\) \['tokenizer_vocab_sise'\].*'tokenizer_vocab_size'",
+        ),
+        ({"torch_dtype": "fp8"}, r"model_config\['torch_dtype'\]='fp8'"),
+        (
+            {"model": "/no/such/model"},
+            r"model_config\['model'\]='/no/such/model' .*/no/such/model/config.json does not exist",
+        ),
+    ],
+)
+def test_validate_checks_model_config_before_sampling(model_config: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValueError, match=rf"HGPOConfig: {message}"):
+        _valid_config().rl_module(model_config=model_config).validate()
+
+
+def test_validate_checks_prompt_length_against_a_model_directory(tmp_path: Any) -> None:
+    (tmp_path / "config.json").write_text('{"max_position_embeddings": 2048}')
+    config = _valid_config().rl_module(model_config={"model": str(tmp_path)})
+    with pytest.raises(ValueError, match=r"max_prompt_tokens=4096 .* exceeds the model's 2048 positions"):
+        config.validate()
+    config.training(max_prompt_tokens=1024, max_new_tokens=512).validate()
+
+
+@pytest.mark.parametrize(("settings", "name"), BAD_SETTINGS, ids=[f"{n}-{s}" for s, n in BAD_SETTINGS])
+def test_validate_names_the_bad_setting(settings: dict[str, Any], name: str) -> None:
+    config = _valid_config().training(**settings)
+    with pytest.raises(ValueError, match=rf"HGPOConfig: {name}="):
+        config.validate()
+
+
+@pytest.mark.parametrize(
+    ("change", "name"),
+    [
+        (lambda c: c.environment("CartPole-v1"), "env"),
+        (lambda c: c.env_runners(num_env_runners=0), "create_local_env_runner"),
+        (lambda c: c.env_runners(episodes_to_numpy=True), "episodes_to_numpy"),
+        (lambda c: c.env_runners(gym_env_vectorize_mode="async"), "gym_env_vectorize_mode"),
+        (lambda c: c.learners(num_learners=3), "minibatch_size"),
+        (lambda c: c.evaluation(evaluation_duration_unit="timesteps"), "evaluation_duration_unit"),
+        (lambda c: c.learners(num_learners=2).training(groups_per_iteration=1), "groups_per_iteration"),
+        (lambda c: c.multi_agent(policies={"a", "b"}, policy_mapping_fn=lambda *a, **k: "a"), "multi-agent"),
+        (lambda c: c.rl_module(model_config={"temperature": 0.7}), "model_config"),
+        (
+            lambda c: c.rl_module(model_config={"model": QWEN_1_5B}).evaluation(evaluation_interval=5),
+            "evaluation_num_env_runners=0",
+        ),
+        (
+            lambda c: c.env_runners(add_default_connectors_to_module_to_env_pipeline=True),
+            "add_default_connectors_to_module_to_env_pipeline",
+        ),
+    ],
+)
+def test_validate_names_bad_rllib_settings(change: Any, name: str) -> None:
+    with pytest.raises(ValueError, match=rf"HGPOConfig: {name}"):
+        change(_valid_config()).validate()
+
+
+def test_evaluation_of_the_tiny_model_or_on_env_runners_is_valid() -> None:
+    """Evaluation in the driver is refused for a real model only: the tiny model may evaluate there, a
+    real one on evaluation env runners of its own; either way evaluation samples without exploring."""
+    tiny = _valid_config().evaluation(evaluation_interval=5)
+    tiny.validate()
+    assert tiny.setting_errors() == []
+    assert (tiny.evaluation_interval, tiny.evaluation_num_env_runners) == (5, 0)
+    evaluation = tiny.get_evaluation_config_object()
+    assert evaluation.in_evaluation and evaluation.explore is False
+    big = _valid_config().rl_module(model_config={"model": QWEN_1_5B})
+    big.evaluation(evaluation_interval=5, evaluation_num_env_runners=1)
+    big.validate()
+    assert big.setting_errors() == [] and big.evaluation_num_env_runners == 1
+    assert big.model_config["model"] == QWEN_1_5B and big.get_evaluation_config_object().explore is False
+    # The same real model evaluated in the driver is the case that is refused.
+    with pytest.raises(ValueError, match=r"HGPOConfig: evaluation_num_env_runners=0 is invalid"):
+        big.evaluation(evaluation_num_env_runners=0).validate()
+
+
+def test_all_validation_errors_are_reported_together() -> None:
+    """HGPO's list: the shared settings' errors first, then the estimator's, then the level weights'."""
+    errors = _valid_config().training(estimator="x", gamma=2.0).setting_errors()
+    assert [e.split("=")[0] for e in errors] == ["gamma", "estimator"]
+    config = _valid_config().training(adv_mode="x", gamma=2.0, length_weight_alpha=1e4, history_length=4)
+    errors = config.setting_errors()
+    assert [e.split("=")[0] for e in errors] == ["gamma", "adv_mode", "length_weight_alpha"]
+    assert "L**alpha overflow" in errors[-1]
+    with pytest.raises(ValueError, match=r"HGPOConfig: gamma=2\.0 is invalid"):
+        config.validate()  # validate() raises with them (RLlib's first one first)
+
+
+def test_value_checks_accept_numpy_scalars_and_refuse_bools_and_non_finite_numbers() -> None:
+    assert is_int(3) and is_int(np.int64(3)) and not is_int(True) and not is_int(np.bool_(True))
+    assert not is_int(3.0) and not is_int("3")
+    assert is_number(0.5) and is_number(np.float32(0.5)) and is_number(2)
+    assert not any(is_number(v) for v in (True, np.inf, -np.inf, np.nan, "1", None))
+    assert is_bool(False) and is_bool(np.bool_(True)) and not is_bool(0) and not is_bool("no")
+    assert is_text_list(["a", "b"]) and is_text_list(()) and not is_text_list("ab") and not is_text_list([1])
+    assert is_lr(1e-6) and is_lr([[0, 1e-3], [100, 1e-4]]) and is_lr(((0, 1e-3),))
+    for bad in (0.0, -1e-3, np.inf, [], [[1, 1e-3]], [[0, 1e-3], [0, 1e-4]], [[0, 0.0]], [[0, 1e-3, 5]]):
+        assert not is_lr(bad), bad
