@@ -8,6 +8,7 @@ from envs.common.actions import ParsedAction, parse_action
 from envs.common.spaces import TextSpace
 from envs.registry import (
     ENV_SPECS,
+    check_env_config,
     get_env_spec,
     get_prompt_renderer,
     get_tokenizer_corpus,
@@ -21,6 +22,7 @@ __all__ = [
     "ENV_SPECS",
     "ParsedAction",
     "TextSpace",
+    "check_env_config",
     "get_env_spec",
     "get_prompt_renderer",
     "get_tokenizer_corpus",

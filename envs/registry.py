@@ -78,6 +78,15 @@ def make_env(name_or_id: str, env_config: Mapping[str, Any] | None = None) -> gy
     return _load(spec.entry_point)(**dict(env_config or {}))
 
 
+def check_env_config(name_or_id: str, env_config: Mapping[str, Any] | None) -> None:
+    """Refuse, before any process starts, an ``env_config`` the env would refuse when built (a key it
+    does not take, a bad value): a ValueError naming the setting. Builds nothing."""
+    if env_config is not None and not isinstance(env_config, Mapping):
+        raise ValueError(f"env_config must be a dict, got {type(env_config).__name__}")
+    env_class = _load(get_env_spec(name_or_id).entry_point)
+    env_class.check_config(dict(env_config or {}))
+
+
 def register_all() -> None:
     """Register every env with Gymnasium and with Tune (for RLlib); safe to call repeatedly."""
     for spec in ENV_SPECS.values():

@@ -1,19 +1,27 @@
-"""The settings record of a resumable job (a leaf module, standard library only).
+"""The settings record of a resumable job, and the lock on its directory (a leaf module: standard
+library and ``filelock``).
 
 ``rllib train file``, ``rllib evaluate`` and ``rllib sft`` each keep a JSON record of the settings a
 job started with in its output directory. Rerunning the same command resumes the job; a rerun with
 other settings is refused, naming what changed, instead of mixing two jobs' results in one directory.
 Files are written atomically (a temporary file, then a rename), so a crash never leaves a half-written
-record or table.
+record or table. A job holds :func:`exclusive_directory` while it writes, so a second job started on
+the same directory is refused at once instead of interleaving its files with the first's.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
+
+from filelock import FileLock, Timeout
+
+#: The lock file :func:`exclusive_directory` keeps in a job's directory.
+LOCK_FILE = ".hgpo-rllib.lock"
 
 
 def write_atomically(path: Path, text: str) -> None:
@@ -53,3 +61,32 @@ def changed_settings(
 def write_record(path: Path, settings: Mapping[str, Any]) -> None:
     """Write ``settings`` as the record at ``path`` (atomically)."""
     write_atomically(path, json.dumps(as_json(settings), indent=2))
+
+
+@contextlib.contextmanager
+def exclusive_directory(directory: Path, job: str) -> Iterator[None]:
+    """Hold an exclusive lock on ``directory`` (created if missing) while ``job`` writes into it.
+
+    A second job on the same directory, in this process or another, gets a FileExistsError at once
+    naming the directory. The operating system drops the lock when its process dies, so a killed job
+    never leaves the directory locked.
+    """
+    directory.mkdir(parents=True, exist_ok=True)
+    lock = FileLock(directory / LOCK_FILE, timeout=0)
+    try:
+        lock.acquire()
+    except Timeout:
+        raise FileExistsError(
+            f"{directory} is being written by another {job} right now; wait for it to finish, "
+            "or choose another output directory"
+        ) from None
+    try:
+        yield
+    finally:
+        lock.release()
+
+
+def holds_other_files(directory: Path, own: Iterable[str] = ()) -> bool:
+    """Whether ``directory`` holds anything besides its lock file and the names ``own``."""
+    keep = {LOCK_FILE, *own}
+    return directory.is_dir() and any(entry.name not in keep for entry in directory.iterdir())

@@ -405,7 +405,10 @@ def test_evaluate_rejects_bad_input(tmp_path: Path) -> None:
         evaluate(None, env="keychest", split="in", output=tmp_path / "a")
     with pytest.raises(ValueError, match="unknown environment"):
         evaluate(None, env="chess", output=tmp_path / "b")
-    not_a_checkpoint = r"is not an algorithm checkpoint \(no class_and_ctor_args.pkl\) nor an `rllib sft`"
+    not_a_checkpoint = (
+        r"is not an algorithm checkpoint \(no class_and_ctor_args.pkl\) nor a policy folder "
+        r"\(no hgpo_policy.json or hgpo_sft.json\)"
+    )
     with pytest.raises(FileNotFoundError, match=not_a_checkpoint):
         evaluate(tmp_path, env="keychest", output=tmp_path / "c")
 

@@ -192,6 +192,50 @@ def test_engine_error_truncates_blocks_further_steps_and_rebuilds_on_reset() -> 
     assert env.step("fine")[0] == "ok"
 
 
+def test_a_non_text_action_is_a_type_error_naming_its_type() -> None:
+    """Issue 25, finding 15: a non-string action was silently turned into text and played."""
+    env = KeyChestEnv()
+    env.reset(seed=0)
+    for action in (None, 42, b"take key", ["take key"]):
+        with pytest.raises(TypeError, match=f"a str\\), got {type(action).__name__}"):
+            env.step(action)
+    assert env.step(np.str_("look"))[4]["step"] == 1  # numpy text is text
+
+
+@pytest.mark.parametrize(
+    ("env", "env_config", "message"),
+    [
+        (
+            "keychest",
+            {"num_room": 3},
+            r"KeyChestEnv has no setting 'num_room' \(did you mean 'num_rooms'\?\)",
+        ),
+        ("keychest", {"num_rooms": 1}, r"num_rooms must be an int in \[2, "),
+        ("keychest", {"require_tags": "no"}, r"require_tags must be True, False or None"),
+        ("keychest", {"max_steps": 0}, r"max_steps must be a positive int"),
+        ("alfworld", {"split": "eval"}, r"split must be one of"),
+        ("alfworld", {"task_types": "pick"}, r"task_types must be a non-empty subset"),
+        ("webshop", {"goal_sampling": "best"}, r"goal_sampling must be one of"),
+        ("webshop", {"max_stepz": 3}, r"did you mean 'max_steps'"),
+        ("webshop", ["split"], r"env_config must be a dict"),
+    ],
+)
+def test_env_config_is_checked_without_building_the_env(env: str, env_config: Any, message: str) -> None:
+    """Issue 25, finding 12: a bad env_config failed inside a trial, 198 lines later. The same check
+    runs when the env is built, so the two cannot disagree."""
+    with pytest.raises(ValueError, match=message):
+        envs.check_env_config(env, env_config)
+    if isinstance(env_config, dict):
+        with pytest.raises((ValueError, TypeError)):
+            envs.make_env(env, env_config)
+
+
+@pytest.mark.parametrize("env", sorted(envs.ENV_SPECS))
+def test_the_default_and_documented_env_configs_pass_the_check(env: str) -> None:
+    envs.check_env_config(env, {})
+    envs.check_env_config(env, {"max_steps": 7, "require_tags": False, "render_mode": "ansi"})
+
+
 # ------------------------------------------------------------------------------------------- registry
 
 

@@ -244,7 +244,11 @@ def test_module_chunking_and_gradient_checkpointing_keep_values_and_grads() -> N
             torch.testing.assert_close(out[key], want_out[key], rtol=1e-5, atol=1e-6)
         assert grads.keys() == want_grads.keys() and len(grads) > 10
         for name in grads:
-            torch.testing.assert_close(grads[name], want_grads[name], rtol=1e-4, atol=1e-6)
+            # Chunked sums add in another order: fp32 rounding of the largest gradients (~1e-2) is
+            # ~1e-9 relative each, but a near-zero element can be off by 1e-6 absolute (seen once in
+            # 40k): the bound scales with the tensor's own magnitude.
+            scale = float(want_grads[name].abs().max())
+            torch.testing.assert_close(grads[name], want_grads[name], rtol=1e-4, atol=1e-4 * scale + 1e-7)
 
 
 def test_reference_on_cpu_gives_the_same_log_probs_and_stays_out_of_state() -> None:

@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+import torch
 
 import envs
 from hgpo_rllib import HGPOConfig
@@ -149,6 +150,20 @@ def test_validate_checks_prompt_length_against_a_model_directory(tmp_path: Any) 
     config.training(max_prompt_tokens=1024, max_new_tokens=512).validate()
 
 
+def test_validate_finds_a_truncated_weights_file(tmp_path: Any) -> None:
+    """Issue 25, finding 11: a truncated model file failed inside the trial, 225 lines later."""
+    from safetensors.torch import save_file
+
+    (tmp_path / "config.json").write_text('{"max_position_embeddings": 8192}')
+    weights = tmp_path / "model.safetensors"
+    save_file({"w": torch.zeros(1000)}, str(weights))
+    config = _valid_config().rl_module(model_config={"model": str(tmp_path)})
+    config.validate()
+    weights.write_bytes(weights.read_bytes()[:-100])
+    with pytest.raises(ValueError, match=r"model.safetensors cannot be read .* it may be truncated"):
+        config.validate()
+
+
 @pytest.mark.parametrize(("settings", "name"), BAD_SETTINGS, ids=[f"{n}-{s}" for s, n in BAD_SETTINGS])
 def test_validate_names_the_bad_setting(settings: dict[str, Any], name: str) -> None:
     config = _valid_config().training(**settings)
@@ -175,6 +190,26 @@ def test_validate_names_the_bad_setting(settings: dict[str, Any], name: str) -> 
         (
             lambda c: c.env_runners(add_default_connectors_to_module_to_env_pipeline=True),
             "add_default_connectors_to_module_to_env_pipeline",
+        ),
+        # Issue 25, findings 12 and 15: accepted before, failing later inside a trial or never.
+        (lambda c: c.env_runners(num_env_runners=-1), "num_env_runners=-1"),
+        (lambda c: c.learners(num_learners=-2), "num_learners=-2"),
+        (lambda c: c.debugging(seed=1.5), "seed=1.5"),
+        (
+            lambda c: c.environment("keychest", env_config={"num_room": 3}),
+            r"env_config=.* KeyChestEnv has no setting 'num_room' \(did you mean 'num_rooms'\?\)",
+        ),
+        (
+            lambda c: c.environment("keychest", env_config={"require_tags": "no"}),
+            r"env_config=.* require_tags must be True, False or None",
+        ),
+        (
+            lambda c: c.environment("alfworld", env_config={"split": "eval"}),
+            r"env_config=.* split must be one of",
+        ),
+        (
+            lambda c: c.rl_module(model_config={"tiny_model": {"hiden_size": 8}}),
+            r"model_config\['tiny_model'\] has unknown key\(s\) \['hiden_size'\]",
         ),
     ],
 )

@@ -15,6 +15,11 @@ from hgpo_rllib.cli.scripts import run_as_script
 from hgpo_rllib.experiments.presets import RunSettings
 
 settings = RunSettings.from_env()
+if settings.model or settings.warm_start not in (None, "none"):
+    raise ValueError(
+        "tuned_examples/hgpo_keychest.py trains its own random-init tiny model (one token per command): "
+        "HGPO_MODEL and HGPO_WARM_START (other than 'none') do not apply to it; unset them"
+    )
 GROUP_SIZE, GROUPS = 8, 16
 
 config = (

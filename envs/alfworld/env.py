@@ -79,12 +79,7 @@ class ALFWorldEnv(TextEnv):
         render_mode: str | None = None,
     ):
         super().__init__(max_steps=max_steps, require_tags=require_tags, render_mode=render_mode)
-        if split not in SPLITS:
-            raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
-        if source not in SOURCES:
-            raise ValueError(f"source must be one of {SOURCES}, got {source!r}")
-        if isinstance(task_types, str) or not task_types or not set(task_types) <= set(TASK_TYPES):
-            raise ValueError(f"task_types must be a non-empty subset of {TASK_TYPES}, got {task_types!r}")
+        self.check_settings(max_steps=max_steps, split=split, source=source, task_types=task_types)
         self.split = split
         self.task_types = tuple(task_types)
         self.grammar = check_grammar(grammar)
@@ -94,6 +89,23 @@ class ALFWorldEnv(TextEnv):
         self._data_games = list_games(root, split, self.task_types) if use_data else ()
         self._engine = AlfredEngine()
         self._game: Game | None = None
+
+    @classmethod
+    def check_settings(
+        cls,
+        *,
+        split: str = "train",
+        source: str = "auto",
+        task_types: Sequence[str] = TASK_TYPES,
+        **common: Any,
+    ) -> None:
+        super().check_settings(**common)
+        if split not in SPLITS:
+            raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
+        if source not in SOURCES:
+            raise ValueError(f"source must be one of {SOURCES}, got {source!r}")
+        if isinstance(task_types, str) or not task_types or not set(task_types) <= set(TASK_TYPES):
+            raise ValueError(f"task_types must be a non-empty subset of {TASK_TYPES}, got {task_types!r}")
 
     @property
     def num_games(self) -> int | None:

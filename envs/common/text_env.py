@@ -9,12 +9,16 @@ nothing happened. An exception inside the game engine ends the episode as trunca
 
 from __future__ import annotations
 
+import difflib
+import inspect
 import logging
 from abc import ABC, abstractmethod
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import gymnasium as gym
+import numpy as np
 
 from envs.common.actions import ParsedAction, parse_action
 from envs.common.spaces import TextSpace
@@ -48,10 +52,7 @@ class TextEnv(gym.Env, ABC):
     default_require_tags: bool = True
 
     def __init__(self, *, max_steps: int, require_tags: bool | None = None, render_mode: str | None = None):
-        if not isinstance(max_steps, int) or isinstance(max_steps, bool) or max_steps < 1:
-            raise ValueError(f"max_steps must be a positive int, got {max_steps!r}")
-        if render_mode not in (None, "ansi"):
-            raise ValueError(f"render_mode must be None or 'ansi', got {render_mode!r}")
+        TextEnv.check_settings(max_steps=max_steps, require_tags=require_tags, render_mode=render_mode)
         self.max_steps = max_steps
         self.require_tags = self.default_require_tags if require_tags is None else bool(require_tags)
         self.render_mode = render_mode
@@ -62,6 +63,42 @@ class TextEnv(gym.Env, ABC):
         self._current: Observation | None = None
         self._steps = 0
         self._needs_rebuild = False
+
+    # ----------------------------------------------------------------- settings
+    @classmethod
+    def check_settings(
+        cls, *, max_steps: int, require_tags: bool | None = None, render_mode: str | None = None, **_: Any
+    ) -> None:
+        """Raise ValueError naming the first bad setting, building nothing. Subclasses check their
+        own settings too (calling this one) and call it from ``__init__``, so a config is refused
+        the same way before a run starts (:meth:`check_config`) as when the env is built."""
+        if not isinstance(max_steps, int) or isinstance(max_steps, bool) or max_steps < 1:
+            raise ValueError(f"max_steps must be a positive int, got {max_steps!r}")
+        if require_tags is not None and not isinstance(require_tags, bool | np.bool_):
+            raise ValueError(f"require_tags must be True, False or None (the default), got {require_tags!r}")
+        if render_mode not in (None, "ansi"):
+            raise ValueError(f"render_mode must be None or 'ansi', got {render_mode!r}")
+
+    @classmethod
+    def check_config(cls, env_config: Mapping[str, Any]) -> None:
+        """Check an RLlib ``env_config`` against the constructor without building the env: a key it
+        does not take (naming the closest one it does) or a bad value is a ValueError."""
+        signature = inspect.signature(cls)
+        params = signature.parameters
+        if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+            for key in env_config:
+                if key not in params:
+                    close = difflib.get_close_matches(str(key), list(params), n=1)
+                    hint = f" (did you mean {close[0]!r}?)" if close else ""
+                    raise ValueError(
+                        f"{cls.__name__} has no setting {key!r}{hint}; its settings: {', '.join(params)}"
+                    )
+        try:
+            bound = signature.bind(**env_config)
+        except TypeError as exc:
+            raise ValueError(f"{cls.__name__}: {exc}") from None
+        bound.apply_defaults()
+        cls.check_settings(**bound.arguments)
 
     # ----------------------------------------------------------------- subclass hooks
     @abstractmethod
@@ -106,6 +143,8 @@ class TextEnv(gym.Env, ABC):
             raise RuntimeError("call reset() before step()")
         if self._current.terminated or self._steps >= self.max_steps or self._needs_rebuild:
             raise RuntimeError("the episode is over; call reset() before step()")
+        if not isinstance(action, str):  # any text is legal; anything else is the caller's bug
+            raise TypeError(f"the action must be the LLM's output text (a str), got {type(action).__name__}")
         parsed = parse_action(action, require_tags=self.require_tags)
         self._steps += 1
         truncated = False

@@ -156,6 +156,18 @@ class KeyChestEnv(TextEnv):
         render_mode: str | None = None,
     ):
         super().__init__(max_steps=max_steps, require_tags=require_tags, render_mode=render_mode)
+        self.check_settings(max_steps=max_steps, num_rooms=num_rooms, num_layouts=num_layouts)
+        self.num_rooms = num_rooms
+        self.num_layouts = num_layouts
+        self.layout: Layout | None = None
+        self._state = 0  # room * 2 + has_key
+        self._rooms: list[Observation] = []  # per state
+        self._nothing: list[Observation] = []  # per state: "Nothing happens." with its actions
+        self._transitions: list[dict[str, tuple[int, Observation]]] = []  # per state
+
+    @classmethod
+    def check_settings(cls, *, num_rooms: int = 5, num_layouts: int | None = None, **common: Any) -> None:
+        super().check_settings(**common)
         if (
             not isinstance(num_rooms, int)
             or isinstance(num_rooms, bool)
@@ -166,13 +178,6 @@ class KeyChestEnv(TextEnv):
             not isinstance(num_layouts, int) or isinstance(num_layouts, bool) or num_layouts < 1
         ):
             raise ValueError(f"num_layouts must be None or an int >= 1, got {num_layouts!r}")
-        self.num_rooms = num_rooms
-        self.num_layouts = num_layouts
-        self.layout: Layout | None = None
-        self._state = 0  # room * 2 + has_key
-        self._rooms: list[Observation] = []  # per state
-        self._nothing: list[Observation] = []  # per state: "Nothing happens." with its actions
-        self._transitions: list[dict[str, tuple[int, Observation]]] = []  # per state
 
     def _start_episode(self, seed: int | None, options: dict[str, Any]) -> tuple[Observation, str, str]:
         if options:

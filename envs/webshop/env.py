@@ -60,10 +60,7 @@ class WebShopEnv(TextEnv):
         attributes_file: str = ATTRIBUTES_FILE,
     ):
         super().__init__(max_steps=max_steps, require_tags=require_tags, render_mode=render_mode)
-        if split not in SPLITS:
-            raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
-        if goal_sampling not in GOAL_SAMPLING:
-            raise ValueError(f"goal_sampling must be one of {GOAL_SAMPLING}, got {goal_sampling!r}")
+        self.check_settings(max_steps=max_steps, split=split, goal_sampling=goal_sampling)
         self.shop: Shop = load_shop(data_dir, catalog_file=catalog_file, attributes_file=attributes_file)
         n = len(self.shop.goals)
         if n <= TEST_GOALS and split != "all":
@@ -76,6 +73,14 @@ class WebShopEnv(TextEnv):
         self.goal_index: int | None = None
         self._rng: random.Random | None = None
         self._buyer: ScriptedBuyer | None = None
+
+    @classmethod
+    def check_settings(cls, *, split: str = "train", goal_sampling: str = "uniform", **common: Any) -> None:
+        super().check_settings(**common)
+        if split not in SPLITS:
+            raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
+        if goal_sampling not in GOAL_SAMPLING:
+            raise ValueError(f"goal_sampling must be one of {GOAL_SAMPLING}, got {goal_sampling!r}")
 
     @property
     def goals(self) -> list[dict[str, Any]]:

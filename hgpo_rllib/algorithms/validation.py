@@ -10,8 +10,13 @@ from the config is checked here, including whether each GPU role fits its memory
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from typing import Any
 
+from safetensors import safe_open
+from transformers import Qwen2Config
+
+import envs
 from hgpo_rllib.checks import is_bool, is_int, is_lr, is_number
 from hgpo_rllib.env_runner.grouped_env_runner import GroupedEnvRunner
 from hgpo_rllib.experiments import memory_plan
@@ -50,6 +55,11 @@ def text_agent_errors(config: Any) -> list[str]:
     c = config
     need(is_int(c.history_length) and c.history_length >= 0, "history_length", "an int >= 0")
     need(is_int(c.group_size) and c.group_size >= 1, "group_size", "an int >= 1")
+    for name in ("num_env_runners", "num_learners", "evaluation_num_env_runners"):
+        need(is_int(getattr(c, name)) and getattr(c, name) >= 0, name, "an int >= 0")
+    need(c.seed is None or is_int(c.seed), "seed", "None or an int")
+    if not (is_int(c.num_learners) and c.num_learners >= 0):
+        return errors.messages  # the checks below divide by it
     min_groups = max(1, c.num_learners)  # every learner needs at least one whole group
     need(
         is_int(c.groups_per_iteration) and c.groups_per_iteration >= min_groups,
@@ -124,6 +134,11 @@ def text_agent_errors(config: Any) -> list[str]:
             f"env={c.env!r} is invalid: expected a name of the envs package "
             "('alfworld', 'webshop', 'keychest'), whose prompt template the prompt connector renders"
         )
+    else:
+        try:
+            envs.check_env_config(c.envs_name(), c.env_config)
+        except ValueError as exc:
+            errors.add(f"env_config={dict(c.env_config)!r} is invalid for {c.envs_name()}: {exc}")
     model = c.user_model_config().get("model", TINY_PRESET)
     if c.evaluation_interval and c.evaluation_num_env_runners == 0 and model != TINY_PRESET:
         errors.add(
@@ -227,12 +242,20 @@ def model_errors(config: Any) -> list[str]:
     except ValueError as exc:
         return [str(exc)]
     if module_config.model == TINY_PRESET:
+        unknown = sorted(set(module_config.tiny_model) - set(Qwen2Config().to_dict()))
+        if unknown:
+            return [
+                f"model_config['tiny_model'] has unknown key(s) {unknown}: they are not Qwen2Config settings"
+            ]
         positions = {**TINY_MODEL_DEFAULTS, **module_config.tiny_model}["max_position_embeddings"]
     else:
         try:
             positions = read_model_config(module_config.model).get("max_position_embeddings", MAX_TOKENS)
         except (FileNotFoundError, ValueError) as exc:
             return [str(exc)]
+        broken = weight_file_errors(Path(module_config.model).expanduser())
+        if broken:
+            return broken
     tokens = config.max_prompt_tokens + config.max_new_tokens
     if tokens > min(positions, MAX_TOKENS):
         return [
@@ -241,6 +264,19 @@ def model_errors(config: Any) -> list[str]:
             + (f" (and the cap of {MAX_TOKENS})" if positions > MAX_TOKENS else "")
         ]
     return []
+
+
+def weight_file_errors(model_dir: Path) -> list[str]:
+    """The model directory's safetensors files that cannot be read (truncated or corrupt): their
+    headers are checked here, in a second, instead of failing inside every trial's model load."""
+    errors = []
+    for path in sorted(model_dir.glob("*.safetensors")):
+        try:
+            with safe_open(str(path), framework="pt") as weights:
+                weights.keys()
+        except Exception as exc:  # safetensors raises its own error types
+            errors.append(f"model_config['model']: {path} cannot be read ({exc}); it may be truncated")
+    return errors
 
 
 def memory_errors(config: Any) -> list[str]:

@@ -1,5 +1,6 @@
 """The ``rllib`` command: ``rllib train file <experiment.py>`` (:mod:`~hgpo_rllib.cli.train`), ``rllib
-evaluate <checkpoint>`` (:mod:`~hgpo_rllib.cli.evaluate`) and ``rllib sft`` (:mod:`~hgpo_rllib.cli.sft`).
+evaluate <checkpoint>`` (:mod:`~hgpo_rllib.cli.evaluate`), ``rllib sft`` (:mod:`~hgpo_rllib.cli.sft`) and
+``rllib export`` (:mod:`~hgpo_rllib.cli.export`).
 
 RLlib 2.60 ships no CLI any more; this one is hgpo-rllib's own. Every user error (a bad flag, a bad
 file, a bad setting) is one line on stderr with exit status 2.
@@ -11,7 +12,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from hgpo_rllib.cli import evaluate, sft, train
+from hgpo_rllib.cli import evaluate, export, sft, train
 from hgpo_rllib.cli.args import Parser, user_error
 
 
@@ -23,6 +24,7 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_arguments(train_sub.add_parser("file", help="train from a Python experiment file"))
     evaluate.add_arguments(commands.add_parser("evaluate", help="evaluate a checkpoint and the baselines"))
     sft.add_arguments(commands.add_parser("sft", help="warm-start a model on expert play"))
+    export.add_arguments(commands.add_parser("export", help="write a checkpoint's policy folder to share"))
     return parser
 
 
@@ -31,16 +33,30 @@ _COMMANDS = {
     "train": (train.run, (OSError, ValueError)),
     "evaluate": (evaluate.run, (OSError, ValueError)),
     "sft": (sft.run, (OSError, ValueError, RuntimeError)),
+    "export": (export.run, (OSError, ValueError)),
+}
+
+
+#: What to do after Ctrl-C, per command (each one's output resumes).
+_RESUME_HINTS = {
+    "train": "rerun the command with --resume to continue from the last checkpoint",
+    "evaluate": "rerun the same command to resume (finished seeds are kept)",
+    "sft": "rerun the same command to resume",
+    "export": "nothing was written; rerun the same command",
 }
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)  # for hints that repeat the command
     run, user_errors = _COMMANDS[args.command]
     try:
         return run(args)
     except user_errors as exc:
         return user_error(exc)
+    except KeyboardInterrupt:
+        print(f"\nrllib: interrupted; {_RESUME_HINTS[args.command]}", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

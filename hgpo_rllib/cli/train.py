@@ -9,8 +9,11 @@ experiment from its trials' last checkpoints. An existing experiment directory i
 from __future__ import annotations
 
 import argparse
+import glob
 import importlib.util
 import os
+import shlex
+import signal
 import sys
 from pathlib import Path
 from typing import Any
@@ -19,7 +22,17 @@ import ray
 from ray import tune
 
 import envs
-from hgpo_rllib.cli.args import count, json_dict
+from hgpo_rllib.cli.args import count, json_dict, user_error
+from hgpo_rllib.cli.result_files import result_file_callbacks
+from hgpo_rllib.cli.stopping import (
+    MetricStopper,
+    RecurringTrialError,
+    StopOnRecurringErrors,
+    StopSignals,
+    check_stop_criteria,
+    criteria_met,
+    unknown_stop_keys,
+)
 from hgpo_rllib.experiments.experiment_file import (
     DEFAULT_CHECKPOINT_FREQ,
     Experiment,
@@ -89,11 +102,53 @@ def _logger_callbacks(project: str) -> list[Any]:
 def experiment_runs(storage: Path, name: str) -> dict[int, Path]:
     """The runs of experiment ``name`` under ``storage`` by number: 1 is ``name``, n is ``name_run<n>``."""
     runs = {1: storage / name} if (storage / name).exists() else {}
-    for path in storage.glob(f"{name}_run*"):
+    for path in storage.glob(f"{glob.escape(name)}_run*"):
         suffix = path.name[len(name) + len("_run") :]
         if suffix.isdigit():
             runs[int(suffix)] = path
     return dict(sorted(runs.items()))
+
+
+def _start_ray() -> None:
+    """Start a local Ray. Its authentication token (``~/.ray/auth_token``, which Ray writes with the
+    default umask) is a key to the cluster: its folder and the file are made readable by the owner only."""
+    ray_home = Path.home() / ".ray"
+    ray_home.mkdir(mode=0o700, exist_ok=True)
+    ray_home.chmod(0o700)
+    ray.init(include_dashboard=False)
+    token = ray_home / "auth_token"
+    if token.is_file():
+        token.chmod(0o600)
+
+
+def claim_experiment_dir(storage: Path, name: str) -> Path:
+    """Create the directory of a new run of ``name``: ``name``, else ``name_run<n>`` after the latest
+    run; a directory another run creates meanwhile is skipped, never shared."""
+    runs = experiment_runs(storage, name)
+    number = max(runs, default=0) + 1
+    while True:
+        path = storage / (name if number == 1 else f"{name}_run{number}")
+        try:
+            path.mkdir(parents=True)
+            return path
+        except FileExistsError:
+            number += 1
+
+
+def check_trial_resources(config: Any) -> None:
+    """Refuse a trial that needs more CPUs or GPUs than the Ray cluster has (Tune would leave it
+    PENDING forever, silently)."""
+    needed = config.algo_class.default_resource_request(config).required_resources
+    available = ray.cluster_resources()
+    short = {k: v for k, v in needed.items() if v > available.get(k, 0) + 1e-9}
+    if short:
+        wants = ", ".join(f"{v:g} {k}" for k, v in needed.items() if v)
+        has = ", ".join(f"{available.get(k, 0):g} {k}" for k in short)
+        raise ValueError(
+            f"one trial needs {wants} (the driver, {config.num_env_runners} env runner(s) and "
+            f"{config.num_learners} learner(s)) but this Ray cluster has {has}: lower num_env_runners "
+            "or num_cpus_per_env_runner (or the GPUs asked for), or run on a larger cluster"
+        )
 
 
 def _progress_reporter() -> Any:
@@ -116,7 +171,8 @@ def train(
     resume: bool = False,
     max_concurrent_trials: int | None = None,
 ):
-    """Run an experiment through Ray Tune and return its ``ResultGrid``.
+    """Run an experiment through Ray Tune; returns its ``ResultGrid`` and the signal (SIGINT,
+    SIGTERM) that interrupted it, or None.
 
     An existing experiment directory is never overwritten: a new run of the same name goes to
     ``<name>_run2``, ``<name>_run3``, ...; ``resume=True`` continues the latest of them.
@@ -134,11 +190,13 @@ def train(
     name = name or experiment.name or f"{experiment.config.algo_class.__name__}_{experiment.config.env}"
     runs = experiment_runs(storage, name)
     trainable = experiment.config.algo_class
+    stop = stop or experiment.stop
+    check_stop_criteria(stop)
     if not ray.is_initialized():
-        ray.init(include_dashboard=False)
+        _start_ray()
     envs.register_all()  # Ray's registry forgets names across ray.shutdown()/ray.init()
     record = {
-        "stop": stop or experiment.stop,
+        "stop": stop,
         "checkpoint_freq": checkpoint_freq,
         "num_samples": num_samples,
         "experiment_file_sha256": experiment.source_sha256,
@@ -150,15 +208,13 @@ def train(
         _check_resume(latest, record)
         print(f"Resuming {latest}")
         tuner = tune.Tuner.restore(str(latest), trainable=trainable, resume_errored=True)
-        return tuner.fit()
-    if runs:
-        name = f"{name}_run{max(runs) + 1}"
+        return _fit(tuner)
     check_param_space(experiment.config, experiment.param_space)
     if experiment.prepare is not None:
         experiment.prepare()
     experiment.config.copy(copy_frozen=False).validate()  # fail here, not inside a trial
-    experiment_dir = storage / name
-    experiment_dir.mkdir(parents=True)
+    check_trial_resources(experiment.config)
+    experiment_dir = claim_experiment_dir(storage, name)
     write_record(experiment_dir / RUN_RECORD, record)
     print(f"Results go to {experiment_dir}")
     param_space = experiment.config.copy(copy_frozen=False)
@@ -174,18 +230,32 @@ def train(
             max_concurrent_trials=max_concurrent_trials,
         ),
         run_config=tune.RunConfig(
-            name=name,
+            name=experiment_dir.name,
             storage_path=str(storage),
-            stop=stop or experiment.stop,
+            stop=MetricStopper(stop),
             progress_reporter=_progress_reporter(),
-            callbacks=_logger_callbacks(project=name),
+            callbacks=[*result_file_callbacks(), StopOnRecurringErrors(), *_logger_callbacks(project=name)],
             failure_config=tune.FailureConfig(max_failures=max_failures),
             checkpoint_config=tune.CheckpointConfig(
                 checkpoint_frequency=checkpoint_freq, checkpoint_at_end=True
             ),
         ),
     )
-    return tuner.fit()
+    return _fit(tuner)
+
+
+def _fit(tuner: tune.Tuner) -> tuple[Any, int | None]:
+    """``tuner.fit()`` with SIGINT and SIGTERM turned into Tune's resumable stop."""
+    os.environ["TUNE_DISABLE_SIGINT_HANDLER"] = "1"  # SIGINT is ours (StopSignals) while fitting
+    with StopSignals() as signals:
+        try:
+            results = tuner.fit()
+        except Exception as exc:  # Tune re-raises a callback's error as the text of its traceback
+            marker = f"{RecurringTrialError.__name__}: "
+            if marker not in str(exc):
+                raise
+            raise RecurringTrialError(str(exc).split(marker)[-1].strip()) from None
+    return results, signals.received
 
 
 def _incomplete_trials(results: Any) -> list[str]:
@@ -231,6 +301,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--resume", action="store_true", help="continue the latest run of the experiment")
 
 
+def resume_command(argv: list[str]) -> str:
+    """The command line that resumes the run started by ``rllib`` + ``argv`` (a resumed run keeps
+    its config, so ``--config`` is left out)."""
+    kept, skip = [], False
+    for arg in argv:
+        if skip or arg == "--resume":
+            skip = False
+            continue
+        if arg == "--config" or arg.startswith("--config="):
+            skip = arg == "--config"
+            continue
+        kept.append(arg)
+    return shlex.join(["rllib", *kept, "--resume"])
+
+
 def run(args: argparse.Namespace) -> int:
     """``rllib train file``: 0 when every trial finished, 1 when one failed (user errors raise)."""
     experiment = load_experiment_file(args.path)
@@ -238,18 +323,39 @@ def run(args: argparse.Namespace) -> int:
         if args.resume:
             raise ValueError("--config cannot change a resumed run (it keeps its own config)")
         apply_config_overrides(experiment.config, args.config)
-    results = train(
-        experiment,
-        stop=args.stop,
-        storage_path=args.storage_path,
-        checkpoint_freq=args.checkpoint_freq,
-        max_failures=args.max_failures,
-        num_samples=args.num_samples,
-        name=args.name,
-        resume=args.resume,
-        max_concurrent_trials=args.max_concurrent_trials,
-    )
+    try:
+        outcome = train(
+            experiment,
+            stop=args.stop,
+            storage_path=args.storage_path,
+            checkpoint_freq=args.checkpoint_freq,
+            max_failures=args.max_failures,
+            num_samples=args.num_samples,
+            name=args.name,
+            resume=args.resume,
+            max_concurrent_trials=args.max_concurrent_trials,
+        )
+    except RecurringTrialError as exc:
+        print(f"rllib: trial failed: {exc}", file=sys.stderr)
+        return 1
+    results, stop_signal = outcome
+    stop = args.stop or experiment.stop
+    if stop_signal is not None:
+        print(
+            f"rllib: {signal.Signals(stop_signal).name}: the run stopped early; its trials continue from "
+            f"their last checkpoints with: {resume_command(args.argv)}",
+            file=sys.stderr,
+        )
+        return 128 + stop_signal
+    bad_keys = sorted({m for r in results if r.metrics for m in unknown_stop_keys(stop, r.metrics)})
+    if bad_keys:
+        return user_error(ValueError("; ".join(bad_keys)))
     errors = [r.error for r in results if r.error] + _incomplete_trials(results)
+    errors += [
+        f"{r.path}: ended before its stop criteria {stop} were met"
+        for r in results
+        if not r.error and not criteria_met(stop, r.metrics or {})
+    ]
     for error in errors:
         print(f"rllib: trial failed: {error}", file=sys.stderr)
     print(f"Finished {len(results)} trial(s) in {results.experiment_path}; errors: {len(errors)}")

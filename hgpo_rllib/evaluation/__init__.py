@@ -1,6 +1,7 @@
 """The paper's evaluation protocol (``rllib evaluate``): playing policies on fixed evaluation tasks
 (:mod:`~hgpo_rllib.evaluation.rollout`), loading trained policies
-(:mod:`~hgpo_rllib.evaluation.policy_loading`) and the tables over seeds
+(:mod:`~hgpo_rllib.evaluation.policy_loading`), the shareable policy folder
+(:mod:`~hgpo_rllib.evaluation.policy_folder`) and the tables over seeds
 (:mod:`~hgpo_rllib.evaluation.protocol`)."""
 
 from hgpo_rllib._imports import lazy_getattr
@@ -8,6 +9,7 @@ from hgpo_rllib._imports import lazy_getattr
 _ROLLOUT = "hgpo_rllib.evaluation.rollout"
 _LOADING = "hgpo_rllib.evaluation.policy_loading"
 _PROTOCOL = "hgpo_rllib.evaluation.protocol"
+_FOLDER = "hgpo_rllib.evaluation.policy_folder"
 
 __all__ = [
     "ALFWORLD_CATEGORIES",
@@ -19,6 +21,8 @@ __all__ = [
     "evaluate",
     "expert_policy",
     "export_merged",
+    "export_policy",
+    "load_policy",
     "play",
     "random_policy",
     "summarize",
@@ -35,6 +39,8 @@ __getattr__ = lazy_getattr(
         "play": _ROLLOUT,
         "CheckpointPolicy": _LOADING,
         "export_merged": _LOADING,
+        "export_policy": _FOLDER,
+        "load_policy": _FOLDER,
         "ALFWORLD_CATEGORIES": _PROTOCOL,
         "DEFAULT_SEEDS": _PROTOCOL,
         "SPLIT_CHOICES": _PROTOCOL,

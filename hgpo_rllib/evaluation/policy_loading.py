@@ -7,7 +7,9 @@ decoded answers. :func:`export_merged` writes a plain Hugging Face model directo
 
 from __future__ import annotations
 
+import functools
 import pickle
+import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -16,24 +18,53 @@ import torch
 from peft import PeftModel
 from ray.rllib.algorithms.algorithm_config import AlgorithmConfig
 from ray.rllib.core.rl_module.rl_module import RLModule, RLModuleSpec
+from transformers import PreTrainedModel
 
 from envs.common.spaces import TextSpace
 from hgpo_rllib.algorithms.hgpo.hgpo import HGPOConfig
 from hgpo_rllib.columns import ACTION_TEXT
 from hgpo_rllib.evaluation.rollout import EpisodeSlot
 from hgpo_rllib.rl_module.llm_rl_module import LLMRLModule
-from hgpo_rllib.warm_start.format import SFT_CONFIG, is_warm_start, read_settings
+from hgpo_rllib.run_records import read_record
+from hgpo_rllib.warm_start.format import PLAY_SETTINGS, SFT_CONFIG, is_warm_start, read_settings
 
 #: Where an algorithm checkpoint keeps the policy module (RLlib's checkpoint layout).
 MODULE_DIR = Path("learner_group") / "learner" / "rl_module" / "default_policy"
 CTOR_FILE = "class_and_ctor_args.pkl"
+#: The play settings of a policy folder (:mod:`~hgpo_rllib.evaluation.policy_folder`).
+POLICY_RECORD = "hgpo_policy.json"
+#: The newest policy-folder layout this version reads.
+POLICY_FORMAT = 1
+
+
+def read_policy_settings(path: Path) -> dict[str, Any]:
+    """The play settings of a policy folder (:data:`POLICY_RECORD`) or, for a warm start written
+    before policy folders existed, of its ``rllib sft`` record."""
+    if not (path / POLICY_RECORD).is_file():
+        return read_settings(path)
+    settings = read_record(path / POLICY_RECORD)
+    missing = [key for key in ("format", *PLAY_SETTINGS) if key not in settings]
+    if missing:
+        raise ValueError(f"{path / POLICY_RECORD} lacks {missing}: it is not a policy folder")
+    if settings["format"] > POLICY_FORMAT:
+        raise ValueError(
+            f"{path} is a policy folder of format {settings['format']}; this hgpo-rllib reads up to "
+            f"{POLICY_FORMAT}: upgrade it"
+        )
+    return settings
+
+
+def is_policy_folder(path: Path) -> bool:
+    """A folder of safetensors weights and JSON settings: an `rllib export` or an `rllib sft` output."""
+    return (path / POLICY_RECORD).is_file() or is_warm_start(path)
 
 
 def config_for_warm_start(model_dir: str | Path, settings: Mapping[str, Any] | None = None) -> HGPOConfig:
-    """The config (env, prompt settings, model) of a warm-start directory, from its settings record or,
-    for one that is still to be built, from ``settings`` (the record it will have)."""
+    """The config (env, prompt settings, model) of a policy folder or warm-start directory, from its
+    settings record or, for one that is still to be built, from ``settings`` (the record it will have)."""
     path = Path(model_dir).expanduser().resolve()
-    settings = read_settings(path) if settings is None else settings
+    settings = read_policy_settings(path) if settings is None else settings
+    temperature = {"eval_temperature": settings["eval_temperature"]} if "eval_temperature" in settings else {}
     return (
         HGPOConfig()
         .environment(settings["env"], env_config=settings["env_config"])
@@ -42,8 +73,14 @@ def config_for_warm_start(model_dir: str | Path, settings: Mapping[str, Any] | N
             history_length=settings["history_length"],
             max_prompt_tokens=settings["max_prompt_tokens"],
             max_new_tokens=settings["max_new_tokens"],
+            **temperature,
         )
     )
+
+
+def merged_lm(lm: PreTrainedModel) -> PreTrainedModel:
+    """The model with its LoRA adapters merged into the weights (a plain model as it is)."""
+    return lm.merge_and_unload() if isinstance(lm, PeftModel) else lm
 
 
 def inference_module(config: AlgorithmConfig) -> LLMRLModule:
@@ -68,6 +105,31 @@ def _config_from_ctor_args(ctor_args_and_kwargs: Any) -> AlgorithmConfig:
     return config
 
 
+@functools.cache
+def say_pickle_trust_once() -> None:
+    print(
+        "note: RLlib checkpoints are pickles, which can run code when loaded: evaluate only checkpoints "
+        "you made or trust; share policies as `rllib export` folders (docs/reliability.md)",
+        file=sys.stderr,
+    )
+
+
+def _load_rllib_checkpoint(path: Path, ctor_file: Path, module_dir: Path) -> tuple[AlgorithmConfig, RLModule]:
+    """The config and inference module of an algorithm checkpoint. A truncated or corrupt file is one
+    ValueError naming the checkpoint, not a traceback from deep inside pickle or torch."""
+    say_pickle_trust_once()
+    try:
+        with ctor_file.open("rb") as f:
+            config = _config_from_ctor_args(pickle.load(f)["ctor_args_and_kwargs"])
+        module = RLModule.from_checkpoint(module_dir, inference_only=True)
+    except (pickle.UnpicklingError, EOFError, KeyError, AttributeError, RuntimeError, OSError) as exc:
+        raise ValueError(
+            f"{path} cannot be loaded ({type(exc).__name__}: {exc}); the checkpoint is truncated or "
+            "corrupt: evaluate an earlier checkpoint_* of the same run"
+        ) from None
+    return config, module.eval()
+
+
 class CheckpointPolicy:
     """A trained policy: an algorithm checkpoint's RLModule behind its own prompt connector, or a
     warm-start model directory of ``rllib sft`` behind the prompt settings it was trained with."""
@@ -76,20 +138,17 @@ class CheckpointPolicy:
         """``env_config`` entries override the checkpoint's; prompts and the caller's env both use
         the merged ``self.env_config``, so the two cannot disagree (e.g. on ``require_tags``)."""
         path = Path(checkpoint).expanduser().resolve()
-        if is_warm_start(path):
+        if is_policy_folder(path):
             config = config_for_warm_start(path)
             module = inference_module(config)
         else:
             ctor_file, module_dir = path / CTOR_FILE, path / MODULE_DIR
             if not ctor_file.is_file() or not module_dir.is_dir():
                 raise FileNotFoundError(
-                    f"{path} is not an algorithm checkpoint (no {CTOR_FILE}) nor an `rllib sft` "
-                    f"model directory (no {SFT_CONFIG})"
+                    f"{path} is not an algorithm checkpoint (no {CTOR_FILE}) nor a policy folder "
+                    f"(no {POLICY_RECORD} or {SFT_CONFIG})"
                 )
-            with ctor_file.open("rb") as f:
-                config = _config_from_ctor_args(pickle.load(f)["ctor_args_and_kwargs"])
-            module = RLModule.from_checkpoint(module_dir, inference_only=True)
-            module.eval()
+            config, module = _load_rllib_checkpoint(path, ctor_file, module_dir)
         self.env_config = {**dict(config.env_config), **(env_config or {})}
         self.config = config.copy(copy_frozen=False).environment(env_config=self.env_config)
         self.module = module
@@ -101,7 +160,10 @@ class CheckpointPolicy:
         return self
 
     def __call__(self, slots: list[EpisodeSlot]) -> list[str]:
-        episodes = [slot.episode for slot in slots]
+        return self.answers([slot.episode for slot in slots])
+
+    def answers(self, episodes: list[Any]) -> list[str]:
+        """The policy's answers to the running RLlib episodes' current prompts."""
         batch = self.prompt_pipeline(rl_module=self.module, batch={}, episodes=episodes, explore=False)
         return list(self.module.forward_inference(batch)[ACTION_TEXT])
 
@@ -109,14 +171,14 @@ class CheckpointPolicy:
 def export_merged(checkpoint: str | Path, output_dir: str | Path) -> Path:
     """Write a merged Hugging Face model directory (weights, config, tokenizer) from a checkpoint.
 
-    ``checkpoint`` is an algorithm checkpoint directory (as ``rllib evaluate`` takes). The result
-    loads with ``AutoModelForCausalLM.from_pretrained`` and serves with vLLM like any base model.
+    ``checkpoint`` is an algorithm checkpoint directory or a policy folder (as ``rllib evaluate``
+    takes). The result loads with ``AutoModelForCausalLM.from_pretrained`` and serves with vLLM like
+    any base model.
     """
     out = Path(output_dir).expanduser()
     if out.exists() and any(out.iterdir()):
         raise FileExistsError(f"export_merged: {out} exists and is not empty")
     module = CheckpointPolicy(checkpoint).module
-    lm = module.lm.merge_and_unload() if isinstance(module.lm, PeftModel) else module.lm
-    lm.save_pretrained(out)
+    merged_lm(module.lm).save_pretrained(out)
     module.tokenizer.save_pretrained(out)
     return out

@@ -95,8 +95,12 @@ def evaluate(
     policies: dict[str, Callable[[int], Policy]] = {}
     if checkpoint is not None:
         trained = CheckpointPolicy(checkpoint, env_config=config)
+        trained_on = envs.get_env_spec(str(trained.config.env)).name
+        if trained_on != env_name:
+            raise ValueError(f"{checkpoint} was trained on {trained_on}; evaluate it with --env {trained_on}")
         config = trained.env_config
         policies["checkpoint"] = trained.reseed
+    envs.check_env_config(env_name, config)  # before the output directory is made
     if "expert" in baselines:
         policies["expert"] = lambda seed: expert_policy
     if "random" in baselines:

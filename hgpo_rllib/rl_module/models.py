@@ -72,7 +72,8 @@ def load_lm(
     read_model_config(cfg.model)  # a clear error if it is not a model directory
     path = Path(cfg.model).expanduser()
     tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
-    lm = AutoModelForCausalLM.from_pretrained(path, local_files_only=True, dtype=dtype)
+    # Weights from safetensors only: a pickled *.bin could run code when loaded.
+    lm = AutoModelForCausalLM.from_pretrained(path, local_files_only=True, dtype=dtype, use_safetensors=True)
     if tokenizer.pad_token_id is None:
         if tokenizer.eos_token_id is None:
             raise ValueError(f"the tokenizer in {path} has neither a pad token nor an eos token")

@@ -10,8 +10,11 @@ checkpoint names are mapped and fused, tied heads handled, post-load processing 
 
 from __future__ import annotations
 
+import glob
 import os
+import re
 import shutil
+import socket
 import tempfile
 import traceback
 from collections.abc import Mapping
@@ -27,6 +30,8 @@ from hgpo_rllib.rl_module.generation import Generated, Generator
 
 #: The file a weight sync writes; vLLM reloads every ``*.safetensors`` of the directory.
 WEIGHTS_FILE = "model.safetensors"
+#: The start of every weight directory's name (:func:`remove_orphaned_weight_dirs`).
+WEIGHTS_DIR_PREFIX = "hgpo-vllm-"
 
 
 def engine_state(lm: PreTrainedModel, dtype: torch.dtype) -> dict[str, torch.Tensor]:
@@ -52,6 +57,38 @@ def _scratch_dir(nbytes: int) -> str:
     if shm.is_dir() and os.access(shm, os.W_OK) and shutil.disk_usage(shm).free > 2 * nbytes:
         return str(shm)
     return tempfile.gettempdir()
+
+
+def _weights_dir_prefix(pid: int | None = None) -> str:
+    """``hgpo-vllm-<host>-<pid>-``: whose weights a directory holds (host: /dev/shm may be shared)."""
+    host = re.sub(r"[^A-Za-z0-9]", "_", socket.gethostname())
+    return f"{WEIGHTS_DIR_PREFIX}{host}-{os.getpid() if pid is None else pid}-"
+
+
+def _is_running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process
+        return True
+    return True
+
+
+def remove_orphaned_weight_dirs(scratch: str | Path) -> list[Path]:
+    """Delete the weight directories in ``scratch`` of this host's processes that no longer run.
+
+    A runner killed with SIGKILL (how a hung runner is stopped) cannot remove its directory, which in
+    /dev/shm holds a full copy of the weights in RAM; the next engine started on the host removes it.
+    """
+    host_prefix = _weights_dir_prefix(0)[: -len("0-")]
+    removed = []
+    for path in Path(scratch).glob(f"{glob.escape(host_prefix)}*-*"):
+        pid = path.name[len(host_prefix) :].split("-", 1)[0]
+        if pid.isdigit() and not _is_running(int(pid)):
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path)
+    return removed
 
 
 class WeightSyncExtension:
@@ -103,7 +140,9 @@ class VLLMGenerator(Generator):
         nbytes = sum(t.nbytes for t in lm.state_dict().values())
         # Holds the weights of every sync, and the in-memory tiny preset's checkpoint (vLLM loads
         # only from a directory), so a sync replaces the very file the engine started from.
-        self._weights_dir = tempfile.TemporaryDirectory(prefix="hgpo-vllm-", dir=_scratch_dir(nbytes))
+        scratch = _scratch_dir(nbytes)
+        remove_orphaned_weight_dirs(scratch)
+        self._weights_dir = tempfile.TemporaryDirectory(prefix=_weights_dir_prefix(), dir=scratch)
         if model_dir is None:
             lm.save_pretrained(self._weights_dir.name)
             tokenizer.save_pretrained(self._weights_dir.name)

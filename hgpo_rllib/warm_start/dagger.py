@@ -21,10 +21,10 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from hgpo_rllib.evaluation.policy_loading import CheckpointPolicy
 from hgpo_rllib.evaluation.rollout import EpisodeSlot, play, task_seeds
-from hgpo_rllib.run_records import read_record, write_record
+from hgpo_rllib.run_records import exclusive_directory, read_record
 from hgpo_rllib.warm_start.demonstrations import demonstrator_answer, make_demonstrator, prompt_renderer
 from hgpo_rllib.warm_start.format import DEMONSTRATIONS, SFT_CONFIG, read_settings, response_text
-from hgpo_rllib.warm_start.trainer import fit, open_run, tokenize_examples
+from hgpo_rllib.warm_start.trainer import fit, open_run, tokenize_examples, write_run_record
 
 
 @dataclasses.dataclass(frozen=True)
@@ -102,7 +102,6 @@ def train_dagger(
     base_settings = read_record(base / SFT_CONFIG) if (base / SFT_CONFIG).is_file() else {}
     if not base_settings.get("finished"):
         raise ValueError(f"{base} holds no finished warm start to run DAgger on")
-    episodes, digest = dagger.episodes, dagger.digest()
     # What a round keeps of its warm start: how it plays and prompts, and how it is trained.
     kept = {
         k: base_settings[k]
@@ -124,7 +123,32 @@ def train_dagger(
         if (record := json.loads(line))["won"]
         for step in record["steps"]
     ]
-    first_task = base_settings["episodes"]  # the first task after the demonstrations'
+    with exclusive_directory(base, "`rllib sft` DAgger round"):
+        return _play_and_train_rounds(
+            base,
+            dagger,
+            kept,
+            demonstrations,
+            first_task=base_settings["episodes"],  # the first task after the demonstrations'
+            max_minutes=max_minutes,
+            save_steps=save_steps,
+            reuse_finished=reuse_finished,
+        )
+
+
+def _play_and_train_rounds(
+    base: Path,
+    dagger: DaggerSettings,
+    kept: dict[str, Any],
+    demonstrations: list[dict[str, str]],
+    *,
+    first_task: int,
+    max_minutes: float | None,
+    save_steps: int,
+    reuse_finished: bool,
+) -> Path:
+    """The rounds of :func:`train_dagger`, under its lock; returns the last round's directory."""
+    episodes, digest = dagger.episodes, dagger.digest()
     states: list[dict[str, str]] = []
     previous = base
     for round_ in range(1, dagger.rounds + 1):
@@ -158,8 +182,8 @@ def train_dagger(
                 save_steps=save_steps,
                 max_minutes=max_minutes,
             )
-            write_record(
-                out / SFT_CONFIG,
+            write_run_record(
+                out,
                 {
                     **settings,
                     **summary,

@@ -22,6 +22,7 @@ from tqdm.auto import tqdm
 import envs
 from hgpo_rllib.connectors.env_to_module.history_window import prompt_connector
 from hgpo_rllib.evaluation.rollout import EpisodeSlot, new_episode, task_seeds
+from hgpo_rllib.run_records import write_atomically
 from hgpo_rllib.warm_start.format import response_text
 
 
@@ -111,6 +112,30 @@ def _play_task(task_seed: int) -> dict[str, Any]:
     return play_demonstration(_worker["env"], _worker["actor"], _worker["render"], task_seed)
 
 
+def read_played_episodes(path: Path) -> dict[int, dict[str, Any]]:
+    """The episodes an earlier run wrote to ``path``, by task seed. A last line cut short by a crash
+    (no newline at the end) is dropped from the file, so that episode is played again; any other
+    line that is not JSON is a ValueError naming the file and the line."""
+    if not path.exists():
+        return {}
+    text = path.read_text()
+    lines = text.splitlines()
+    if lines and not text.endswith("\n"):
+        print(f"{path}: dropping its last line, cut short by an interrupted run", flush=True)
+        lines.pop()
+        write_atomically(path, "".join(line + "\n" for line in lines))
+    played = {}
+    for number, line in enumerate(lines, start=1):
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise ValueError(
+                f"{path} line {number} is not JSON ({exc}); delete that line to replay it"
+            ) from None
+        played[record["task_seed"]] = record
+    return played
+
+
 def collect_demonstrations(
     path: Path,
     env_name: str,
@@ -125,8 +150,7 @@ def collect_demonstrations(
     """Play ``episodes`` tasks in ``workers`` processes, appending each finished one to ``path`` (JSON
     lines); tasks already there are not played again. Returns the records in task order."""
     seeds = task_seeds(seed, episodes)
-    lines = path.read_text().splitlines() if path.exists() else []
-    done = {record["task_seed"]: record for record in map(json.loads, lines)}
+    done = read_played_episodes(path)
     todo = [s for s in seeds if s not in done]
     init = (env_name, env_config, history_length, demonstrator)
     with (

@@ -21,9 +21,17 @@ import torch
 from transformers import DataCollatorForSeq2Seq, Trainer, TrainerCallback, TrainingArguments
 
 import envs
+from hgpo_rllib.evaluation.policy_folder import policy_record
+from hgpo_rllib.evaluation.policy_loading import POLICY_RECORD
 from hgpo_rllib.rl_module.models import chat_prompt
 from hgpo_rllib.rl_module.tokenizer import build_tiny_model, build_tiny_tokenizer
-from hgpo_rllib.run_records import changed_settings, read_record, write_record
+from hgpo_rllib.run_records import (
+    changed_settings,
+    exclusive_directory,
+    holds_other_files,
+    read_record,
+    write_record,
+)
 from hgpo_rllib.warm_start.demonstrations import collect_demonstrations
 from hgpo_rllib.warm_start.format import CHECKPOINTS, DEMONSTRATIONS, SFT_CONFIG
 
@@ -97,6 +105,10 @@ def open_run(output: Path, settings: dict[str, Any], reuse_finished: bool = Fals
     """Start the run's settings record in ``output``, or check it against the record of the run being
     resumed (or, with ``reuse_finished``, of a finished run to build on); returns the record."""
     path = output / SFT_CONFIG
+    if not path.exists() and holds_other_files(output):
+        raise FileExistsError(
+            f"{output} already holds other files and no `rllib sft` run; choose a new or empty --output"
+        )
     if path.exists():
         saved = read_record(path)
         if saved.get("finished") and not reuse_finished:
@@ -247,9 +259,27 @@ def train_warm_start(
     if (max_minutes or 0) < 0:
         raise ValueError(f"need max_minutes >= 0, got {max_minutes}")
     out = Path(output).expanduser()
-    record = open_run(out, sft.record(), reuse_finished)
-    if record.get("finished"):
-        return out
+    wanted = sft.record()
+    envs.check_env_config(wanted["env"], wanted["env_config"])  # before anything is written
+    if out.exists() and not out.is_dir():
+        raise FileExistsError(f"--output {out} is a file; give a directory for the model")
+    with exclusive_directory(out, "`rllib sft`"):
+        record = open_run(out, wanted, reuse_finished)
+        if not record.get("finished"):
+            _train(out, sft, record, workers=workers, save_steps=save_steps, max_minutes=max_minutes)
+    return out
+
+
+def _train(
+    out: Path,
+    sft: SFTSettings,
+    record: dict[str, Any],
+    *,
+    workers: int,
+    save_steps: int,
+    max_minutes: float | None,
+) -> None:
+    """Collect the demonstrations, train, and record the summary (the body of :func:`train_warm_start`)."""
     env_name, env_config = record["env"], record["env_config"]
     records = collect_demonstrations(
         out / DEMONSTRATIONS,
@@ -283,5 +313,12 @@ def train_warm_start(
         save_steps=save_steps,
         max_minutes=max_minutes,
     )
-    write_record(out / SFT_CONFIG, {**record, "episodes_won": sum(r["won"] for r in records), **summary})
-    return out
+    write_run_record(out, {**record, "episodes_won": sum(r["won"] for r in records), **summary})
+
+
+def write_run_record(out: Path, record: dict[str, Any]) -> None:
+    """The run's settings record; once it is finished, ``out`` is a policy folder too (its play
+    settings in JSON beside the safetensors weights)."""
+    write_record(out / SFT_CONFIG, record)
+    if record.get("finished"):
+        write_record(out / POLICY_RECORD, policy_record(record["env"], record))

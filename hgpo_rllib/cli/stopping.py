@@ -1,0 +1,148 @@
+"""How a run stops: its stop criteria, checked against the metrics it really reports, the signals
+(Ctrl-C, SIGTERM) that end it early but resumably, and the errors that retrying would only repeat.
+
+Tune's stop dict only warns about a key the results lack, and then trains forever; a typo in
+``--stop`` must instead end the run with the key named and its closest metric. A signal ends the run
+the way Tune's own SIGUSR1 does (trials stopped, experiment state saved, ``--resume`` continues from
+each trial's last checkpoint), and the command exits with 128 + the signal's number.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import signal
+import threading
+from collections.abc import Mapping
+from typing import Any
+
+from ray import tune
+from ray.tune.result import AUTO_RESULT_KEYS
+from ray.tune.utils import flatten_dict
+
+#: The signals that end a run resumably.
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+def check_stop_criteria(stop: Mapping[str, Any]) -> None:
+    """Refuse before the run a criterion that is not a number, or a top-level key that is a near miss
+    of one of Tune's own result keys (``training_iteraton``); nested keys are checked against the
+    first result (:class:`MetricStopper`)."""
+    for key, value in stop.items():
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ValueError(f"stop criterion {key!r} must be a number, got {value!r}")
+        if "/" not in key and key not in AUTO_RESULT_KEYS:
+            close = difflib.get_close_matches(key, AUTO_RESULT_KEYS, n=1, cutoff=0.8)
+            if close:
+                raise ValueError(f"unknown stop key {key!r}: did you mean {close[0]!r}?")
+
+
+#: Metrics reported only on some iterations (evaluation runs every ``evaluation_interval``).
+OCCASIONAL_PREFIXES = ("evaluation/",)
+
+
+def unknown_stop_keys(stop: Mapping[str, Any], metrics: Mapping[str, Any]) -> list[str]:
+    """One message per stop key that ``metrics`` (a result, nested or flat) do not report; keys
+    of metrics that only some iterations report (:data:`OCCASIONAL_PREFIXES`) are not judged."""
+    flat = flatten_dict(dict(metrics), delimiter="/")
+    messages = []
+    for key in stop:
+        if key not in flat and not key.startswith(OCCASIONAL_PREFIXES):
+            close = difflib.get_close_matches(key, list(flat), n=1, cutoff=0.6)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            messages.append(f"stop key {key!r} is not a metric of this run{hint}")
+    return messages
+
+
+def criteria_met(stop: Mapping[str, Any], metrics: Mapping[str, Any]) -> bool:
+    """Whether any criterion is reached (Tune's rule: the metric >= its threshold)."""
+    flat = flatten_dict(dict(metrics), delimiter="/")
+    return any(_reached(flat.get(key), value) for key, value in stop.items())
+
+
+def _reached(metric: Any, threshold: float) -> bool:
+    try:
+        return float(metric) >= threshold
+    except (TypeError, ValueError):  # not reported (None) or not a number
+        return False
+
+
+class MetricStopper(tune.Stopper):
+    """Tune's stop dict, except that a key the results lack stops the trial at its first result
+    (the CLI then names the key) instead of letting it train forever."""
+
+    def __init__(self, criteria: Mapping[str, Any]):
+        self.criteria = dict(criteria)
+
+    def __call__(self, trial_id: str, result: dict[str, Any]) -> bool:
+        return bool(unknown_stop_keys(self.criteria, result)) or criteria_met(self.criteria, result)
+
+    def stop_all(self) -> bool:
+        return False
+
+
+class StopSignals:
+    """While active, the first SIGINT or SIGTERM asks Tune to stop and save (its SIGUSR1 handler,
+    which ``Tuner.fit`` installs); a second one stops at once (KeyboardInterrupt). ``received`` is
+    the first signal's number. Needs ``TUNE_DISABLE_SIGINT_HANDLER=1`` so Tune keeps SIGINT to us."""
+
+    def __init__(self) -> None:
+        self.received: int | None = None
+        self._previous: dict[int, Any] = {}
+
+    def __enter__(self) -> StopSignals:
+        if threading.current_thread() is threading.main_thread():  # only it may handle signals
+            self._previous = {sig: signal.signal(sig, self._handle) for sig in STOP_SIGNALS}
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        tune_listens = signal.getsignal(signal.SIGUSR1) not in (signal.SIG_DFL, signal.SIG_IGN, None)
+        if self.received is not None or not tune_listens:
+            self.received = self.received or signum
+            raise KeyboardInterrupt
+        self.received = signum
+        name = signal.Signals(signum).name
+        print(f"\n{name}: stopping the run and saving its state (send it again to stop at once)", flush=True)
+        os.kill(os.getpid(), signal.SIGUSR1)
+
+    @property
+    def exit_status(self) -> int:
+        """The shell's convention: 128 + the signal's number (130 for SIGINT, 143 for SIGTERM)."""
+        return 128 + (self.received or 0)
+
+
+class RecurringTrialError(RuntimeError):
+    """A trial failed with an error that a retry from its last checkpoint would repeat."""
+
+
+#: Trial errors that recur on retry: a non-finite loss (the learner's FloatingPointError) comes back
+#: with the checkpoint's weights and the same settings.
+RECURRING_ERRORS: tuple[type[BaseException], ...] = (FloatingPointError,)
+
+
+def error_chain(error: BaseException | None) -> list[BaseException]:
+    """``error`` and what it wraps (a Ray task error's ``cause``, Python's ``__cause__``)."""
+    chain: list[BaseException] = []
+    while error is not None and error not in chain:
+        chain.append(error)
+        error = getattr(error, "cause", None) or error.__cause__
+    return chain
+
+
+class StopOnRecurringErrors(tune.Callback):
+    """Ends the run at a trial's first recurring error (:data:`RECURRING_ERRORS`) instead of retrying
+    it ``--max-failures`` times: Tune asks before each retry (``on_trial_recover``), and the raised
+    :class:`RecurringTrialError` ends ``Tuner.fit``."""
+
+    def on_trial_recover(self, iteration: int, trials: list[Any], trial: Any, **info: Any) -> None:
+        error = trial.get_pickled_error()
+        recurring = [e for e in error_chain(error) if isinstance(e, RECURRING_ERRORS)]
+        if recurring:
+            cause = recurring[-1]  # the innermost: the learner's own error, not Ray's wrapper
+            raise RecurringTrialError(
+                f"{trial}: {type(cause).__name__}: {cause}; not retried (it would recur)"
+            )

@@ -1,0 +1,108 @@
+"""The policy folder: what people share, because it loads without running code.
+
+An RLlib checkpoint is a set of pickles, and unpickling a file can run any code in it: it is for
+resuming your own runs. A policy folder holds only data: the weights as safetensors (LoRA adapters
+merged), the Hugging Face ``config.json`` and tokenizer files, and :data:`POLICY_RECORD`, a JSON file
+with how the policy prompts and plays (env, env settings, history window, token limits, evaluation
+temperature). ``rllib export CHECKPOINT DIR`` and ``rllib sft`` write one; ``rllib evaluate DIR``,
+:func:`~hgpo_rllib.evaluation.policy_loading.export_merged`, warm starts (``model_config["model"]``)
+and :func:`load_policy` read one, with no pickle on the way (docs/reliability.md).
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+import envs
+from hgpo_rllib.evaluation.policy_loading import POLICY_RECORD, CheckpointPolicy, merged_lm
+from hgpo_rllib.evaluation.rollout import new_episode
+from hgpo_rllib.run_records import write_record
+
+#: The layout version of :data:`POLICY_RECORD`; a reader refuses a newer one.
+POLICY_FORMAT = 1
+
+
+def policy_record(env: str, settings: dict[str, Any]) -> dict[str, Any]:
+    """The :data:`POLICY_RECORD` of a policy trained on ``env`` with the play ``settings``."""
+    spec = envs.get_env_spec(env)
+    return {
+        "format": POLICY_FORMAT,
+        "env": spec.name,
+        "env_class": spec.entry_point,
+        "env_config": dict(settings["env_config"]),
+        "history_length": settings["history_length"],
+        "max_prompt_tokens": settings["max_prompt_tokens"],
+        "max_new_tokens": settings["max_new_tokens"],
+        "eval_temperature": settings.get("eval_temperature", 0.4),
+    }
+
+
+def export_policy(checkpoint: str | Path, output_dir: str | Path) -> Path:
+    """Write the policy folder ``output_dir`` (new or empty) from an algorithm checkpoint or another
+    policy folder; built beside it and renamed into place, so an interrupted export leaves nothing."""
+    out = Path(output_dir).expanduser()
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise FileExistsError(f"{out} exists and is not an empty directory; choose a new output")
+    policy = CheckpointPolicy(checkpoint)
+    config = policy.config
+    settings = {
+        "env_config": dict(config.env_config),
+        "history_length": config.history_length,
+        "max_prompt_tokens": config.max_prompt_tokens,
+        "max_new_tokens": config.max_new_tokens,
+        "eval_temperature": config.eval_temperature,
+    }
+    building = out.with_name(f".{out.name}.partial")
+    shutil.rmtree(building, ignore_errors=True)
+    merged_lm(policy.module.lm).save_pretrained(building, safe_serialization=True)
+    policy.module.tokenizer.save_pretrained(building)
+    write_record(building / POLICY_RECORD, policy_record(str(config.env), settings))
+    if out.exists():
+        out.rmdir()
+    building.rename(out)
+    return out
+
+
+class LoadedPolicy:
+    """A policy folder ready to act: ``act(observation, info)`` returns the action text.
+
+    It keeps the running episode's history itself (the prompt shows the last K observations and
+    actions), starting a new episode when ``info["step"]`` is 0 (every env of this package says so at
+    reset) or after :meth:`reset`.
+    """
+
+    def __init__(self, policy: CheckpointPolicy):
+        self.policy = policy
+        self.env_name = str(policy.config.env)
+        self.env_config = dict(policy.env_config)
+        self._episode: Any = None
+        self._last_action: str | None = None
+
+    def make_env(self, **overrides: Any) -> Any:
+        """The env the policy was trained on, with its settings (``overrides`` replace some)."""
+        return envs.make_env(self.env_name, {**self.env_config, **overrides})
+
+    def reset(self) -> None:
+        """Forget the running episode: the next :meth:`act` starts a new one."""
+        self._episode, self._last_action = None, None
+
+    def act(self, observation: str, info: dict[str, Any]) -> str:
+        """The policy's answer (sampled at its evaluation temperature) to ``observation``."""
+        if self._episode is None or info.get("step") == 0:
+            self._episode = new_episode(observation, info)
+        else:
+            self._episode.add_env_step(observation, self._last_action, 0.0, infos=info)
+        self._last_action = self.policy.answers([self._episode])[0]
+        return self._last_action
+
+
+def load_policy(path: str | Path) -> LoadedPolicy:
+    """Load a policy folder (``rllib export`` or ``rllib sft``) without unpickling anything."""
+    folder = Path(path).expanduser().resolve()
+    if not (folder / POLICY_RECORD).is_file():
+        raise ValueError(
+            f"{folder} is not a policy folder (no {POLICY_RECORD}); make one with `rllib export`"
+        )
+    return LoadedPolicy(CheckpointPolicy(folder))
