@@ -16,6 +16,7 @@ import pickle
 import shlex
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import textwrap
@@ -386,6 +387,10 @@ def test_ctrl_c_exits_130_with_how_to_resume_and_resume_finishes_the_run(tmp_pat
     args, status, err = interrupt_in_iteration(tmp_path, signal.SIGINT, iteration=2)
     assert status == 130, err[-3000:]
     assert "Traceback" not in err
+    # Finding 15: Ray wrote its authentication token readable by every user.
+    ray_home = Path(os.environ["HOME"]) / ".ray"
+    assert stat.S_IMODE(ray_home.stat().st_mode) == 0o700
+    assert stat.S_IMODE((ray_home / "auth_token").stat().st_mode) == 0o600
     assert resume_as_told(err, "SIGINT") == 0
     assert trial_rows(tmp_path / "out" / "run") == ([1, 2, 3], [1, 2, 3])
 
