@@ -86,7 +86,6 @@ def exclusive_directory(directory: Path, job: str) -> Iterator[None]:
         lock.release()
 
 
-def holds_other_files(directory: Path, own: Iterable[str] = ()) -> bool:
-    """Whether ``directory`` holds anything besides its lock file and the names ``own``."""
-    keep = {LOCK_FILE, *own}
-    return directory.is_dir() and any(entry.name not in keep for entry in directory.iterdir())
+def holds_other_files(directory: Path) -> bool:
+    """Whether ``directory`` holds anything besides its lock file."""
+    return directory.is_dir() and any(entry.name != LOCK_FILE for entry in directory.iterdir())

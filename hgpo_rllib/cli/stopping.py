@@ -109,11 +109,6 @@ class StopSignals:
         print(f"\n{name}: stopping the run and saving its state (send it again to stop at once)", flush=True)
         os.kill(os.getpid(), signal.SIGUSR1)
 
-    @property
-    def exit_status(self) -> int:
-        """The shell's convention: 128 + the signal's number (130 for SIGINT, 143 for SIGTERM)."""
-        return 128 + (self.received or 0)
-
 
 class RecurringTrialError(RuntimeError):
     """A trial failed with an error that a retry from its last checkpoint would repeat."""

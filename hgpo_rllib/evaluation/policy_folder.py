@@ -16,17 +16,21 @@ from pathlib import Path
 from typing import Any
 
 import envs
-from hgpo_rllib.evaluation.policy_loading import POLICY_RECORD, CheckpointPolicy, merged_lm
+from hgpo_rllib.evaluation.policy_loading import (
+    POLICY_FORMAT,
+    POLICY_RECORD,
+    CheckpointPolicy,
+    save_merged_model_dir,
+)
 from hgpo_rllib.evaluation.rollout import new_episode
 from hgpo_rllib.run_records import write_record
 
-#: The layout version of :data:`POLICY_RECORD`; a reader refuses a newer one.
-POLICY_FORMAT = 1
-
 
 def policy_record(env: str, settings: dict[str, Any]) -> dict[str, Any]:
-    """The :data:`POLICY_RECORD` of a policy trained on ``env`` with the play ``settings``."""
+    """The :data:`POLICY_RECORD` of a policy trained on ``env`` with the play ``settings`` (without an
+    ``eval_temperature``, the algorithm's default applies when it is loaded)."""
     spec = envs.get_env_spec(env)
+    temperature = {"eval_temperature": settings["eval_temperature"]} if "eval_temperature" in settings else {}
     return {
         "format": POLICY_FORMAT,
         "env": spec.name,
@@ -35,7 +39,7 @@ def policy_record(env: str, settings: dict[str, Any]) -> dict[str, Any]:
         "history_length": settings["history_length"],
         "max_prompt_tokens": settings["max_prompt_tokens"],
         "max_new_tokens": settings["max_new_tokens"],
-        "eval_temperature": settings.get("eval_temperature", 0.4),
+        **temperature,
     }
 
 
@@ -56,8 +60,7 @@ def export_policy(checkpoint: str | Path, output_dir: str | Path) -> Path:
     }
     building = out.with_name(f".{out.name}.partial")
     shutil.rmtree(building, ignore_errors=True)
-    merged_lm(policy.module.lm).save_pretrained(building, safe_serialization=True)
-    policy.module.tokenizer.save_pretrained(building)
+    save_merged_model_dir(policy.module, building)
     write_record(building / POLICY_RECORD, policy_record(str(config.env), settings))
     if out.exists():
         out.rmdir()

@@ -18,7 +18,6 @@ import torch
 from peft import PeftModel
 from ray.rllib.algorithms.algorithm_config import AlgorithmConfig
 from ray.rllib.core.rl_module.rl_module import RLModule, RLModuleSpec
-from transformers import PreTrainedModel
 
 from envs.common.spaces import TextSpace
 from hgpo_rllib.algorithms.hgpo.hgpo import HGPOConfig
@@ -78,9 +77,12 @@ def config_for_warm_start(model_dir: str | Path, settings: Mapping[str, Any] | N
     )
 
 
-def merged_lm(lm: PreTrainedModel) -> PreTrainedModel:
-    """The model with its LoRA adapters merged into the weights (a plain model as it is)."""
-    return lm.merge_and_unload() if isinstance(lm, PeftModel) else lm
+def save_merged_model_dir(module: LLMRLModule, out: Path) -> None:
+    """Save the module's model (LoRA adapters merged into the weights) as safetensors and its
+    tokenizer: a plain Hugging Face model directory."""
+    lm = module.lm.merge_and_unload() if isinstance(module.lm, PeftModel) else module.lm
+    lm.save_pretrained(out, safe_serialization=True)
+    module.tokenizer.save_pretrained(out)
 
 
 def inference_module(config: AlgorithmConfig) -> LLMRLModule:
@@ -178,7 +180,5 @@ def export_merged(checkpoint: str | Path, output_dir: str | Path) -> Path:
     out = Path(output_dir).expanduser()
     if out.exists() and any(out.iterdir()):
         raise FileExistsError(f"export_merged: {out} exists and is not empty")
-    module = CheckpointPolicy(checkpoint).module
-    merged_lm(module.lm).save_pretrained(out)
-    module.tokenizer.save_pretrained(out)
+    save_merged_model_dir(CheckpointPolicy(checkpoint).module, out)
     return out

@@ -59,10 +59,14 @@ def _scratch_dir(nbytes: int) -> str:
     return tempfile.gettempdir()
 
 
+def _host_prefix() -> str:
+    """``hgpo-vllm-<host>-``: the weight directories of this host (/dev/shm may be shared)."""
+    return f"{WEIGHTS_DIR_PREFIX}{re.sub(r'[^A-Za-z0-9]', '_', socket.gethostname())}-"
+
+
 def _weights_dir_prefix(pid: int | None = None) -> str:
-    """``hgpo-vllm-<host>-<pid>-``: whose weights a directory holds (host: /dev/shm may be shared)."""
-    host = re.sub(r"[^A-Za-z0-9]", "_", socket.gethostname())
-    return f"{WEIGHTS_DIR_PREFIX}{host}-{os.getpid() if pid is None else pid}-"
+    """``hgpo-vllm-<host>-<pid>-``: whose weights a directory holds."""
+    return f"{_host_prefix()}{os.getpid() if pid is None else pid}-"
 
 
 def _is_running(pid: int) -> bool:
@@ -81,7 +85,7 @@ def remove_orphaned_weight_dirs(scratch: str | Path) -> list[Path]:
     A runner killed with SIGKILL (how a hung runner is stopped) cannot remove its directory, which in
     /dev/shm holds a full copy of the weights in RAM; the next engine started on the host removes it.
     """
-    host_prefix = _weights_dir_prefix(0)[: -len("0-")]
+    host_prefix = _host_prefix()
     removed = []
     for path in Path(scratch).glob(f"{glob.escape(host_prefix)}*-*"):
         pid = path.name[len(host_prefix) :].split("-", 1)[0]
