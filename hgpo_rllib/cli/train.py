@@ -113,7 +113,7 @@ def _start_ray() -> None:
     """Start a local Ray. Its authentication token (``~/.ray/auth_token``, which Ray writes with the
     default umask) is a key to the cluster: its folder and the file are made readable by the owner only."""
     ray_home = Path.home() / ".ray"
-    ray_home.mkdir(mode=0o700, exist_ok=True)
+    ray_home.mkdir(mode=0o700, parents=True, exist_ok=True)
     ray_home.chmod(0o700)
     ray.init(include_dashboard=False)
     token = ray_home / "auth_token"
