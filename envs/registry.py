@@ -1,24 +1,48 @@
-"""One place that names every environment: Gymnasium ids, RLlib (Tune) names, prompts, tokenizer text.
+"""One place that resolves every environment: the package's own (Gymnasium ids, RLlib names, prompts,
+tokenizer text) and a user's, named the way RLlib users name envs.
+
+An env is named by a built-in name or Gymnasium id (``alfworld``, ``hgpo/WebShop-v0``), a name the
+user registered with Tune (``ray.tune.registry.register_env(name, creator)``, RLlib's convention) or
+with Gymnasium (``gym.register``), or a ``module:Class`` path (the module may be a ``.py`` file's
+path). A user's env is a :class:`~envs.common.text_env.TextEnv` subclass; its prompt is its class's
+``render_prompt(context)`` if it has one, else :func:`~envs.common.prompts.default_prompt`, and the
+tiny model's tokenizer text is its class's ``tokenizer_corpus()`` if it has one, else the text of a
+few seeded random episodes. Tune keeps registered creators in the Ray cluster (so every worker of a
+run finds them) and pickles them by value when they come from a script or an experiment file.
 
 Imports of the game engines are lazy, so ``import envs`` stays cheap on every Ray worker.
 """
 
 from __future__ import annotations
 
+import base64
+import functools
 import importlib
+import importlib.util
+import inspect
+import json
+import random
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
 
+from envs.common.prompts import PromptContext, default_prompt
+from envs.common.text_env import TextEnv
+
+EnvCreator = Callable[[Mapping[str, Any]], gym.Env]
+
 
 @dataclass(frozen=True)
 class EnvSpec:
+    """A built-in environment."""
+
     name: str  #: RLlib / Tune name (``config.environment(name)``)
     gym_id: str  #: Gymnasium id (``gymnasium.make(gym_id)``)
     entry_point: str  #: "module:Class" of the environment
-    prompt_renderer: str  #: "module:function" (task, history, obs, admissible, step, K) -> str
+    prompt_renderer: str  #: "module:function" (PromptContext, **env settings) -> str
     tokenizer_corpus: str  #: "module:function" () -> list[str], text to build a tiny tokenizer from
 
 
@@ -50,45 +74,297 @@ ENV_SPECS: dict[str, EnvSpec] = {
 }
 
 
-def _load(path: str) -> Any:
-    module, _, attr = path.partition(":")
-    return getattr(importlib.import_module(module), attr)
+#: Module names of files imported by path (experiment files, ``file.py:Class`` envs): the prefix and
+#: the file's absolute path in base32, so any process on the machine can tell the file from a class.
+FILE_MODULE_PREFIX = "_hgpo_file_"
 
 
-def get_env_spec(name_or_id: str) -> EnvSpec:
-    """Look an environment up by its RLlib name or its Gymnasium id."""
+def file_module_name(file: Path) -> str:
+    encoded = base64.b32encode(str(file.resolve()).encode()).decode().rstrip("=").lower()
+    return f"{FILE_MODULE_PREFIX}{encoded}"
+
+
+def module_file(module_name: str) -> Path | None:
+    """The file a :func:`file_module_name` module was imported from, else None."""
+    if not module_name.startswith(FILE_MODULE_PREFIX):
+        return None
+    encoded = module_name[len(FILE_MODULE_PREFIX) :].upper()
+    return Path(base64.b32decode(encoded + "=" * (-len(encoded) % 8)).decode())
+
+
+def import_file(file: Path) -> Any:
+    """Import a ``.py`` file by path as a new module (not in ``sys.modules``: Ray's pickler then
+    ships its functions and classes by value, so workers need not find the file)."""
+    spec = importlib.util.spec_from_file_location(file_module_name(file), file)
+    if spec is None or spec.loader is None:
+        raise ValueError(f"cannot import {file} (is it a .py file?)")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def load_object(path: str) -> Any:
+    """``module:attr``, where the module is an importable name or a ``.py`` file's path."""
+    module_name, sep, attr = path.rpartition(":")
+    if not sep or not module_name or not attr:
+        raise ValueError(f"{path!r} is not a 'module:Class' path")
+    if module_name.endswith(".py"):
+        module = _imported_file(Path(module_name).expanduser().resolve())
+    else:
+        module = importlib.import_module(module_name)
+    try:
+        return getattr(module, attr)
+    except AttributeError:
+        raise ValueError(f"{module_name} has no {attr!r}") from None
+
+
+@functools.cache
+def _imported_file(file: Path) -> Any:
+    if not file.is_file():
+        raise ValueError(f"no such file: {file}")
+    return import_file(file)
+
+
+def builtin_spec(name_or_id: str) -> EnvSpec | None:
+    """The built-in env of that RLlib name or Gymnasium id, or None."""
     for spec in ENV_SPECS.values():
         if name_or_id in (spec.name, spec.gym_id):
             return spec
-    known = ", ".join(f"{s.name} ({s.gym_id})" for s in ENV_SPECS.values())
-    raise ValueError(f"unknown environment {name_or_id!r}; known: {known}")
+    return None
 
 
-def get_prompt_renderer(name_or_id: str) -> Callable[..., str]:
-    return _load(get_env_spec(name_or_id).prompt_renderer)
+def get_env_spec(name_or_id: str) -> EnvSpec:
+    """Look a built-in environment up by its RLlib name or its Gymnasium id."""
+    spec = builtin_spec(name_or_id)
+    if spec is None:
+        raise ValueError(f"unknown environment {name_or_id!r}; {_known()}")
+    return spec
 
 
-def get_tokenizer_corpus(name_or_id: str) -> list[str]:
-    return list(_load(get_env_spec(name_or_id).tokenizer_corpus)())
+def _known() -> str:
+    builtins = ", ".join(f"{s.name} ({s.gym_id})" for s in ENV_SPECS.values())
+    return (
+        f"the built-in ones: {builtins}; or a name registered with ray.tune.registry.register_env or "
+        "gymnasium.register, or a 'module:Class' path"
+    )
+
+
+def _tune_creator(name: str) -> EnvCreator | None:
+    """The creator registered with Tune under ``name``, if any (Tune offers no public lookup)."""
+    try:
+        from ray.tune.registry import ENV_CREATOR, _global_registry
+    except ImportError:  # Ray is optional for plain Gymnasium use
+        return None
+    if _global_registry.contains(ENV_CREATOR, name):
+        return _global_registry.get(ENV_CREATOR, name)
+    return None
+
+
+def _make_builtin(name: str, env_config: Mapping[str, Any]) -> gym.Env:
+    return load_object(ENV_SPECS[name].entry_point)(**dict(env_config))
+
+
+def _make_from_gym_spec(spec: gym.envs.registration.EnvSpec, env_config: Mapping[str, Any]) -> gym.Env:
+    return gym.make(spec, **dict(env_config))
+
+
+def _make_from_class(env_class: type, env_config: Mapping[str, Any]) -> gym.Env:
+    return env_class(**dict(env_config))
+
+
+def env_creator(name_or_id: str) -> EnvCreator:
+    """A picklable function ``env_config -> env`` for any env name (see the module docstring); Tune's
+    registrations come first, as RLlib's own lookup has them."""
+    if not isinstance(name_or_id, str) or not name_or_id:
+        raise ValueError(f"an env is named by a non-empty string, got {name_or_id!r}")
+    spec = builtin_spec(name_or_id)
+    if spec is not None:
+        return functools.partial(_make_builtin, spec.name)
+    creator = _tune_creator(name_or_id)
+    if creator is not None:
+        return creator
+    if name_or_id in gym.registry:
+        return functools.partial(_make_from_gym_spec, gym.spec(name_or_id))
+    if ":" in name_or_id:
+        env_class = load_object(name_or_id)
+        if not (isinstance(env_class, type) and issubclass(env_class, gym.Env)):
+            raise ValueError(f"{name_or_id!r} is not a gymnasium.Env class")
+        return functools.partial(_make_from_class, env_class)
+    raise ValueError(f"unknown environment {name_or_id!r}; {_known()}")
 
 
 def make_env(name_or_id: str, env_config: Mapping[str, Any] | None = None) -> gym.Env:
     """Build an environment from an RLlib ``env_config`` (an ``EnvContext`` is a dict too)."""
-    spec = get_env_spec(name_or_id)
-    return _load(spec.entry_point)(**dict(env_config or {}))
+    return env_creator(name_or_id)(dict(env_config or {}))
+
+
+def env_name(name_or_id: str) -> str:
+    """The name runs and records use: a built-in env's RLlib name, else the name as given."""
+    spec = builtin_spec(name_or_id)
+    return spec.name if spec is not None else name_or_id
+
+
+def _config_key(env_config: Mapping[str, Any] | None) -> str:
+    return json.dumps(dict(env_config or {}), sort_keys=True, default=repr)
+
+
+def env_class(name_or_id: str, env_config: Mapping[str, Any] | None = None) -> type:
+    """The env's class: imported for built-ins, paths and Gymnasium classes; otherwise (a Tune
+    creator) the class of one env built with ``env_config``."""
+    return _env_class(name_or_id, _config_key(env_config))
+
+
+@functools.cache
+def _env_class(name_or_id: str, config_key: str) -> type:
+    spec = builtin_spec(name_or_id)
+    if spec is not None:
+        return load_object(spec.entry_point)
+    creator = env_creator(name_or_id)
+    if isinstance(creator, functools.partial) and creator.func is _make_from_class:
+        return creator.args[0]
+    if isinstance(creator, functools.partial) and creator.func is _make_from_gym_spec:
+        entry = creator.args[0].entry_point
+        if isinstance(entry, type):
+            return entry
+        if isinstance(entry, str):
+            return load_object(entry)
+    env = creator(json.loads(config_key))
+    try:
+        return type(env.unwrapped)
+    finally:
+        env.close()
+
+
+def env_class_path(name_or_id: str, env_config: Mapping[str, Any] | None = None) -> str:
+    """``module:Class`` of the env (``file.py:Class`` for a class of a file imported by path, such
+    as an experiment file), so a record can name an env that a later process has not registered."""
+    cls = env_class(name_or_id, env_config)
+    file = module_file(cls.__module__)
+    return f"{file or cls.__module__}:{cls.__qualname__}"
+
+
+def check_env_class(name_or_id: str, env_config: Mapping[str, Any] | None = None) -> None:
+    """Refuse an env that does not follow the text-env contract (``info`` keys, any text an action)."""
+    cls = env_class(name_or_id, env_config)
+    if not issubclass(cls, TextEnv):
+        raise ValueError(
+            f"env {name_or_id!r} is a {cls.__module__}.{cls.__qualname__}, not a subclass of "
+            "envs.common.text_env.TextEnv (the contract the prompt connector and runners rely on)"
+        )
+
+
+def get_prompt_renderer(name_or_id: str, env_config: Mapping[str, Any] | None = None) -> Callable[..., str]:
+    """The env's prompt template: ``render(context: PromptContext, **env settings) -> str``."""
+    spec = builtin_spec(name_or_id)
+    if spec is not None:
+        return load_object(spec.prompt_renderer)
+    return getattr(env_class(name_or_id, env_config), "render_prompt", None) or default_prompt
+
+
+def get_tokenizer_corpus(name_or_id: str, env_config: Mapping[str, Any] | None = None) -> list[str]:
+    """Text covering what the env and its prompt produce (to build a tiny test tokenizer from);
+    computed once per process and env."""
+    return list(_tokenizer_corpus(name_or_id, _config_key(env_config)))
+
+
+@functools.cache
+def _tokenizer_corpus(name_or_id: str, config_key: str) -> tuple[str, ...]:
+    spec = builtin_spec(name_or_id)
+    if spec is not None:
+        return tuple(load_object(spec.tokenizer_corpus)())
+    env_config = json.loads(config_key)
+    own = getattr(env_class(name_or_id, env_config), "tokenizer_corpus", None)
+    return tuple(own() if own is not None else played_corpus(name_or_id, env_config))
+
+
+def played_corpus(
+    name_or_id: str, env_config: Mapping[str, Any] | None = None, *, episodes: int = 5, max_steps: int = 20
+) -> list[str]:
+    """The text of a few episodes with seeded random admissible actions: tasks, observations,
+    actions, tagged answers and every step's prompt (deterministic when the env is)."""
+    env = make_env(name_or_id, env_config)
+    render = get_prompt_renderer(name_or_id, env_config)
+    kwargs = prompt_settings(render, env_config)
+    texts: list[str] = []
+    try:
+        for seed in range(episodes):
+            rng = random.Random(seed)
+            observation, info = env.reset(seed=seed)
+            history: list[tuple[str, str]] = []
+            for step in range(max_steps):
+                actions = list(info.get("admissible_actions") or [])
+                context = PromptContext(info.get("task", ""), history, observation, actions, step, 2)
+                texts += [context.task, observation, *actions, render(context, **kwargs)]
+                command = rng.choice(actions) if actions else "look"
+                texts.append(f"<think></think><action>{command}</action>")
+                history.append((observation, command))
+                observation, _, terminated, truncated, info = env.step(
+                    f"<think></think><action>{command}</action>"
+                )
+                if terminated or truncated:
+                    texts.append(observation)
+                    break
+    finally:
+        env.close()
+    return list(dict.fromkeys(texts))
+
+
+def prompt_settings(render: Callable[..., str], env_config: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The ``env_config`` entries a template also takes as keyword-only arguments (e.g. KeyChest's
+    ``require_tags``), so prompt and env agree."""
+    params = inspect.signature(render).parameters
+    return {
+        k: v
+        for k, v in dict(env_config or {}).items()
+        if k in params and params[k].kind is inspect.Parameter.KEYWORD_ONLY
+    }
 
 
 def check_env_config(name_or_id: str, env_config: Mapping[str, Any] | None) -> None:
     """Refuse, before any process starts, an ``env_config`` the env would refuse when built (a key it
-    does not take, a bad value): a ValueError naming the setting. Builds nothing."""
+    does not take, a bad value): a ValueError naming the setting. Builds nothing for built-ins and
+    classes (each checks its settings without building); a Tune creator's env is built once."""
     if env_config is not None and not isinstance(env_config, Mapping):
         raise ValueError(f"env_config must be a dict, got {type(env_config).__name__}")
-    env_class = _load(get_env_spec(name_or_id).entry_point)
-    env_class.check_config(dict(env_config or {}))
+    try:
+        cls = env_class(name_or_id, env_config)
+    except ValueError:
+        raise
+    except Exception as exc:  # the user's creator refused the settings
+        raise ValueError(f"building {name_or_id!r} failed: {type(exc).__name__}: {exc}") from exc
+    if issubclass(cls, TextEnv):
+        cls.check_config(dict(env_config or {}))
+
+
+def adopt_env(name: str, class_path: str | None) -> None:
+    """Make ``name`` resolvable in this process from a record's ``module:Class`` path when nothing
+    here registered it: a checkpoint or policy folder of a user's env, played by a process that never
+    ran the user's experiment file. A name that resolves already is left alone."""
+    try:
+        env_creator(name)
+        return
+    except ValueError:
+        if not class_path:
+            raise
+    from ray.tune.registry import register_env
+
+    register_env(name, env_creator(class_path))
+
+
+def register_with_tune(name_or_id: str) -> None:
+    """Register a Gymnasium-only name or a ``module:Class`` path with Tune under itself, so RLlib's
+    env runners (which look names up in Tune's registry) build it on every worker; built-in names and
+    Tune's own are left as they are."""
+    if builtin_spec(name_or_id) is not None or _tune_creator(name_or_id) is not None:
+        return
+    creator = env_creator(name_or_id)
+    from ray.tune.registry import register_env
+
+    register_env(name_or_id, creator)
 
 
 def register_all() -> None:
-    """Register every env with Gymnasium and with Tune (for RLlib); safe to call repeatedly."""
+    """Register every built-in env with Gymnasium and with Tune (for RLlib); safe to call repeatedly."""
     for spec in ENV_SPECS.values():
         if spec.gym_id not in gym.registry:
             gym.register(id=spec.gym_id, entry_point=spec.entry_point, disable_env_checker=True)
@@ -97,4 +373,4 @@ def register_all() -> None:
     except ImportError:  # Ray is optional for plain Gymnasium use
         return
     for spec in ENV_SPECS.values():
-        register_env(spec.name, lambda env_config, _name=spec.name: make_env(_name, env_config))
+        register_env(spec.name, functools.partial(_make_builtin, spec.name))

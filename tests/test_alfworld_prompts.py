@@ -8,6 +8,7 @@ from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 from envs import get_prompt_renderer, get_tokenizer_corpus
 from envs.alfworld.env import ALFWorldEnv
 from envs.alfworld.prompts import ALFWORLD_TEMPLATE_NO_HIS, render_prompt, tokenizer_corpus
+from envs.common.prompts import PromptContext
 
 INSTRUCTION = (
     "Now it's your turn to take an action.\n"
@@ -20,7 +21,9 @@ INSTRUCTION = (
 
 def test_first_step_uses_the_no_history_template() -> None:
     admissible = ["look", "help", "go to fridge 1"]
-    prompt = render_prompt("put a apple in fridge.", [], "You are in the middle of a room.", admissible, 0, 2)
+    prompt = render_prompt(
+        PromptContext("put a apple in fridge.", [], "You are in the middle of a room.", admissible, 0, 2)
+    )
     assert prompt == (
         "\nYou are an expert agent operating in the ALFRED Embodied Environment.\n"
         "Your current observation is: You are in the middle of a room.\n"
@@ -30,7 +33,9 @@ def test_first_step_uses_the_no_history_template() -> None:
 
 def test_later_steps_show_the_last_k_records() -> None:
     history = [("obs one", "look"), ("obs two", "go to fridge 1"), ("obs three", "open fridge 1")]
-    prompt = render_prompt("put a apple in fridge.", history, "obs four", ["close fridge 1", "help"], 3, 2)
+    prompt = render_prompt(
+        PromptContext("put a apple in fridge.", history, "obs four", ["close fridge 1", "help"], 3, 2)
+    )
     assert prompt == (
         "\nYou are an expert agent operating in the ALFRED Embodied Environment. "
         "Your task is to: put a apple in fridge.\n"
@@ -44,13 +49,13 @@ def test_later_steps_show_the_last_k_records() -> None:
 
 def test_history_length_zero_always_uses_the_no_history_template() -> None:
     history = [("a", "look"), ("b", "inventory")]
-    prompt = render_prompt("task.", history, "c", ["look"], 2, 0)
+    prompt = render_prompt(PromptContext("task.", history, "c", ["look"], 2, 0))
     assert prompt == ALFWORLD_TEMPLATE_NO_HIS.format(current_observation="c", admissible_actions="'look'")
 
 
 def test_history_must_hold_every_earlier_step() -> None:
     with pytest.raises(ValueError, match="history"):
-        render_prompt("task.", [("a", "look")], "b", ["look"], 2, 2)
+        render_prompt(PromptContext("task.", [("a", "look")], "b", ["look"], 2, 2))
 
 
 def test_registry_exposes_renderer_and_corpus() -> None:
@@ -74,5 +79,7 @@ def test_a_tokenizer_trained_on_the_corpus_covers_real_prompts() -> None:
     for command in env.expert_plan()[:3]:
         history.append((obs, command))
         obs, *_, info = env.step(f"<think>ok</think><action>{command}</action>")
-    prompt = render_prompt(info["task"], history, obs, info["admissible_actions"], len(history), 2)
+    prompt = render_prompt(
+        PromptContext(info["task"], history, obs, info["admissible_actions"], len(history), 2)
+    )
     assert "[UNK]" not in tokenizer.encode(prompt).tokens

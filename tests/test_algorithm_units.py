@@ -6,7 +6,7 @@ test_metrics_callback.py.)"""
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import astuple, replace
 from types import SimpleNamespace
 from typing import Any
 
@@ -318,8 +318,8 @@ def test_token_rows_are_left_padded_and_trimmed() -> None:
 def test_prompt_history_pairs_each_observation_with_the_command_executed_on_it() -> None:
     calls = []
 
-    def render(task, history, observation, admissible, step_index, history_length, **kw):
-        calls.append((task, history, observation, admissible, step_index, history_length, kw))
+    def render(context, **kw):
+        calls.append((*astuple(context), kw))
         return "prompt"
 
     episode = make_episode(

@@ -16,6 +16,7 @@ from helpers import TUNED, write_experiment
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from hgpo_rllib import cli
+from hgpo_rllib.cli.tensorboard_layout import LAYOUT
 from hgpo_rllib.cli.train import experiment_runs
 from hgpo_rllib.connectors.env_to_module.history_window import HistoryWindowPrompt
 from hgpo_rllib.evaluation import ALFWORLD_CATEGORIES, CheckpointPolicy, evaluate, protocol
@@ -27,9 +28,8 @@ TAGS = ("ray/tune/env_runners/success_rate", "ray/tune/learners/default_policy/a
 
 
 def scalar_tags(trial_dir: Path) -> set[str]:
-    events = list(trial_dir.glob("events.out.tfevents.*"))
-    assert events, f"no Tensorboard event file in {trial_dir}"
-    accumulator = EventAccumulator(str(events[0]))
+    assert list(trial_dir.glob("events.out.tfevents.*")), f"no Tensorboard event file in {trial_dir}"
+    accumulator = EventAccumulator(str(trial_dir))  # all of the run's event files
     accumulator.Reload()
     return set(accumulator.Tags()["scalars"])
 
@@ -48,12 +48,22 @@ def test_train_file_writes_tensorboard_events_and_a_checkpoint(trained_run: Path
     (trial,) = [d for d in trained_run.iterdir() if d.is_dir()]
     assert trial.name.startswith("k2_hgpo_alpha1.0_base0_")
     assert set(TAGS) <= scalar_tags(trial)
+    (layout,) = trial.glob("events.out.tfevents.*.layout")  # Tensorboard's Custom Scalars dashboard
+    accumulator = EventAccumulator(str(layout))
+    accumulator.Reload()
+    assert "custom_scalars__config__" in accumulator.Tags()["tensors"]
+    patterns = [re.compile(tag) for charts in LAYOUT.values() for tags in charts.values() for tag in tags]
+    shown = {tag for tag in scalar_tags(trial) if any(pattern.match(tag) for pattern in patterns)}
+    prefix = "ray/tune/"
+    watched = ["env_runners/success_rate", "env_runners/episode_len_mean", "env_runners/invalid_action_rate"]
+    watched += ["learners/default_policy/entropy", "learners/default_policy/level1_group_size_mean"]
+    assert {prefix + tag for tag in [*watched, "iteration_seconds/sampling"]} <= shown
     progress = pd.read_csv(trial / "progress.csv")
     assert progress["training_iteration"].tolist() == [1, 2]
     assert list(trial.glob("checkpoint_*/class_and_ctor_args.pkl"))
 
 
-def test_a_second_run_goes_to_a_new_directory_and_shows_success_in_the_table(
+def test_a_second_run_goes_to_a_new_directory_and_prints_a_line_per_iteration(
     trained_run: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     experiment = trained_run.parent.parent / "experiment.py"
@@ -76,9 +86,12 @@ def test_a_second_run_goes_to_a_new_directory_and_shows_success_in_the_table(
     assert experiment_runs(trained_run.parent, "run") == {1: trained_run, 2: second}
     (trial,) = [d for d in second.iterdir() if d.is_dir()]
     assert pd.read_csv(trial / "progress.csv")["training_iteration"].tolist() == [1]
-    table = capsys.readouterr().out
-    for header in ("success", "success (iter)", "episode len", "invalid actions"):
-        assert re.search(rf"\|\s+{re.escape(header)}\s+\|", table), table[-3000:]
+    out = capsys.readouterr().out.splitlines()
+    (line,) = [line for line in out if line.startswith("iter ")]
+    assert re.fullmatch(
+        r"iter 1 \| success \d+\.\d% \| return \S+ \| ep len \S+ \| invalid \S+% \| .*\| s \S+", line
+    )
+    assert len(out) <= 4, out  # where results go, the iteration, the end; the full result only in files
 
 
 def test_experiment_runs_are_numbered(tmp_path: Path) -> None:
@@ -425,7 +438,7 @@ def test_main_job_alfworld_trains_two_iterations_via_rllib_train_file(tmp_path: 
         '{"training_iteration": 2}',
     ]
     assert cli.main(args) == 0
-    (trial,) = [d for d in (tmp_path / "alfworld_k2_hgpo_alpha1.0_base0").iterdir() if d.is_dir()]
+    (trial,) = [d for d in (tmp_path / "alfworld_demo_k2_hgpo_alpha1.0_base0").iterdir() if d.is_dir()]
     results = pd.read_json(trial / "result.json", lines=True)
     assert results["training_iteration"].tolist() == [1, 2]
     runners = results["env_runners"].iloc[-1]

@@ -275,13 +275,13 @@ def test_keychest_prompt_and_corpus_come_from_the_registry() -> None:
 @pytest.mark.parametrize("lookup", [envs.get_env_spec, envs.make_env, envs.get_prompt_renderer])
 def test_unknown_env_name_is_a_clear_value_error(lookup: Any) -> None:
     with pytest.raises(
-        ValueError, match=r"unknown environment 'cartpole'; known: alfworld \(hgpo/ALFWorld-v0\)"
+        ValueError, match=r"unknown environment 'cartpole'; the built-in ones: alfworld \(hgpo/ALFWorld-v0\)"
     ):
         lookup("cartpole")
 
 
 class CoinEnv(TextEnv):
-    """A user's own env, registered through an EnvSpec: say "heads" to win."""
+    """A user's own env: say "heads" to win."""
 
     default_require_tags = False
 
@@ -299,33 +299,77 @@ class CoinEnv(TextEnv):
         return "Nothing happens."
 
 
-def render_coin_prompt(task: str, history: Any, observation: str, actions: Any, step: int, k: int) -> str:
-    return f"{task}: {observation} ({' | '.join(actions)})"
+class TemplatedCoinEnv(CoinEnv):
+    """The same, with its own prompt template (the hook)."""
+
+    @staticmethod
+    def render_prompt(context: envs.PromptContext) -> str:
+        return f"{context.task}: {context.observation} ({' | '.join(context.admissible_actions)})"
 
 
-def coin_corpus() -> list[str]:
-    return ["say heads: A coin. (heads | tails)", "You said heads.", "You said tails."]
+@pytest.fixture
+def coin_names() -> Any:
+    """``coin`` registered with Tune and ``test/Coin-v0`` with Gymnasium, as a user's script would."""
+    from ray.tune.registry import register_env
+
+    register_env("coin", lambda env_config: CoinEnv(**env_config))
+    gym.register("test/Coin-v0", entry_point=CoinEnv)
+    yield
+    gym.registry.pop("test/Coin-v0", None)
 
 
-def test_custom_env_registers_through_an_env_spec(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.usefixtures("coin_names")
+@pytest.mark.parametrize("name", ["coin", "test/Coin-v0", f"{__name__}:CoinEnv", f"{__file__}:CoinEnv"])
+def test_a_users_env_resolves_by_every_name_rllib_users_give_it(name: str) -> None:
     from hgpo_rllib import HGPOConfig
     from hgpo_rllib.evaluation import play, random_policy
 
-    here = __name__
-    spec = envs.registry.EnvSpec(
-        "coin", "test/Coin-v0", f"{here}:CoinEnv", f"{here}:render_coin_prompt", f"{here}:coin_corpus"
-    )
-    monkeypatch.setitem(envs.ENV_SPECS, "coin", spec)
-    envs.register_all()
-    try:
-        assert isinstance(gym.make("test/Coin-v0", max_steps=3).unwrapped, CoinEnv)
-        assert envs.make_env("coin", {"max_steps": 3}).max_steps == 3
-        config = HGPOConfig().environment("coin").env_runners(num_envs_per_env_runner=8)
-        config.validate()  # an envs name: HGPO renders its prompts and trains its tokenizer on its corpus
-        assert config.model_config["tokenizer_corpus"] == coin_corpus()
-        assert config.prompt_connector().render_prompt is render_coin_prompt
-        records = play("coin", {}, random_policy(0), range(20))
-        assert {r["task_type"] for r in records} == {"coin"} and all(r["steps"] == 1 for r in records)
-        assert 0 < sum(r["won"] for r in records) < 20  # random among heads and tails
-    finally:
-        gym.registry.pop("test/Coin-v0", None)
+    env = envs.make_env(name, {"max_steps": 3}).unwrapped
+    assert type(env).__name__ == "CoinEnv" and env.max_steps == 3  # a file path imports its own copy
+    assert envs.env_class(name).__name__ == "CoinEnv"
+    assert envs.get_prompt_renderer(name) is envs.default_prompt
+    corpus = envs.get_tokenizer_corpus(name)  # from seeded random episodes
+    assert {"say heads", "A coin.", "heads", "tails"} <= set(corpus) and len(corpus) == len(set(corpus))
+    assert "You said heads." in corpus and "You said tails." in corpus
+    config = HGPOConfig().environment(name).env_runners(num_envs_per_env_runner=8)
+    config.validate()
+    assert config.model_config["tokenizer_corpus"] == corpus
+    records = play(name, {}, random_policy(0), range(20))
+    assert {r["task_type"] for r in records} == {"coin"} and all(r["steps"] == 1 for r in records)
+    assert 0 < sum(r["won"] for r in records) < 20  # random among heads and tails
+
+
+def test_a_users_prompt_template_and_settings_checks_are_used() -> None:
+    from hgpo_rllib import HGPOConfig
+
+    name = f"{__name__}:TemplatedCoinEnv"
+    context = envs.PromptContext("say heads", [], "A coin.", ["heads", "tails"], 0, 2)
+    assert envs.get_prompt_renderer(name)(context) == "say heads: A coin. (heads | tails)"
+    assert HGPOConfig().environment(name).prompt_connector().render_prompt is TemplatedCoinEnv.render_prompt
+    with pytest.raises(
+        ValueError, match=r"TemplatedCoinEnv has no setting 'max_step' \(did you mean 'max_steps'"
+    ):
+        HGPOConfig().environment(name, env_config={"max_step": 3}).validate()
+
+
+def test_the_default_prompt_shows_task_window_observation_and_actions() -> None:
+    history = [("o1", "a1"), ("o2", "a2"), ("o3", "a3")]
+    prompt = envs.default_prompt(envs.PromptContext("the task", history, "o4", ["x", "y"], 3, 2))
+    assert prompt.splitlines()[:5] == [
+        "Your task is to: the task",
+        "Prior to this step, you have already taken 3 step(s). Below are the most recent 2 observations "
+        "and the corresponding actions you took:",
+        "[Observation 2: 'o2', Action 2: 'a2']",
+        "[Observation 3: 'o3', Action 3: 'a3']",
+        "You are now at step 4 and your current observation is: o4",
+    ]
+    assert "Your admissible actions of the current situation are: ['x', 'y']." in prompt
+    first = envs.default_prompt(envs.PromptContext("the task", [], "o1", [], 0, 2))
+    assert "Prior to this step" not in first and "admissible" not in first
+
+
+def test_an_env_that_is_not_a_text_env_is_refused_in_one_line() -> None:
+    from hgpo_rllib import HGPOConfig
+
+    with pytest.raises(ValueError, match=r"not a subclass of envs.common.text_env.TextEnv"):
+        HGPOConfig().environment("gymnasium.envs.classic_control:CartPoleEnv").validate()

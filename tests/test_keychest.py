@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 
 import envs  # noqa: F401 - registers hgpo/KeyChest-v0
 from envs.common.actions import normalize_command
+from envs.common.prompts import PromptContext
 from envs.keychest.env import (
     MAX_OPTIMAL_STEPS,
     NOTHING_HAPPENS,
@@ -331,12 +332,9 @@ def _prompts(history_length: int, require_tags: bool, seeds: range) -> list[str]
             while not done:
                 prompts.append(
                     render_prompt(
-                        TASK,
-                        history,
-                        obs,
-                        info["admissible_actions"],
-                        len(history),
-                        history_length,
+                        PromptContext(
+                            TASK, history, obs, info["admissible_actions"], len(history), history_length
+                        ),
                         require_tags=require_tags,
                     )
                 )
@@ -353,15 +351,22 @@ def test_prompt_layout() -> None:
         ("Nothing happens.", "dance"),
         ("You are in the attic. Exits: west.", "go west"),
     ]
-    prompt = render_prompt(TASK, history, "You are in the hall. Exits: east.", ["go east"], 3, 2)
+    prompt = render_prompt(
+        PromptContext(TASK, history, "You are in the hall. Exits: east.", ["go east"], 3, 2)
+    )
     assert prompt == (
         f"Task: {TASK}\nHistory:\n"
         "[Observation 2: 'Nothing happens.', Action 2: 'dance']\n"
         "[Observation 3: 'You are in the attic. Exits: west.', Action 3: 'go west']\n"
         "Now: You are in the hall. Exits: east.\nActions: go east"
     )
-    assert render_prompt(TASK, history, "o", ["a", "b"], 3, 0) == f"Task: {TASK}\nNow: o\nActions: a | b"
-    assert render_prompt(TASK, [], "o", ["a"], 0, 2, require_tags=True).endswith(TAG_INSTRUCTION)
+    assert (
+        render_prompt(PromptContext(TASK, history, "o", ["a", "b"], 3, 0))
+        == f"Task: {TASK}\nNow: o\nActions: a | b"
+    )
+    assert render_prompt(PromptContext(TASK, [], "o", ["a"], 0, 2), require_tags=True).endswith(
+        TAG_INSTRUCTION
+    )
 
 
 def test_prompt_tells_the_aliased_chest_room_apart_only_through_history() -> None:
@@ -372,7 +377,7 @@ def test_prompt_tells_the_aliased_chest_room_apart_only_through_history() -> Non
     last = len(steps) - 1
 
     def prompt(i: int, k: int) -> str:
-        return render_prompt(TASK, history[:i], steps[i]["obs"], steps[i]["admissible"], i, k)
+        return render_prompt(PromptContext(TASK, history[:i], steps[i]["obs"], steps[i]["admissible"], i, k))
 
     assert prompt(first, 0) == prompt(last, 0)
     assert prompt(first, 2) != prompt(last, 2)

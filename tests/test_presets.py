@@ -176,6 +176,7 @@ def test_estimator_run_name_is_the_authors_naming() -> None:
     assert estimator_run_name(2, "hgpo", 1.0, False) == "k2_hgpo_alpha1.0_base0"
     assert estimator_run_name(4, "gigpo", 0.5, True) == "k4_gigpo_alpha0.5_base1"
     assert RunSettings(history_length=4, estimator="gigpo", alpha=0.5).run_name == "k4_gigpo_alpha0.5_base0"
+    assert RunSettings(warm_start="none").run_name == "demo_k2_hgpo_alpha1.0_base0"  # never the real run's
 
 
 def test_the_main_job_builds_nothing_when_its_file_is_read(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -189,3 +190,29 @@ def test_the_main_job_builds_nothing_when_its_file_is_read(monkeypatch: pytest.M
     assert callable(experiment.prepare)
     experiment.prepare()  # the random-init demo needs no warm start
     assert built == []
+
+
+@pytest.mark.usefixtures("ray_session")
+def test_the_sweep_runs_each_setting_once(tmp_path: Path) -> None:
+    """Alpha is swept for HGPO only: GRPO and GiGPO ignore it, and a grid made 4 duplicate trials."""
+    from ray import tune
+
+    from hgpo_rllib.cli.train import tune_config
+
+    experiment = load_experiment_file(TUNED / "sweep_hgpo.py")
+    base = {k: experiment.config.to_dict()[k] for k in ("estimator", "history_length", "length_weight_alpha")}
+    tuner = tune.Tuner(
+        lambda config: tune.report({"done": True}),
+        param_space={**base, **experiment.param_space},
+        tune_config=tune_config(experiment, num_samples=1, max_concurrent_trials=None),
+        run_config=tune.RunConfig(storage_path=str(tmp_path), verbose=0),
+    )
+    trials = [
+        (r.config["estimator"], r.config["history_length"], r.config["length_weight_alpha"])
+        for r in tuner.fit()
+    ]
+    assert sorted(trials) == sorted(
+        (estimator, k, alpha)
+        for k in (2, 4)
+        for estimator, alpha in (("grpo", 1.0), ("gigpo", 1.0), ("hgpo", 0.0), ("hgpo", 1.0))
+    )

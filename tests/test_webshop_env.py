@@ -13,6 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import envs
+from envs.common.prompts import PromptContext
 from envs.webshop.data import CATALOG_DIR, DATA_DIR_ENV, load_shop
 from envs.webshop.engine import WebShopSession
 from envs.webshop.env import WebShopEnv
@@ -325,7 +326,7 @@ def test_keywords_leak_into_the_page_kind(env) -> None:
 
 def test_first_prompt_is_verl_agents_no_history_template(env) -> None:
     obs, info = env.reset(options={"goal_index": 0})
-    prompt = render_prompt(info["task"], [], obs, info["admissible_actions"], 0, 2)
+    prompt = render_prompt(PromptContext(info["task"], [], obs, info["admissible_actions"], 0, 2))
     # verl-agent's WebShop template, written out (trailing spaces and the non-breaking hyphen kept).
     assert prompt == (
         "\nYou are an expert autonomous agent operating in the WebShop e\u2011commerce environment. \n"
@@ -347,17 +348,17 @@ def test_later_prompts_show_the_last_k_records(env) -> None:
     task, steps = episode.infos[0]["task"], len(episode.answers)
     history = [(episode.observations[t], episode.infos[t + 1]["command"]) for t in range(steps)]
     actions = episode.infos[-2]["admissible_actions"]
-    prompt = render_prompt(task, history[:-1], episode.observations[-2], actions, steps - 1, 2)
+    prompt = render_prompt(PromptContext(task, history[:-1], episode.observations[-2], actions, steps - 1, 2))
     assert f"Prior to this step, you have already taken {steps - 1} step(s)." in prompt
     assert "Below are the most recent 2 observations" in prompt and f"You are now at step {steps} " in prompt
     last = format_observation(history[-2][0], task)
     assert f"[Observation {steps - 1}: '{last}', Action {steps - 1}: '{history[-2][1]}']" in prompt
     assert "[Observation 1:" not in prompt and "'click[buy now]',\n" in prompt
-    assert render_prompt(task, history, episode.observations[-1], [], steps, 0).startswith(
+    assert render_prompt(PromptContext(task, history, episode.observations[-1], [], steps, 0)).startswith(
         WEBSHOP_TEMPLATE_NO_HIS[:60]
     )
     long_history = [("x" * 20_000, "click[x]")] * 3  # the HGPO recipe keeps even very long histories
-    assert "Prior to this step" in render_prompt(task, long_history, "obs", [], 3, 2)
+    assert "Prior to this step" in render_prompt(PromptContext(task, long_history, "obs", [], 3, 2))
 
 
 def test_observation_formatting_drops_the_header(env) -> None:

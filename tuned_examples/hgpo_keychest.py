@@ -47,7 +47,8 @@ config = (
 )
 stop = {"training_iteration": 150}
 checkpoint_freq = 10  # and at the end; `rllib train file ... --resume` continues from the last
-name = f"keychest_{settings.run_name}"
+# No "demo" prefix (RunSettings.run_name): KeyChest has no warm start to tell demo and real runs apart.
+name = f"keychest_{settings.estimator_name}"
 
 if __name__ == "__main__":
     raise SystemExit(run_as_script(__file__))

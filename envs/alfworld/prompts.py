@@ -13,7 +13,7 @@ import alfworld.gen.constants as alfred
 from alfworld.gen.goal_library import gdict
 
 from envs.alfworld.logic import GRAMMARS, TASK_TYPES, grammar_template
-from envs.common.prompts import HistoryRecord, history_fields
+from envs.common.prompts import PromptContext, history_fields
 
 # verl-agent's closing instruction; note its space before the first newline ("tags. \n").
 _INSTRUCTION = (
@@ -52,25 +52,22 @@ def format_admissible(admissible_actions: Sequence[str]) -> str:
     return ADMISSIBLE_SEPARATOR.join(f"'{a}'" for a in admissible_actions if a != "help")
 
 
-def render_prompt(
-    task: str,
-    history: Sequence[HistoryRecord],
-    observation: str,
-    admissible_actions: Sequence[str],
-    step_index: int,
-    history_length: int,
-) -> str:
-    """The prompt for one step; ``history`` holds the (observation, command) pairs of all earlier steps."""
-    if step_index != len(history):
-        raise ValueError(f"history must hold all {step_index} earlier steps, got {len(history)}")
-    admissible = format_admissible(admissible_actions)
-    if step_index == 0 or history_length <= 0:
-        return ALFWORLD_TEMPLATE_NO_HIS.format(current_observation=observation, admissible_actions=admissible)
+def render_prompt(context: PromptContext) -> str:
+    """The prompt for one step; ``context.history`` holds the (observation, command) pairs of all
+    earlier steps."""
+    c = context
+    if c.step != len(c.history):
+        raise ValueError(f"history must hold all {c.step} earlier steps, got {len(c.history)}")
+    admissible = format_admissible(c.admissible_actions)
+    if c.step == 0 or c.history_length <= 0:
+        return ALFWORLD_TEMPLATE_NO_HIS.format(
+            current_observation=c.observation, admissible_actions=admissible
+        )
     return ALFWORLD_TEMPLATE.format(
-        task_description=task,
-        current_observation=observation,
+        task_description=c.task,
+        current_observation=c.observation,
         admissible_actions=admissible,
-        **history_fields(history, history_length, step_index),
+        **history_fields(c.history, c.history_length, c.step),
     )
 
 
@@ -124,8 +121,8 @@ def tokenizer_corpus() -> list[str]:
     ]
     history = list(zip(observations[1:4], commands[:3], strict=True))
     prompts = [
-        render_prompt(tasks[0], [], observations[0], commands[:30], 0, 2),
-        render_prompt(tasks[1], history, observations[4], commands[30:60], len(history), 2),
+        render_prompt(PromptContext(tasks[0], [], observations[0], commands[:30], 0, 2)),
+        render_prompt(PromptContext(tasks[1], history, observations[4], commands[30:60], len(history), 2)),
         "<think>I need to find the apple first, so I will check the countertop.</think>"
         "<action>go to countertop 1</action>",
     ]

@@ -7,8 +7,52 @@ absolute step (1-based), exactly as verl-agent's ``SimpleMemory.fetch`` formats 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 HistoryRecord = tuple[str, str]  # (observation the action was taken on, the executed command)
+
+
+@dataclass(frozen=True)
+class PromptContext:
+    """Everything a prompt template may show for one step (the history-window connector builds it).
+
+    An env's template is a function of this one argument (``render_prompt(context)``), so new fields
+    (a plan's current subgoal, a multi-agent role) can be added without breaking existing templates.
+    """
+
+    task: str
+    history: Sequence[HistoryRecord]  #: every earlier step's (observation, executed command)
+    observation: str  #: the current raw observation
+    admissible_actions: Sequence[str]
+    step: int  #: steps already taken (0 at the first prompt)
+    history_length: int  #: K: how many of the latest records the template shows
+
+
+DEFAULT_TEMPLATE_INSTRUCTION = (
+    "Think step by step inside <think> </think> tags, then give your next action inside "
+    "<action> </action> tags."
+)
+
+
+def default_prompt(context: PromptContext) -> str:
+    """The prompt of an env without its own template: the task, the last K records, the current
+    observation and the admissible actions (when the env lists them), in the shape of §5.1's."""
+    lines = [f"Your task is to: {context.task}"]
+    records, shown = format_history(context.history, context.history_length)
+    if context.step > 0 and shown:
+        lines += [
+            f"Prior to this step, you have already taken {context.step} step(s). Below are the most "
+            f"recent {shown} observations and the corresponding actions you took:",
+            records,
+        ]
+    lines.append(
+        f"You are now at step {context.step + 1} and your current observation is: {context.observation}"
+    )
+    if context.admissible_actions:
+        actions = ", ".join(f"'{action}'" for action in context.admissible_actions)
+        lines.append(f"Your admissible actions of the current situation are: [{actions}].")
+    lines.append(DEFAULT_TEMPLATE_INSTRUCTION)
+    return "\n".join(lines)
 
 
 def format_history(history: Sequence[HistoryRecord], history_length: int) -> tuple[str, int]:

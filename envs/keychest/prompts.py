@@ -10,31 +10,21 @@ and without the key are therefore identical.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
-from envs.common.prompts import HistoryRecord, format_history
+from envs.common.prompts import PromptContext, format_history
 from envs.keychest.env import COMMANDS, TASK, all_observation_texts
 
 TAG_INSTRUCTION = "Think in <think> </think>, then answer in <action> </action>."
 
 
-def render_prompt(
-    task: str,
-    history: Sequence[HistoryRecord],
-    observation: str,
-    admissible_actions: Sequence[str],
-    step_index: int,
-    history_length: int,
-    *,
-    require_tags: bool = False,
-) -> str:
+def render_prompt(context: PromptContext, *, require_tags: bool = False) -> str:
     """Render one step's prompt; ``require_tags`` adds the ``<think>``/``<action>`` instruction."""
-    lines = [f"Task: {task}"]
-    if step_index > 0 and history_length > 0:
-        records, shown = format_history(history, history_length)
+    c = context
+    lines = [f"Task: {c.task}"]
+    if c.step > 0 and c.history_length > 0:
+        records, shown = format_history(c.history, c.history_length)
         if shown:
             lines += ["History:", records]
-    lines += [f"Now: {observation}", f"Actions: {' | '.join(admissible_actions)}"]
+    lines += [f"Now: {c.observation}", f"Actions: {' | '.join(c.admissible_actions)}"]
     if require_tags:
         lines.append(TAG_INSTRUCTION)
     return "\n".join(lines)
@@ -50,7 +40,7 @@ def tokenizer_corpus() -> list[str]:
     observations = all_observation_texts()
     history = [(obs, COMMANDS[i % len(COMMANDS)]) for i, obs in enumerate(observations)]
     prompt = render_prompt(
-        TASK, history, observations[0], COMMANDS, len(history), len(history), require_tags=True
+        PromptContext(TASK, history, observations[0], COMMANDS, len(history), len(history)), require_tags=True
     )
     answers = [f"<think></think><action>{command}</action>" for command in COMMANDS]
     return [TASK, *observations, *COMMANDS, *answers, prompt]

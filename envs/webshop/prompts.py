@@ -17,9 +17,8 @@ What verl-agent feeds the templates, reproduced by :func:`render_prompt`:
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
 
-from envs.common.prompts import HistoryRecord, history_fields
+from envs.common.prompts import PromptContext, history_fields
 from envs.webshop import pages
 
 WEBSHOP_TEMPLATE_NO_HIS = """
@@ -60,27 +59,22 @@ def format_observation(observation: str, task: str) -> str:
     return pages.SEP.join(f"'{field}'" for field in fields[fields.index(task) + 1 :])
 
 
-def render_prompt(
-    task: str,
-    history: Sequence[HistoryRecord],
-    observation: str,
-    admissible_actions: Sequence[str],
-    step_index: int,
-    history_length: int,
-) -> str:
-    """The prompt of step ``step_index`` (steps already taken); ``history`` holds every earlier step."""
-    actions = "\n".join(f"'{action}'," for action in admissible_actions)
-    current = format_observation(observation, task)
-    if step_index > 0 and history_length > 0:
-        records = [(format_observation(obs, task), command) for obs, command in history]
+def render_prompt(context: PromptContext) -> str:
+    """The prompt of step ``context.step`` (steps already taken); ``context.history`` holds every
+    earlier step."""
+    c = context
+    actions = "\n".join(f"'{action}'," for action in c.admissible_actions)
+    current = format_observation(c.observation, c.task)
+    if c.step > 0 and c.history_length > 0:
+        records = [(format_observation(obs, c.task), command) for obs, command in c.history]
         return WEBSHOP_TEMPLATE.format(
-            task_description=task,
+            task_description=c.task,
             current_observation=current,
             available_actions=actions,
-            **history_fields(records, history_length, step_index),
+            **history_fields(records, c.history_length, c.step),
         )
     return WEBSHOP_TEMPLATE_NO_HIS.format(
-        task_description=task, current_observation=current, available_actions=actions
+        task_description=c.task, current_observation=current, available_actions=actions
     )
 
 
@@ -122,12 +116,14 @@ def tokenizer_corpus(data_dir: str | os.PathLike[str] | None = None, num_episode
             history = [(episode.observations[t], episode.infos[t + 1]["command"]) for t in range(step)]
             corpus.append(
                 render_prompt(
-                    task,
-                    history,
-                    episode.observations[step],
-                    episode.infos[step]["admissible_actions"],
-                    step,
-                    2,
+                    PromptContext(
+                        task,
+                        history,
+                        episode.observations[step],
+                        episode.infos[step]["admissible_actions"],
+                        step,
+                        2,
+                    )
                 )
             )
             corpus.append(answer)

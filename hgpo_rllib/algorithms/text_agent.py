@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import functools
+import logging
+import re
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -47,13 +49,23 @@ from hgpo_rllib.connectors.env_to_module.history_window import HistoryWindowProm
 from hgpo_rllib.connectors.module_to_env.text_actions import TextActionsToEnv
 from hgpo_rllib.env_runner.grouped_env_runner import GroupedEnvRunner
 from hgpo_rllib.env_runner.metrics_callback import EpisodeMetricsCallback
+from hgpo_rllib.orphans import owner_tag, remove_orphans
 from hgpo_rllib.rl_module.config import ALGORITHM_OWNED_KEYS, TINY_PRESET
 from hgpo_rllib.rl_module.llm_rl_module import LLMRLModule
+from hgpo_rllib.run_records import write_record
+
+logger = logging.getLogger(__name__)
+
+#: In a checkpoint being saved in the temp dir: the saving process (:func:`hgpo_rllib.orphans.owner_tag`).
+SAVING_OWNER = ".hgpo_saving_owner"
+#: In each checkpoint: the env's name and ``module:Class`` (:func:`env_record`).
+ENV_RECORD = "hgpo_env.json"
 
 
-@functools.cache
-def _tokenizer_corpus(env_name: str) -> tuple[str, ...]:
-    return tuple(envs.get_tokenizer_corpus(env_name))
+def env_record(config: AlgorithmConfig) -> dict[str, str]:
+    """The env a config trains on: its name and its class as ``module:Class`` (``file.py:Class`` for
+    a class defined in an experiment file)."""
+    return {"env": envs.env_name(config.env), "env_class": envs.env_class_path(config.env, config.env_config)}
 
 
 class TextAgentConfig(AlgorithmConfig):
@@ -229,9 +241,19 @@ class TextAgentConfig(AlgorithmConfig):
             auto["seed"] = int(self.seed)
         user = self.user_model_config()
         if user.get("model", TINY_PRESET) == TINY_PRESET and "tokenizer_corpus" not in user:
-            if self.envs_name() is not None:
-                auto["tokenizer_corpus"] = list(_tokenizer_corpus(self.envs_name()))
+            if self.envs_name() is not None and self._env_is_usable():
+                auto["tokenizer_corpus"] = envs.get_tokenizer_corpus(self.envs_name(), self.env_config)
         return super()._model_config_auto_includes | auto
+
+    def _env_is_usable(self) -> bool:
+        """Whether the env is a text env that takes ``env_config`` (else ``validate()`` names what is
+        wrong, and no tokenizer corpus can be played from it)."""
+        try:
+            envs.check_env_config(self.envs_name(), self.env_config)
+            envs.check_env_class(self.envs_name(), self.env_config)
+        except ValueError:
+            return False
+        return True
 
     def user_model_config(self) -> dict[str, Any]:
         """``model_config`` as the user set it, without the keys the algorithm adds."""
@@ -239,13 +261,15 @@ class TextAgentConfig(AlgorithmConfig):
         return dict(mc) if isinstance(mc, dict) else dataclasses.asdict(mc)
 
     def envs_name(self) -> str | None:
-        """``config.env`` as a name of the ``envs`` package, or None if it is something else."""
+        """``config.env`` as an env the ``envs`` registry resolves (a built-in, a name registered
+        with Tune or Gymnasium, a ``module:Class`` path), or None if it is something else."""
         if not isinstance(self.env, str):
             return None
         try:
-            return envs.get_env_spec(self.env).name
+            envs.env_creator(self.env)
         except ValueError:
             return None
+        return envs.env_name(self.env)
 
     def prompt_connector(self) -> HistoryWindowPrompt:
         """The env's prompt template with this config's history window and env settings."""
@@ -305,8 +329,23 @@ class TextAgent(Algorithm):
 
     @override(Algorithm)
     def setup(self, config: AlgorithmConfig) -> None:
+        if isinstance(config.env, str):  # a gym.register or module:Class name: to RLlib's lookup
+            envs.register_with_tune(config.env)
         super().setup(config)
         self.runner_pool = RunnerPool(self.config)
+        remove_orphaned_checkpoint_copies(Path(tempfile.gettempdir()))
+
+    @override(Algorithm)
+    def save_checkpoint(self, checkpoint_dir: str) -> None:
+        """RLlib's save. Tune has a trial save into a new directory of the temp dir, copies it to the
+        trial's storage and deletes it; a trial killed meanwhile leaves the copy (a full set of
+        weights), so the directory names its owner (:data:`SAVING_OWNER`) for the next algorithm
+        started on the host to remove. The env's name and class go to :data:`ENV_RECORD`, so the
+        checkpoint plays (``rllib evaluate``) where the env is not registered."""
+        if Path(checkpoint_dir).parent == Path(tempfile.gettempdir()):
+            (Path(checkpoint_dir) / SAVING_OWNER).write_text(owner_tag())
+        super().save_checkpoint(checkpoint_dir)
+        write_record(Path(checkpoint_dir) / ENV_RECORD, env_record(self.config))
 
     @override(Algorithm)
     def cleanup(self) -> None:
@@ -372,6 +411,32 @@ class TextAgent(Algorithm):
         self.metrics.log_value((ITERATION_SECONDS, name), time.perf_counter() - start, window=1)
 
     @override(Algorithm)
+    def load_checkpoint(self, checkpoint_dir: str) -> None:
+        """RLlib's restore, falling back to the newest older checkpoint of the same trial that loads
+        when this one does not (a crash or a full disk cut it short): ``--resume`` then continues
+        from there, says so, and re-reports the iterations after it (their rows are replaced)."""
+        try:
+            super().load_checkpoint(checkpoint_dir)
+            return
+        except Exception as error:  # any damage: truncated pickles, missing files, bad headers
+            failure = error
+        for older in older_checkpoints(Path(checkpoint_dir)):
+            try:
+                super().load_checkpoint(str(older))
+            except Exception:
+                continue
+            logger.warning(
+                "checkpoint %s cannot be loaded (%s: %s); resuming from %s (iteration %d) instead",
+                checkpoint_dir,
+                type(failure).__name__,
+                failure,
+                older.name,
+                self.iteration,
+            )
+            return
+        raise failure
+
+    @override(Algorithm)
     def restore_env_runners(self, env_runner_group: Any) -> list[int]:
         """RLlib's restore (weights and connector states of the restarted runners), plus each
         runner's last known task-generator position, so a restarted runner plays new tasks."""
@@ -398,3 +463,28 @@ class TextAgent(Algorithm):
             self.runner_pool.push_task_generators(
                 self.env_runner_group, self.env_runner_group.healthy_env_runner_ids()
             )
+
+
+def older_checkpoints(checkpoint: Path) -> list[Path]:
+    """The trial's checkpoints (Tune's ``checkpoint_<n>`` directories beside ``checkpoint``) older
+    than it, newest first."""
+
+    def number(path: Path) -> int | None:
+        match = re.fullmatch(r"checkpoint_(\d+)", path.name)
+        return int(match.group(1)) if match else None
+
+    own = number(checkpoint)
+    if own is None or not checkpoint.parent.is_dir():
+        return []
+    older = [(n, p) for p in checkpoint.parent.iterdir() if (n := number(p)) is not None and n < own]
+    return [p for _, p in sorted(older, reverse=True)]
+
+
+def remove_orphaned_checkpoint_copies(temp_dir: Path) -> list[Path]:
+    """Delete the checkpoint copies in ``temp_dir`` (its ``tmp*`` directories with a
+    :data:`SAVING_OWNER` file) whose saving process no longer runs on this host."""
+    owned = []
+    for marker in temp_dir.glob(f"tmp*/{SAVING_OWNER}"):
+        with contextlib.suppress(OSError):  # removed meanwhile by its owner
+            owned.append((marker.parent, marker.read_text()))
+    return remove_orphans(owned)

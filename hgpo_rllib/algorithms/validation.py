@@ -131,12 +131,14 @@ def text_agent_errors(config: Any) -> list[str]:
     _rllib_plumbing_errors(errors)
     if c.envs_name() is None:
         errors.add(
-            f"env={c.env!r} is invalid: expected a name of the envs package "
-            "('alfworld', 'webshop', 'keychest'), whose prompt template the prompt connector renders"
+            f"env={c.env!r} is invalid: expected a built-in env ('alfworld', 'webshop', 'keychest'), "
+            "a name registered with ray.tune.registry.register_env or gymnasium.register, or a "
+            "'module:Class' path of a TextEnv subclass"
         )
     else:
         try:
             envs.check_env_config(c.envs_name(), c.env_config)
+            envs.check_env_class(c.envs_name(), c.env_config)
         except ValueError as exc:
             errors.add(f"env_config={dict(c.env_config)!r} is invalid for {c.envs_name()}: {exc}")
     model = c.user_model_config().get("model", TINY_PRESET)

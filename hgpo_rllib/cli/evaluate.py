@@ -11,7 +11,10 @@ from hgpo_rllib.evaluation.protocol import DEFAULT_SEEDS, SPLIT_CHOICES, evaluat
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The options of ``rllib evaluate``."""
     parser.add_argument("checkpoint", nargs="?", help="algorithm checkpoint dir (omit: baselines only)")
-    parser.add_argument("--env", required=True, choices=["alfworld", "webshop", "keychest"])
+    parser.add_argument(
+        "--env",
+        help="alfworld, webshop, keychest, a registered name or module:Class (default: the checkpoint's)",
+    )
     parser.add_argument(
         "--split",
         choices=sorted(SPLIT_CHOICES),
@@ -27,7 +30,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--output", required=True, help="directory for the CSV/Markdown tables (rerun: resumes it)"
     )
     parser.add_argument(
-        "--baselines", nargs="*", default=["expert", "random"], help="expert and/or random (none: '')"
+        "--baselines",
+        nargs="*",
+        help="expert and/or random (default: both, the expert where the env has one; none: '')",
     )
     parser.add_argument("--env-config", type=json_dict, default={}, help="env settings as JSON")
     parser.add_argument("--batch-size", type=count(1), default=16, help="episodes played in lock-step")
@@ -41,7 +46,7 @@ def run(args: argparse.Namespace) -> int:
         seeds=args.seeds,
         episodes=args.episodes,
         output=args.output,
-        baselines=[b for b in args.baselines if b],
+        baselines=None if args.baselines is None else [b for b in args.baselines if b],
         env_config=args.env_config,
         batch_size=args.batch_size,
     )

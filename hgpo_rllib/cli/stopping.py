@@ -2,9 +2,11 @@
 (Ctrl-C, SIGTERM) that end it early but resumably, and the errors that retrying would only repeat.
 
 Tune's stop dict only warns about a key the results lack, and then trains forever; a typo in
-``--stop`` must instead end the run with the key named and its closest metric. A signal ends the run
-the way Tune's own SIGUSR1 does (trials stopped, experiment state saved, ``--resume`` continues from
-each trial's last checkpoint), and the command exits with 128 + the signal's number.
+``--stop`` must instead end the run with the key named and its closest metric. A signal lets each
+running trial finish its iteration and save a checkpoint, then ends the run the way Tune's own
+SIGUSR1 does (trials stopped, experiment state saved, ``--resume`` continues from those checkpoints);
+the command exits with 128 + the signal's number. A second signal stops at once (``--resume`` then
+continues from each trial's last periodic checkpoint).
 """
 
 from __future__ import annotations
@@ -17,7 +19,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from ray import tune
-from ray.tune.result import AUTO_RESULT_KEYS
+from ray.tune.experiment import Trial
+from ray.tune.result import AUTO_RESULT_KEYS, SHOULD_CHECKPOINT
 from ray.tune.utils import flatten_dict
 
 #: The signals that end a run resumably.
@@ -81,16 +84,23 @@ class MetricStopper(tune.Stopper):
         return False
 
 
+#: Set by the first stop signal; read by :class:`CheckpointThenStop` (a module-level event, since
+#: Tune restores a resumed run's callbacks from its pickled settings, not from the objects we pass).
+STOP_REQUESTED = threading.Event()
+
+
 class StopSignals:
-    """While active, the first SIGINT or SIGTERM asks Tune to stop and save (its SIGUSR1 handler,
-    which ``Tuner.fit`` installs); a second one stops at once (KeyboardInterrupt). ``received`` is
-    the first signal's number. Needs ``TUNE_DISABLE_SIGINT_HANDLER=1`` so Tune keeps SIGINT to us."""
+    """While active, the first SIGINT or SIGTERM sets :data:`STOP_REQUESTED` (the trials checkpoint
+    after their current iteration, then :class:`CheckpointThenStop` stops the run); a second one
+    stops at once (KeyboardInterrupt). ``received`` is the first signal's number. Needs
+    ``TUNE_DISABLE_SIGINT_HANDLER=1`` so Tune keeps SIGINT to us."""
 
     def __init__(self) -> None:
         self.received: int | None = None
         self._previous: dict[int, Any] = {}
 
     def __enter__(self) -> StopSignals:
+        STOP_REQUESTED.clear()
         if threading.current_thread() is threading.main_thread():  # only it may handle signals
             self._previous = {sig: signal.signal(sig, self._handle) for sig in STOP_SIGNALS}
         return self
@@ -98,6 +108,7 @@ class StopSignals:
     def __exit__(self, *exc: object) -> None:
         for sig, handler in self._previous.items():
             signal.signal(sig, handler)
+        STOP_REQUESTED.clear()
 
     def _handle(self, signum: int, frame: Any) -> None:
         tune_listens = signal.getsignal(signal.SIGUSR1) not in (signal.SIG_DFL, signal.SIG_IGN, None)
@@ -106,8 +117,38 @@ class StopSignals:
             raise KeyboardInterrupt
         self.received = signum
         name = signal.Signals(signum).name
-        print(f"\n{name}: stopping the run and saving its state (send it again to stop at once)", flush=True)
-        os.kill(os.getpid(), signal.SIGUSR1)
+        print(
+            f"\n{name}: each trial finishes its iteration and saves a checkpoint, then the run stops "
+            "(send it again to stop at once)",
+            flush=True,
+        )
+        STOP_REQUESTED.set()
+
+
+class CheckpointThenStop(tune.Callback):
+    """After a stop signal, each running trial's next result asks Tune for a checkpoint (Tune lets
+    callbacks mark a result ``should_checkpoint``); once every running trial has saved one, Tune's
+    own graceful stop (SIGUSR1) ends the run, so ``--resume`` loses no finished iteration."""
+
+    def __init__(self) -> None:
+        self._saved: set[str] = set()
+        self._stopping = False
+
+    def on_trial_result(self, iteration: int, trials: list, trial: Any, result: dict, **info: Any) -> None:
+        if STOP_REQUESTED.is_set():
+            result[SHOULD_CHECKPOINT] = True
+
+    def on_checkpoint(self, iteration: int, trials: list, trial: Any, checkpoint: Any, **info: Any) -> None:
+        if STOP_REQUESTED.is_set():
+            self._saved.add(trial.trial_id)
+
+    def on_step_end(self, iteration: int, trials: list[Any], **info: Any) -> None:
+        if not STOP_REQUESTED.is_set() or self._stopping:
+            return
+        running = [t for t in trials if t.status == Trial.RUNNING]  # saving ones included: wait
+        if all(t.trial_id in self._saved for t in running):
+            self._stopping = True
+            os.kill(os.getpid(), signal.SIGUSR1)
 
 
 class RecurringTrialError(RuntimeError):

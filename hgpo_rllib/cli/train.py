@@ -1,9 +1,10 @@
 """``rllib train file <experiment.py>``: run an experiment file through Ray Tune.
 
 Every trial writes Tensorboard event files, ``progress.csv`` and checkpoints under the storage path:
-every ``checkpoint_freq`` iterations (default 5) and at the end. A trial that crashes is retried from
-its last checkpoint (``--max-failures``, default 3), and ``--resume`` continues an interrupted
-experiment from its trials' last checkpoints. An existing experiment directory is never overwritten.
+every ``checkpoint_freq`` iterations (default 5), at the end, and when Ctrl-C or SIGTERM stops the
+run. A trial that crashes is retried from its last checkpoint (``--max-failures``, default 3), and
+``--resume`` continues an interrupted experiment from its trials' last checkpoints (the newest one
+that loads). An existing experiment directory is never overwritten.
 """
 
 from __future__ import annotations
@@ -20,11 +21,15 @@ from typing import Any
 
 import ray
 from ray import tune
+from ray.tune.search.basic_variant import BasicVariantGenerator
 
 import envs
 from hgpo_rllib.cli.args import count, json_dict, user_error
+from hgpo_rllib.cli.console import LINE_COLUMNS, IterationLines
+from hgpo_rllib.cli.quiet import WORKER_SETUP_HOOK, hide_harmless_lines
 from hgpo_rllib.cli.result_files import result_file_callbacks
 from hgpo_rllib.cli.stopping import (
+    CheckpointThenStop,
     MetricStopper,
     RecurringTrialError,
     StopOnRecurringErrors,
@@ -33,6 +38,7 @@ from hgpo_rllib.cli.stopping import (
     criteria_met,
     unknown_stop_keys,
 )
+from hgpo_rllib.cli.tensorboard_layout import TensorboardLayout
 from hgpo_rllib.experiments.experiment_file import (
     DEFAULT_CHECKPOINT_FREQ,
     Experiment,
@@ -46,19 +52,6 @@ from hgpo_rllib.run_records import changed_settings, read_record, write_record
 DEFAULT_MAX_FAILURES = 3
 #: What ``rllib train file`` started a run with, in its experiment directory (checked by --resume).
 RUN_RECORD = "rllib_train_args.json"
-#: Columns of Tune's progress table (result key -> header); keys a run does not report are left out.
-#: ``*_smoothed``: over the last ``metrics_num_episodes_for_smoothing`` episodes
-#: (hgpo_rllib/env_runner/metrics_callback.py).
-PROGRESS_COLUMNS = {
-    "training_iteration": "iter",
-    "time_total_s": "total time (s)",
-    "env_runners/success_rate_smoothed": "success",
-    "env_runners/success_rate": "success (iter)",
-    "env_runners/episode_len_mean_smoothed": "episode len",
-    "env_runners/invalid_action_rate_smoothed": "invalid actions",
-    "env_runners/score_mean_smoothed": "score",
-    "env_runners/episode_return_mean_smoothed": "return",
-}
 
 
 def _check_resume(experiment_dir: Path, record: dict[str, Any]) -> None:
@@ -109,13 +102,15 @@ def experiment_runs(storage: Path, name: str) -> dict[int, Path]:
     return dict(sorted(runs.items()))
 
 
-def _start_ray() -> None:
-    """Start a local Ray. Its authentication token (``~/.ray/auth_token``, which Ray writes with the
-    default umask) is a key to the cluster: its folder and the file are made readable by the owner only."""
+def _start_ray(quiet: bool = True) -> None:
+    """Start a local Ray (``quiet``: its workers hide :mod:`~hgpo_rllib.cli.quiet`'s harmless lines).
+    Its authentication token (``~/.ray/auth_token``, which Ray writes with the default umask) is a key
+    to the cluster: its folder and the file are made readable by the owner only."""
     ray_home = Path.home() / ".ray"
     ray_home.mkdir(mode=0o700, parents=True, exist_ok=True)
     ray_home.chmod(0o700)
-    ray.init(include_dashboard=False)
+    runtime_env = {"worker_process_setup_hook": WORKER_SETUP_HOOK} if quiet else None
+    ray.init(include_dashboard=False, runtime_env=runtime_env)
     token = ray_home / "auth_token"
     if token.is_file():
         token.chmod(0o600)
@@ -151,12 +146,24 @@ def check_trial_resources(config: Any) -> None:
         )
 
 
-def _progress_reporter() -> Any:
-    """Tune's legacy console table with our columns (the newer console output takes no column list)."""
-    from ray import tune
+def tune_config(
+    experiment: Experiment, num_samples: int, max_concurrent_trials: int | None
+) -> tune.TuneConfig:
+    """How Tune makes an experiment's trials: ``num_samples`` samples of its ``param_space``, each of
+    its ``points_to_evaluate`` being one sample, crossed with the grids."""
+    return tune.TuneConfig(
+        search_alg=BasicVariantGenerator(points_to_evaluate=experiment.points_to_evaluate or None),
+        num_samples=max(num_samples, len(experiment.points_to_evaluate)),
+        trial_name_creator=trial_name,
+        trial_dirname_creator=trial_name,
+        max_concurrent_trials=max_concurrent_trials,
+    )
 
-    os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
-    return tune.CLIReporter(metric_columns=dict(PROGRESS_COLUMNS), max_report_frequency=10)
+
+def _progress_reporter() -> Any:
+    """Tune's legacy console table with the iteration line's numbers (``-v``)."""
+    columns = {"training_iteration": "iter"} | {key: label for label, key, _ in LINE_COLUMNS}
+    return tune.CLIReporter(metric_columns=columns, max_report_frequency=10)
 
 
 def train(
@@ -170,6 +177,7 @@ def train(
     name: str | None = None,
     resume: bool = False,
     max_concurrent_trials: int | None = None,
+    verbose: bool = False,
 ):
     """Run an experiment through Ray Tune; returns its ``ResultGrid`` and the signal (SIGINT,
     SIGTERM) that interrupted it, or None.
@@ -177,6 +185,7 @@ def train(
     An existing experiment directory is never overwritten: a new run of the same name goes to
     ``<name>_run2``, ``<name>_run3``, ...; ``resume=True`` continues the latest of them.
     ``checkpoint_freq`` None takes the experiment file's; a checkpoint is always written at the end.
+    The console shows one line per iteration (``verbose``: Tune's tables and full results too).
     """
     if checkpoint_freq is None:
         checkpoint_freq = experiment.checkpoint_freq
@@ -192,9 +201,14 @@ def train(
     trainable = experiment.config.algo_class
     stop = stop or experiment.stop
     check_stop_criteria(stop)
+    os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")  # Tune's newer output ignores verbose=0
+    if not verbose:
+        hide_harmless_lines()
     if not ray.is_initialized():
-        _start_ray()
+        _start_ray(quiet=not verbose)
     envs.register_all()  # Ray's registry forgets names across ray.shutdown()/ray.init()
+    if isinstance(experiment.config.env, str):
+        envs.register_with_tune(experiment.config.env)  # a gym.register in the file: to the trials
     record = {
         "stop": stop,
         "checkpoint_freq": checkpoint_freq,
@@ -210,6 +224,8 @@ def train(
         tuner = tune.Tuner.restore(str(latest), trainable=trainable, resume_errored=True)
         return _fit(tuner)
     check_param_space(experiment.config, experiment.param_space)
+    for point in experiment.points_to_evaluate:
+        check_param_space(experiment.config, point)
     if experiment.prepare is not None:
         experiment.prepare()
     experiment.config.copy(copy_frozen=False).validate()  # fail here, not inside a trial
@@ -223,18 +239,21 @@ def train(
     tuner = tune.Tuner(
         trainable,
         param_space=param_space,
-        tune_config=tune.TuneConfig(
-            num_samples=num_samples,
-            trial_name_creator=trial_name,
-            trial_dirname_creator=trial_name,
-            max_concurrent_trials=max_concurrent_trials,
-        ),
+        tune_config=tune_config(experiment, num_samples, max_concurrent_trials),
         run_config=tune.RunConfig(
             name=experiment_dir.name,
             storage_path=str(storage),
             stop=MetricStopper(stop),
-            progress_reporter=_progress_reporter(),
-            callbacks=[*result_file_callbacks(), StopOnRecurringErrors(), *_logger_callbacks(project=name)],
+            progress_reporter=_progress_reporter() if verbose else None,
+            verbose=3 if verbose else 0,
+            callbacks=[
+                *([] if verbose else [IterationLines()]),
+                TensorboardLayout(),
+                *result_file_callbacks(),
+                StopOnRecurringErrors(),
+                CheckpointThenStop(),
+                *_logger_callbacks(project=name),
+            ],
             failure_config=tune.FailureConfig(max_failures=max_failures),
             checkpoint_config=tune.CheckpointConfig(
                 checkpoint_frequency=checkpoint_freq, checkpoint_at_end=True
@@ -247,6 +266,9 @@ def train(
 def _fit(tuner: tune.Tuner) -> tuple[Any, int | None]:
     """``tuner.fit()`` with SIGINT and SIGTERM turned into Tune's resumable stop."""
     os.environ["TUNE_DISABLE_SIGINT_HANDLER"] = "1"  # SIGINT is ours (StopSignals) while fitting
+    # Tune writes its experiment state (which checkpoint each trial resumes from) every 10 s or
+    # more; every second instead, so a killed driver loses no registered checkpoint.
+    os.environ.setdefault("TUNE_GLOBAL_CHECKPOINT_S", "1")
     with StopSignals() as signals:
         try:
             results = tuner.fit()
@@ -299,6 +321,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--num-samples", type=count(1), default=1, help="Tune samples of the param space")
     parser.add_argument("--max-concurrent-trials", type=count(1), help="trials running at once")
     parser.add_argument("--resume", action="store_true", help="continue the latest run of the experiment")
+    parser.add_argument(
+        "-v", "--verbose", action="store_true", help="Tune's progress tables and full results on the console"
+    )
 
 
 def resume_command(argv: list[str]) -> str:
@@ -334,6 +359,7 @@ def run(args: argparse.Namespace) -> int:
             name=args.name,
             resume=args.resume,
             max_concurrent_trials=args.max_concurrent_trials,
+            verbose=args.verbose,
         )
     except RecurringTrialError as exc:
         print(f"rllib: trial failed: {exc}", file=sys.stderr)
@@ -342,8 +368,8 @@ def run(args: argparse.Namespace) -> int:
     stop = args.stop or experiment.stop
     if stop_signal is not None:
         print(
-            f"rllib: {signal.Signals(stop_signal).name}: the run stopped early; its trials continue from "
-            f"their last checkpoints with: {resume_command(args.argv)}",
+            f"rllib: {signal.Signals(stop_signal).name}: the run stopped early after a checkpoint; it "
+            f"continues with: {resume_command(args.argv)}",
             file=sys.stderr,
         )
         return 128 + stop_signal

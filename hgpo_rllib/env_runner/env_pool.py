@@ -20,6 +20,10 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
 
+from ray import cloudpickle
+
+import envs
+
 
 @dataclass(frozen=True)
 class EnvCrash:
@@ -28,10 +32,9 @@ class EnvCrash:
     message: str
 
 
-def _worker(conn: Connection, env_name: str, env_config: dict[str, Any]) -> None:
+def _worker(conn: Connection, pickled_creator: bytes, env_config: dict[str, Any]) -> None:
     """Own some sub-envs (made on first use); serve ("reset", [(i, seed)]) and ("step", [(i, action)])."""
-    import envs
-
+    creator = cloudpickle.loads(pickled_creator)
     sub_envs: dict[int, Any] = {}
     while True:
         try:
@@ -45,7 +48,7 @@ def _worker(conn: Connection, env_name: str, env_config: dict[str, Any]) -> None
             try:
                 env = sub_envs.get(index)
                 if env is None:
-                    env = sub_envs[index] = envs.make_env(env_name, env_config)
+                    env = sub_envs[index] = creator(env_config)
                 results.append(env.reset(seed=arg) if command == "reset" else env.step(arg))
             except Exception as exc:  # this env only: report it, rebuild it on next use
                 sub_envs.pop(index, None)
@@ -62,7 +65,9 @@ class EnvWorkerPool:
     def __init__(self, env_name: str, env_config: Mapping[str, Any], num_workers: int):
         if num_workers < 1:
             raise ValueError(f"num_env_workers={num_workers} is invalid: expected an int >= 1")
-        self._env_name = env_name
+        # By value: a user's creator (registered with Tune from a script or experiment file) is not
+        # importable in the worker processes, which are not Ray workers.
+        self._pickled_creator = cloudpickle.dumps(envs.env_creator(env_name))
         self._env_config = dict(env_config)
         # forkserver: workers never inherit this process's threads (Ray, torch) or its model.
         self._ctx = mp.get_context("forkserver")
@@ -71,7 +76,7 @@ class EnvWorkerPool:
     def _start(self) -> tuple[Any, Connection]:
         ours, theirs = self._ctx.Pipe()
         process = self._ctx.Process(
-            target=_worker, args=(theirs, self._env_name, self._env_config), daemon=True
+            target=_worker, args=(theirs, self._pickled_creator, self._env_config), daemon=True
         )
         process.start()
         theirs.close()

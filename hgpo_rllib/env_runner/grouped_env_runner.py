@@ -15,6 +15,7 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
+import gymnasium as gym
 import numpy as np
 from ray.rllib.core.columns import Columns
 from ray.rllib.env.single_agent_env_runner import SingleAgentEnvRunner
@@ -42,6 +43,9 @@ from hgpo_rllib.columns import (
     TASK_SEED,
 )
 from hgpo_rllib.env_runner.env_pool import EnvCrash, EnvWorkerPool
+
+#: The Gymnasium id RLlib's env runners register their env under (SingleAgentEnvRunner.make_env).
+RLLIB_GYM_ID = "rllib-single-agent-env-v0"
 
 _MAX_TASK_SEED = 2**31 - 1
 
@@ -217,6 +221,14 @@ class GroupedEnvRunner(SingleAgentEnvRunner):
                 result = (last.get_observations(-1), 0.0, False, True, info)
             results.append(result)
         return results
+
+    @override(SingleAgentEnvRunner)
+    def make_env(self) -> None:
+        """RLlib's, without Gymnasium's "Overriding environment" warning: RLlib registers every
+        runner's env under one fixed Gymnasium id, so a second runner in a process (the local and an
+        evaluation runner, tests) registered it again."""
+        gym.registry.pop(RLLIB_GYM_ID, None)
+        super().make_env()
 
     def _env_pool(self) -> EnvWorkerPool | None:
         """The worker processes of this runner's sub-envs (started on first use), or None (in-process)."""

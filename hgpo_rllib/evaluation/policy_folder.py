@@ -29,12 +29,11 @@ from hgpo_rllib.run_records import write_record
 def policy_record(env: str, settings: dict[str, Any]) -> dict[str, Any]:
     """The :data:`POLICY_RECORD` of a policy trained on ``env`` with the play ``settings`` (without an
     ``eval_temperature``, the algorithm's default applies when it is loaded)."""
-    spec = envs.get_env_spec(env)
     temperature = {"eval_temperature": settings["eval_temperature"]} if "eval_temperature" in settings else {}
     return {
         "format": POLICY_FORMAT,
-        "env": spec.name,
-        "env_class": spec.entry_point,
+        "env": envs.env_name(env),
+        "env_class": envs.env_class_path(env, settings["env_config"]),
         "env_config": dict(settings["env_config"]),
         "history_length": settings["history_length"],
         "max_prompt_tokens": settings["max_prompt_tokens"],

@@ -19,8 +19,10 @@ from peft import PeftModel
 from ray.rllib.algorithms.algorithm_config import AlgorithmConfig
 from ray.rllib.core.rl_module.rl_module import RLModule, RLModuleSpec
 
+import envs
 from envs.common.spaces import TextSpace
 from hgpo_rllib.algorithms.hgpo.hgpo import HGPOConfig
+from hgpo_rllib.algorithms.text_agent import ENV_RECORD
 from hgpo_rllib.columns import ACTION_TEXT
 from hgpo_rllib.evaluation.rollout import EpisodeSlot
 from hgpo_rllib.rl_module.llm_rl_module import LLMRLModule
@@ -63,6 +65,7 @@ def config_for_warm_start(model_dir: str | Path, settings: Mapping[str, Any] | N
     settings record or, for one that is still to be built, from ``settings`` (the record it will have)."""
     path = Path(model_dir).expanduser().resolve()
     settings = read_policy_settings(path) if settings is None else settings
+    envs.adopt_env(settings["env"], settings.get("env_class"))
     temperature = {"eval_temperature": settings["eval_temperature"]} if "eval_temperature" in settings else {}
     return (
         HGPOConfig()
@@ -129,6 +132,9 @@ def _load_rllib_checkpoint(path: Path, ctor_file: Path, module_dir: Path) -> tup
             f"{path} cannot be loaded ({type(exc).__name__}: {exc}); the checkpoint is truncated or "
             "corrupt: evaluate an earlier checkpoint_* of the same run"
         ) from None
+    if (path / ENV_RECORD).is_file():  # checkpoints of 0.1.0 have none (built-in envs only)
+        record = read_record(path / ENV_RECORD)
+        envs.adopt_env(record["env"], record.get("env_class"))
     return config, module.eval()
 
 

@@ -62,46 +62,57 @@ def summarize(episodes: pd.DataFrame, env_name: str) -> tuple[pd.DataFrame, pd.D
 def evaluate(
     checkpoint: str | Path | None,
     *,
-    env: str,
+    env: str | None = None,
     split: str | None = None,
     seeds: Sequence[int] = DEFAULT_SEEDS,
     episodes: int | None = None,
     output: str | Path,
-    baselines: Sequence[str] = ("expert", "random"),
+    baselines: Sequence[str] | None = None,
     env_config: dict[str, Any] | None = None,
     batch_size: int = 16,
 ) -> pd.DataFrame:
     """Evaluate a checkpoint (and/or the baselines) and write tables to ``output``.
 
-    Returns the mean ± std summary. ``split`` ("in" | "out" | "all", default "out" unless
+    Returns the mean ± std summary. ``env`` (any name :mod:`envs.registry` resolves; default: the
+    checkpoint's own) must be the env the checkpoint was trained on. ``baselines`` default to the
+    expert (where the env has one) and random. ``split`` ("in" | "out" | "all", default "out" unless
     ``env_config`` names a split) selects ALFWorld's evaluation split(s); ``episodes`` (default: the
     whole split for ALFWorld, else 32) is per seed and split. WebShop plays its ``test`` goals unless
     ``env_config`` says otherwise. Each finished (split, policy, seed) is written at once
     (atomically) to ``episodes.csv``; a rerun of the same evaluation into the same ``output`` skips
     what is already there and plays the rest.
     """
-    env_name = envs.get_env_spec(env).name
     if (episodes is not None and episodes < 1) or not seeds or batch_size < 1:
         raise ValueError("episodes and batch_size must be >= 1 and at least one seed is needed")
     if any(seed < 0 for seed in seeds) or len(set(seeds)) < len(seeds):
         raise ValueError(f"seeds must be distinct and >= 0, got {list(seeds)}")
-    unknown = sorted(set(baselines) - {"expert", "random"})
+    unknown = sorted(set(baselines or ()) - {"expert", "random"})
     if unknown:
         raise ValueError(f"unknown baselines {unknown}; choose from ['expert', 'random']")
-    if checkpoint is None and not baselines:
-        raise ValueError("nothing to evaluate: give a checkpoint or at least one baseline")
+    if checkpoint is None and (env is None or (baselines is not None and not baselines)):
+        raise ValueError("nothing to evaluate: give a checkpoint, or an env and at least one baseline")
     config = dict(env_config or {})
-    splits = _eval_splits(env_name, split, config)
     policies: dict[str, Callable[[int], Policy]] = {}
     if checkpoint is not None:
         trained = CheckpointPolicy(checkpoint, env_config=config)
-        trained_on = envs.get_env_spec(str(trained.config.env)).name
-        if trained_on != env_name:
+        trained_on = envs.env_name(str(trained.config.env))
+        env = trained_on if env is None else env
+        if envs.env_name(env) != trained_on and env != envs.env_class_path(trained_on, trained.env_config):
             raise ValueError(f"{checkpoint} was trained on {trained_on}; evaluate it with --env {trained_on}")
+        env = trained_on
         config = trained.env_config
         policies["checkpoint"] = trained.reseed
+    assert env is not None  # checked above: a checkpoint or --env
+    envs.env_creator(env)  # an unknown env: one line naming the known ones
+    env_name = envs.env_name(env)
+    splits = _eval_splits(env_name, split, config)
     envs.check_env_config(env_name, config)  # before the output directory is made
+    has_expert = envs.env_class(env_name, config).expert_plan is not envs.TextEnv.expert_plan
+    if baselines is None:
+        baselines = ["expert", "random"] if has_expert else ["random"]
     if "expert" in baselines:
+        if not has_expert:
+            raise ValueError(f"{env_name} has no expert (its class does not define expert_plan)")
         policies["expert"] = lambda seed: expert_policy
     if "random" in baselines:
         policies["random"] = random_policy

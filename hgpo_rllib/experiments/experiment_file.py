@@ -1,7 +1,9 @@
 """Experiment files: the convention of RLlib's former ``rllib train file``.
 
 An experiment file is a Python file that defines ``config`` (an ``AlgorithmConfig``) and optionally
-``stop`` (a Tune stop dict), ``param_space`` (Tune search spaces merged into the config), ``name``,
+``stop`` (a Tune stop dict), ``param_space`` (Tune search spaces merged into the config),
+``points_to_evaluate`` (Tune's: a list of settings dicts, one sample each, crossed with the grids of
+``param_space``; for conditional sweeps, e.g. alpha for HGPO only), ``name``,
 ``checkpoint_freq`` and ``prepare`` (a function ``rllib train file`` calls once before the run starts,
 e.g. to build a warm start, so that importing the file builds nothing).
 """
@@ -10,7 +12,6 @@ from __future__ import annotations
 
 import difflib
 import hashlib
-import importlib.util
 import os
 import traceback
 from collections.abc import Callable
@@ -19,6 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from ray.rllib.algorithms.algorithm_config import AlgorithmConfig
+
+from envs.registry import import_file
 
 DEFAULT_STOP = {"training_iteration": 10}
 DEFAULT_CHECKPOINT_FREQ = 5
@@ -36,6 +39,8 @@ class Experiment:
     source_sha256: str | None = None  # of the experiment file: --resume refuses an edited one
     #: Called once by ``rllib train file`` before the run starts (e.g. to build a warm start).
     prepare: Callable[[], Any] | None = None
+    #: Settings dicts, one sample each (Tune's ``BasicVariantGenerator(points_to_evaluate=...)``).
+    points_to_evaluate: list[dict[str, Any]] = field(default_factory=list)
 
 
 def load_experiment_file(path: str | os.PathLike) -> Experiment:
@@ -44,12 +49,10 @@ def load_experiment_file(path: str | os.PathLike) -> Experiment:
     file = Path(path)
     if not file.is_file():
         raise FileNotFoundError(f"experiment file not found: {file}")
-    spec = importlib.util.spec_from_file_location(f"_hgpo_experiment_{file.stem}", file)
-    if spec is None or spec.loader is None:
-        raise ValueError(f"cannot import experiment file {file} (is it a .py file?)")
-    module = importlib.util.module_from_spec(spec)
+    if file.suffix != ".py":
+        raise ValueError(f"cannot import experiment file {file}: not a .py file")
     try:
-        spec.loader.exec_module(module)
+        module = import_file(file)
     except Exception as exc:  # the user's code: report where it failed, in one line
         raise ValueError(f"{_failing_line(exc, file)}: {type(exc).__name__}: {exc}") from exc
     config = getattr(module, "config", None)
@@ -67,7 +70,10 @@ def load_experiment_file(path: str | os.PathLike) -> Experiment:
     prepare = getattr(module, "prepare", None)
     if prepare is not None and not callable(prepare):
         raise ValueError(f"{file}: `prepare` must be a function, got {type(prepare).__name__}")
-    return Experiment(config, dict(stop), dict(param_space), name, checkpoint_freq, sha256, prepare)
+    points = getattr(module, "points_to_evaluate", None) or []
+    if not isinstance(points, list) or not all(isinstance(point, dict) for point in points):
+        raise ValueError(f"{file}: `points_to_evaluate` must be a list of dicts")
+    return Experiment(config, dict(stop), dict(param_space), name, checkpoint_freq, sha256, prepare, points)
 
 
 def apply_config_overrides(config: Any, overrides: dict[str, Any]) -> None:

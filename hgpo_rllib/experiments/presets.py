@@ -130,10 +130,19 @@ class RunSettings:
             raise ValueError(f"bad HGPO_* environment variable: {exc}") from exc
 
     @property
+    def estimator_name(self) -> str:
+        """The authors' naming of the estimator settings, e.g. ``k2_hgpo_alpha1.0_base0``."""
+        return estimator_run_name(self.history_length, self.estimator, self.alpha, self.base_group)
+
+    @property
     def run_name(self) -> str:
-        """The authors' naming, e.g. ``k2_hgpo_alpha1.0_base0`` (prefixed by the preset off CPU)."""
-        name = estimator_run_name(self.history_length, self.estimator, self.alpha, self.base_group)
-        return name if self.preset == "cpu" else f"{self.preset}_{name}"
+        """:attr:`estimator_name`, prefixed by the preset off CPU and by ``demo`` for the random-init
+        pipeline demo, so that demo runs and real runs never share an experiment (``--resume`` and
+        evaluation paths pick the right one)."""
+        name = self.estimator_name
+        if self.preset != "cpu":
+            return f"{self.preset}_{name}"
+        return f"demo_{name}" if (self.warm_start or "").lower() == "none" else name
 
     @property
     def iterations(self) -> int:

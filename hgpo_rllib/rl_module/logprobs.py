@@ -67,9 +67,12 @@ def token_logp_entropy(
             parts.append(checkpoint(_score_chunk, *args, use_reentrant=False))
         else:
             parts.append(_score_chunk(*args))
-    logp = hidden.new_zeros(rows * width, dtype=torch.float32)
-    entropy = hidden.new_zeros(rows * width, dtype=torch.float32)
+    # New [N, T] tensors, not views of flat ones: a view returned from an FSDP2 unit (this runs inside
+    # the sharded module's forward methods) would lose FSDP's backward hook to any in-place op on it.
+    logp = hidden.new_zeros(rows, width, dtype=torch.float32)
+    entropy = hidden.new_zeros(rows, width, dtype=torch.float32)
     if parts:
-        logp = logp.index_put((flat,), torch.cat([p[0] for p in parts]))
-        entropy = entropy.index_put((flat,), torch.cat([p[1] for p in parts]))
-    return logp.view(rows, width), entropy.view(rows, width)
+        where = (row_of, flat % width)
+        logp = logp.index_put(where, torch.cat([p[0] for p in parts]))
+        entropy = entropy.index_put(where, torch.cat([p[1] for p in parts]))
+    return logp, entropy

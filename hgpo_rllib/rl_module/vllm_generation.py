@@ -12,9 +12,7 @@ from __future__ import annotations
 
 import glob
 import os
-import re
 import shutil
-import socket
 import tempfile
 import traceback
 from collections.abc import Mapping
@@ -26,6 +24,7 @@ from safetensors.torch import save_file
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from vllm import LLM, SamplingParams
 
+from hgpo_rllib.orphans import host_tag, owner_tag, remove_orphans
 from hgpo_rllib.rl_module.generation import Generated, Generator
 
 #: The file a weight sync writes; vLLM reloads every ``*.safetensors`` of the directory.
@@ -59,24 +58,9 @@ def _scratch_dir(nbytes: int) -> str:
     return tempfile.gettempdir()
 
 
-def _host_prefix() -> str:
-    """``hgpo-vllm-<host>-``: the weight directories of this host (/dev/shm may be shared)."""
-    return f"{WEIGHTS_DIR_PREFIX}{re.sub(r'[^A-Za-z0-9]', '_', socket.gethostname())}-"
-
-
 def _weights_dir_prefix(pid: int | None = None) -> str:
     """``hgpo-vllm-<host>-<pid>-``: whose weights a directory holds."""
-    return f"{_host_prefix()}{os.getpid() if pid is None else pid}-"
-
-
-def _is_running(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # someone else's process
-        return True
-    return True
+    return f"{WEIGHTS_DIR_PREFIX}{owner_tag(pid)}-"
 
 
 def remove_orphaned_weight_dirs(scratch: str | Path) -> list[Path]:
@@ -85,14 +69,12 @@ def remove_orphaned_weight_dirs(scratch: str | Path) -> list[Path]:
     A runner killed with SIGKILL (how a hung runner is stopped) cannot remove its directory, which in
     /dev/shm holds a full copy of the weights in RAM; the next engine started on the host removes it.
     """
-    host_prefix = _host_prefix()
-    removed = []
+    host_prefix = f"{WEIGHTS_DIR_PREFIX}{host_tag()}-"
+    owned = []
     for path in Path(scratch).glob(f"{glob.escape(host_prefix)}*-*"):
         pid = path.name[len(host_prefix) :].split("-", 1)[0]
-        if pid.isdigit() and not _is_running(int(pid)):
-            shutil.rmtree(path, ignore_errors=True)
-            removed.append(path)
-    return removed
+        owned.append((path, f"{host_tag()}-{pid}"))
+    return remove_orphans(owned)
 
 
 class WeightSyncExtension:

@@ -1,15 +1,15 @@
 """Env-to-module: each step's prompt from the episode's own history window (docs/hgpo_algorithm.md §5.1).
 
-The prompt is the env's own template (``envs.get_prompt_renderer``) over the task, the earlier
-(observation, command) records (the renderer shows the last ``history_length`` = K of them), the
-current raw observation and the admissible actions, as verl-agent's memory manager builds it. The
+The prompt is the env's own template (``envs.get_prompt_renderer``) over one
+:class:`~envs.common.prompts.PromptContext`: the task, the earlier (observation, command) records (the
+template shows the last ``history_length`` = K of them), the current raw observation and the
+admissible actions, as verl-agent's memory manager builds it. The
 rendered text goes through the model's chat template and tokenizer (``TokenPolicyAPI.encode_prompts``),
 which left-truncates to ``max_prompt_tokens`` and left-pads the batch.
 """
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -18,6 +18,7 @@ from ray.rllib.env.single_agent_episode import SingleAgentEpisode
 from ray.rllib.utils.annotations import override
 
 import envs
+from envs.common.prompts import PromptContext
 from hgpo_rllib.columns import ALLOWED_IDS
 from hgpo_rllib.rl_module.apis import TokenPolicyAPI
 
@@ -40,15 +41,10 @@ def episode_prompt_text(
     steps = len(observations) - 1
     history = [(observations[j], infos[j + 1]["command"]) for j in range(steps)]
     info = infos[-1]
-    return render_prompt(
-        info["task"],
-        history,
-        observations[-1],
-        info["admissible_actions"],
-        steps,
-        history_length,
-        **(render_kwargs or {}),
+    context = PromptContext(
+        info["task"], history, observations[-1], info["admissible_actions"], steps, history_length
     )
+    return render_prompt(context, **(render_kwargs or {}))
 
 
 class HistoryWindowPrompt(ConnectorV2):
@@ -92,15 +88,11 @@ class HistoryWindowPrompt(ConnectorV2):
 
 def prompt_connector(env: str, env_config: Mapping[str, Any], history_length: int) -> HistoryWindowPrompt:
     """The env's own prompt template with the history window K. ``env_config`` entries that the
-    template also takes as keyword arguments (e.g. KeyChest's ``require_tags``) are passed on, so prompt
-    and env agree."""
-    render = envs.get_prompt_renderer(env)
-    params = inspect.signature(render).parameters
-    render_kwargs = {
-        k: v
-        for k, v in dict(env_config).items()
-        if k in params and params[k].kind is inspect.Parameter.KEYWORD_ONLY
-    }
+    template also takes as keyword arguments (e.g. KeyChest's ``require_tags``) are passed on, so
+    prompt and env agree."""
+    render = envs.get_prompt_renderer(env, env_config)
     return HistoryWindowPrompt(
-        render_prompt=render, history_length=history_length, render_kwargs=render_kwargs
+        render_prompt=render,
+        history_length=history_length,
+        render_kwargs=envs.registry.prompt_settings(render, env_config),
     )

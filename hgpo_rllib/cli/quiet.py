@@ -1,0 +1,54 @@
+"""Third-party log lines ``rllib train file`` hides because they are known to be harmless for our
+runs, each with the reason. Everything else Ray, Tune and RLlib log still shows, and ``-v`` shows
+these too. The filters are installed in the CLI's process and, through Ray's
+``worker_process_setup_hook``, in every Ray worker it starts (where most of these lines come from).
+"""
+
+from __future__ import annotations
+
+import logging
+
+#: logger name -> (start of the message, why it is harmless).
+HARMLESS_LINES: dict[str, tuple[tuple[str, str], ...]] = {
+    "ray._common.deprecation": (
+        (
+            "DeprecationWarning: `RLModule(config=[RLModuleConfig object])`",
+            "RLlib's own RLModule.__init__ builds the deprecated config object for every module; "
+            "nothing of ours passes one",
+        ),
+    ),
+    "ray.rllib.algorithms.algorithm_config": (
+        ("You are running ", "RLlib announces its default (new) API stack, the one we use, once per process"),
+    ),
+    "ray.tune.utils.util": (("Install gputil", "GPU monitoring is optional; nvidia-smi shows the same"),),
+    "ray.tune.trainable.trainable": (
+        ("Trainable.setup took", "building an LLM module takes longer than Tune's 10 s hint threshold"),
+    ),
+    "ray.tune.tune": (
+        (
+            "Wrote the latest version of all result files",
+            "bookkeeping after every run; the CLI says where results are",
+        ),
+    ),
+}
+
+
+class _DropHarmless(logging.Filter):
+    def __init__(self, starts: tuple[str, ...]):
+        super().__init__()
+        self.starts = starts
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith(self.starts)
+
+
+def hide_harmless_lines() -> None:
+    """Install the filters in this process (idempotent)."""
+    for name, lines in HARMLESS_LINES.items():
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, _DropHarmless) for f in logger.filters):
+            logger.addFilter(_DropHarmless(tuple(start for start, _ in lines)))
+
+
+#: For ``ray.init(runtime_env={"worker_process_setup_hook": ...})``.
+WORKER_SETUP_HOOK = f"{__name__}.hide_harmless_lines"

@@ -1,0 +1,62 @@
+"""A user's own env, in the user's own file, trained by ``rllib train file`` and played by ``rllib
+evaluate`` with no edit of the package (issue 26): the README's example, as written."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from helpers import ROOT
+
+from hgpo_rllib import cli
+from hgpo_rllib.algorithms.text_agent import ENV_RECORD
+from hgpo_rllib.run_records import read_record
+
+EXAMPLE = ROOT / "examples" / "own_env.py"
+
+
+def test_the_readme_shows_the_example_as_it_is() -> None:
+    assert f"```python\n{EXAMPLE.read_text()}```" in (ROOT / "README.md").read_text()
+
+
+@pytest.mark.usefixtures("ray_session")
+def test_an_env_of_the_users_own_file_trains_and_is_evaluated_without_naming_it(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    assert (
+        cli.main(["train", "file", str(EXAMPLE), "--storage-path", str(out), "--checkpoint-freq", "5"]) == 0
+    )
+    (trial,) = [d for d in (out / "guess_hgpo").iterdir() if d.is_dir()]
+    progress = pd.read_csv(trial / "progress.csv")
+    assert progress["training_iteration"].tolist() == [1, 2, 3, 4, 5]
+    assert (progress["num_groups_sampled"] == 2).all()
+    checkpoint = trial / "checkpoint_000000"
+    assert read_record(checkpoint / ENV_RECORD) == {
+        "env": "guess",
+        "env_class": f"{EXAMPLE.resolve()}:GuessEnv",
+    }
+    # A new process, which never ran the example: the checkpoint names its env's class.
+    evaluation = subprocess.run(
+        [sys.executable, "-m", "hgpo_rllib.cli", "evaluate", str(checkpoint), "--seeds", "1"]
+        + ["--episodes", "4", "--output", str(tmp_path / "eval")],
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert evaluation.returncode == 0, evaluation.stderr[-3000:]
+    episodes = pd.read_csv(tmp_path / "eval" / "episodes.csv")
+    assert sorted(set(episodes["policy"])) == ["checkpoint", "random"]  # GuessEnv has no expert
+    assert len(episodes) == 8 and set(episodes["task_type"]) == {"guess"}
+
+
+def test_an_unknown_env_is_one_line_naming_the_known_ones(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert cli.main(["evaluate", "--env", "gues", "--output", str(tmp_path / "x")]) == 2
+    assert not (tmp_path / "x").exists()
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert "unknown environment 'gues'" in line and "alfworld (hgpo/ALFWorld-v0)" in line
