@@ -102,6 +102,9 @@ def test_experiment_runs_are_numbered(tmp_path: Path) -> None:
     assert experiment_runs(tmp_path, "missing") == {}
 
 
+# The default run resumes runs in test_fault_injection.py (a signal) and retries crashed trials in
+# test_fault_tolerance.py; this --resume of an errored trial is slow (about a minute).
+@pytest.mark.slow
 def test_resume_continues_a_crashed_run_from_its_checkpoint(tmp_path: Path) -> None:
     marker = tmp_path / "crashed"
     crash_once = f"""
@@ -133,6 +136,7 @@ def test_resume_continues_a_crashed_run_from_its_checkpoint(tmp_path: Path) -> N
     assert iterations == [1, 2, 3, 4]  # the crashed 3rd reported nothing; 3 and 4 from checkpoint 2
 
 
+@pytest.mark.slow  # two trials (about 30 s); test_presets.py checks the sweep's trials without training
 def test_sweep_of_two_trials_each_writes_tensorboard_events(tmp_path: Path) -> None:
     path = write_experiment(tmp_path, 'param_space = {"history_length": tune.grid_search([1, 2])}')
     code = cli.main(

@@ -161,6 +161,7 @@ def train_with_every_runner_raising(tmp_path: Path, iterations: int) -> int:
     return cli.main(args)
 
 
+@pytest.mark.slow  # a CLI run (about 20 s); the default run has the one whose runners sample nothing
 def test_cli_exits_non_zero_when_every_runner_raises(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
