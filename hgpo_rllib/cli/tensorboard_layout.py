@@ -23,13 +23,11 @@ LAYOUT: dict[str, dict[str, list[str]]] = {
             f"{TAG}evaluation/env_runners/success_rate$",
         ],
         "success by task type": [f"{TAG}env_runners/success_rate_by_task/.*"],
-        "score (WebShop)": [f"{TAG}env_runners/score_mean(_smoothed)?$"],
-        "return": [f"{TAG}env_runners/episode_return_mean(_smoothed)?$"],
+        "return (and WebShop's score)": [f"{TAG}env_runners/(episode_return|score)_mean(_smoothed)?$"],
     },
     "2 episodes": {
         "episode length": [f"{TAG}env_runners/episode_len_mean(_smoothed)?$"],
-        "invalid actions": [f"{TAG}env_runners/invalid_action_rate(_smoothed)?$"],
-        "env errors": [f"{TAG}env_runners/env_error_rate$"],
+        "invalid actions, env errors": [f"{TAG}env_runners/(invalid_action|env_error)_rate(_smoothed)?$"],
     },
     "3 advantages by level": {
         "advantage mean / std / |A|": [f"{LEARNER}advantage_(mean|std|abs_mean)$"],
