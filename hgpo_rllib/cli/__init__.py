@@ -12,8 +12,15 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from hgpo_rllib.cli import evaluate, export, sft, train
-from hgpo_rllib.cli.args import Parser, user_error
+from hgpo_rllib.torchvision_check import TorchvisionError, check_torchvision
+
+try:  # before the commands' modules import transformers, which would fail with a long traceback
+    check_torchvision()
+except TorchvisionError as broken:
+    sys.exit(f"rllib: {broken}")
+
+from hgpo_rllib.cli import evaluate, export, sft, train  # noqa: E402
+from hgpo_rllib.cli.args import Parser, user_error  # noqa: E402
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -12,6 +12,9 @@
 """
 
 from hgpo_rllib._imports import lazy_getattr
+from hgpo_rllib.torchvision_check import check_torchvision
+
+check_torchvision()  # before any module of this package imports transformers
 
 __all__ = ["LLMModuleConfig", "LLMRLModule", "TokenPolicyAPI"]
 

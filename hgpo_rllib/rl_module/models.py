@@ -13,7 +13,6 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
-from hgpo_rllib.rl_module import torchvision_check  # noqa: F401  (before a model class loads)
 from hgpo_rllib.rl_module.config import INFERENCE_BACKENDS, TINY_PRESET, LLMModuleConfig, read_model_config
 from hgpo_rllib.rl_module.tokenizer import build_tiny_model, build_tiny_tokenizer
 
