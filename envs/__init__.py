@@ -12,7 +12,6 @@ from envs.common.text_env import Observation, TextEnv
 from envs.registry import (
     ENV_SPECS,
     adopt_env,
-    check_env_class,
     check_env_config,
     env_class,
     env_class_path,
@@ -36,7 +35,6 @@ __all__ = [
     "TextEnv",
     "TextSpace",
     "adopt_env",
-    "check_env_class",
     "check_env_config",
     "default_prompt",
     "env_class",

@@ -243,16 +243,6 @@ def env_class_path(name_or_id: str, env_config: Mapping[str, Any] | None = None)
     return f"{file or cls.__module__}:{cls.__qualname__}"
 
 
-def check_env_class(name_or_id: str, env_config: Mapping[str, Any] | None = None) -> None:
-    """Refuse an env that does not follow the text-env contract (``info`` keys, any text an action)."""
-    cls = env_class(name_or_id, env_config)
-    if not issubclass(cls, TextEnv):
-        raise ValueError(
-            f"env {name_or_id!r} is a {cls.__module__}.{cls.__qualname__}, not a subclass of "
-            "envs.common.text_env.TextEnv (the contract the prompt connector and runners rely on)"
-        )
-
-
 def get_prompt_renderer(name_or_id: str, env_config: Mapping[str, Any] | None = None) -> Callable[..., str]:
     """The env's prompt template: ``render(context: PromptContext, **env settings) -> str``."""
     spec = builtin_spec(name_or_id)
@@ -296,11 +286,10 @@ def played_corpus(
                 context = PromptContext(info.get("task", ""), history, observation, actions, step, 2)
                 texts += [context.task, observation, *actions, render(context, **kwargs)]
                 command = rng.choice(actions) if actions else "look"
-                texts.append(f"<think></think><action>{command}</action>")
+                answer = f"<think></think><action>{command}</action>"
+                texts.append(answer)
                 history.append((observation, command))
-                observation, _, terminated, truncated, info = env.step(
-                    f"<think></think><action>{command}</action>"
-                )
+                observation, _, terminated, truncated, info = env.step(answer)
                 if terminated or truncated:
                     texts.append(observation)
                     break
@@ -321,9 +310,10 @@ def prompt_settings(render: Callable[..., str], env_config: Mapping[str, Any] | 
 
 
 def check_env_config(name_or_id: str, env_config: Mapping[str, Any] | None) -> None:
-    """Refuse, before any process starts, an ``env_config`` the env would refuse when built (a key it
-    does not take, a bad value): a ValueError naming the setting. Builds nothing for built-ins and
-    classes (each checks its settings without building); a Tune creator's env is built once."""
+    """Refuse, before any process starts, an env that does not follow the text-env contract (``info``
+    keys, any text an action) or an ``env_config`` it would refuse when built (a key it does not take,
+    a bad value): a ValueError naming what is wrong. Builds nothing for built-ins and classes (each
+    checks its settings without building); a Tune creator's env is built once."""
     if env_config is not None and not isinstance(env_config, Mapping):
         raise ValueError(f"env_config must be a dict, got {type(env_config).__name__}")
     try:
@@ -332,8 +322,12 @@ def check_env_config(name_or_id: str, env_config: Mapping[str, Any] | None) -> N
         raise
     except Exception as exc:  # the user's creator refused the settings
         raise ValueError(f"building {name_or_id!r} failed: {type(exc).__name__}: {exc}") from exc
-    if issubclass(cls, TextEnv):
-        cls.check_config(dict(env_config or {}))
+    if not issubclass(cls, TextEnv):
+        raise ValueError(
+            f"env {name_or_id!r} is a {cls.__module__}.{cls.__qualname__}, not a subclass of "
+            "envs.common.text_env.TextEnv (the contract the prompt connector and runners rely on)"
+        )
+    cls.check_config(dict(env_config or {}))
 
 
 def adopt_env(name: str, class_path: str | None) -> None:

@@ -39,7 +39,7 @@ from helpers import ROOT, write_experiment
 from hgpo_rllib import cli
 from hgpo_rllib.algorithms.text_agent import SAVING_OWNER
 from hgpo_rllib.orphans import owner_is_gone
-from hgpo_rllib.rl_module.vllm_generation import WEIGHTS_DIR_PREFIX
+from hgpo_rllib.rl_module.vllm_generation import WEIGHTS_DIR_PREFIX, weight_dir_owner
 
 pytestmark = pytest.mark.usefixtures("ray_session")  # resumes run in this process's Ray
 
@@ -147,8 +147,7 @@ def orphans_left() -> list[Path]:
     left = []
     for scratch in (Path("/dev/shm"), Path(tempfile.gettempdir())):
         for path in scratch.glob(f"{WEIGHTS_DIR_PREFIX}*"):
-            owner = path.name[len(WEIGHTS_DIR_PREFIX) :].rsplit("-", 1)[0]
-            left += [path] if owner_is_gone(owner) else []
+            left += [path] if owner_is_gone(weight_dir_owner(path)) else []
     for marker in Path(tempfile.gettempdir()).glob(f"tmp*/{SAVING_OWNER}"):
         left += [marker.parent] if owner_is_gone(marker.read_text()) else []
     return left

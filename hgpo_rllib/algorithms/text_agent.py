@@ -241,16 +241,16 @@ class TextAgentConfig(AlgorithmConfig):
             auto["seed"] = int(self.seed)
         user = self.user_model_config()
         if user.get("model", TINY_PRESET) == TINY_PRESET and "tokenizer_corpus" not in user:
-            if self.envs_name() is not None and self._env_is_usable():
-                auto["tokenizer_corpus"] = envs.get_tokenizer_corpus(self.envs_name(), self.env_config)
+            name = self.envs_name()
+            if name is not None and self._env_is_usable(name):
+                auto["tokenizer_corpus"] = envs.get_tokenizer_corpus(name, self.env_config)
         return super()._model_config_auto_includes | auto
 
-    def _env_is_usable(self) -> bool:
+    def _env_is_usable(self, name: str) -> bool:
         """Whether the env is a text env that takes ``env_config`` (else ``validate()`` names what is
         wrong, and no tokenizer corpus can be played from it)."""
         try:
-            envs.check_env_config(self.envs_name(), self.env_config)
-            envs.check_env_class(self.envs_name(), self.env_config)
+            envs.check_env_config(name, self.env_config)
         except ValueError:
             return False
         return True

@@ -138,7 +138,6 @@ def text_agent_errors(config: Any) -> list[str]:
     else:
         try:
             envs.check_env_config(c.envs_name(), c.env_config)
-            envs.check_env_class(c.envs_name(), c.env_config)
         except ValueError as exc:
             errors.add(f"env_config={dict(c.env_config)!r} is invalid for {c.envs_name()}: {exc}")
     model = c.user_model_config().get("model", TINY_PRESET)

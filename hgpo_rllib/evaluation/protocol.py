@@ -107,8 +107,8 @@ def evaluate(
     env_name = envs.env_name(env)
     splits = _eval_splits(env_name, split, config)
     envs.check_env_config(env_name, config)  # before the output directory is made
-    expert_plan = getattr(envs.env_class(env_name, config), "expert_plan", envs.TextEnv.expert_plan)
-    has_expert = expert_plan is not envs.TextEnv.expert_plan
+    # A TextEnv (checked above) has an expert where its class overrides expert_plan.
+    has_expert = envs.env_class(env_name, config).expert_plan is not envs.TextEnv.expert_plan
     if baselines is None:
         baselines = ["expert", "random"] if has_expert else ["random"]
     if "expert" in baselines:

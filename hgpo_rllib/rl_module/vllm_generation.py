@@ -63,18 +63,19 @@ def _weights_dir_prefix(pid: int | None = None) -> str:
     return f"{WEIGHTS_DIR_PREFIX}{owner_tag(pid)}-"
 
 
+def weight_dir_owner(path: Path) -> str:
+    """The :func:`~hgpo_rllib.orphans.owner_tag` (``<host>-<pid>``) in a weight directory's name."""
+    return path.name[len(WEIGHTS_DIR_PREFIX) :].rsplit("-", 1)[0]
+
+
 def remove_orphaned_weight_dirs(scratch: str | Path) -> list[Path]:
     """Delete the weight directories in ``scratch`` of this host's processes that no longer run.
 
     A runner killed with SIGKILL (how a hung runner is stopped) cannot remove its directory, which in
     /dev/shm holds a full copy of the weights in RAM; the next engine started on the host removes it.
     """
-    host_prefix = f"{WEIGHTS_DIR_PREFIX}{host_tag()}-"
-    owned = []
-    for path in Path(scratch).glob(f"{glob.escape(host_prefix)}*-*"):
-        pid = path.name[len(host_prefix) :].split("-", 1)[0]
-        owned.append((path, f"{host_tag()}-{pid}"))
-    return remove_orphans(owned)
+    paths = Path(scratch).glob(f"{glob.escape(WEIGHTS_DIR_PREFIX + host_tag())}-*-*")
+    return remove_orphans([(path, weight_dir_owner(path)) for path in paths])
 
 
 class WeightSyncExtension:
