@@ -3,8 +3,10 @@ no overwriting, resume), a 2-trial sweep, the tuned examples, and ``rllib evalua
 
 from __future__ import annotations
 
+import gc
 import json
 import re
+import sys
 import textwrap
 from pathlib import Path
 from typing import Any
@@ -16,6 +18,7 @@ from helpers import TUNED, write_experiment
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from hgpo_rllib import cli
+from hgpo_rllib.cli.quiet import hide_harmless_lines
 from hgpo_rllib.cli.tensorboard_layout import LAYOUT
 from hgpo_rllib.cli.train import experiment_runs
 from hgpo_rllib.connectors.env_to_module.history_window import HistoryWindowPrompt
@@ -92,6 +95,30 @@ def test_a_second_run_goes_to_a_new_directory_and_prints_a_line_per_iteration(
         r"iter 1 \| success \d+\.\d% \| return \S+ \| ep len \S+ \| invalid \S+% \| .*\| s \S+", line
     )
     assert len(out) <= 4, out  # where results go, the iteration, the end; the full result only in files
+
+
+def test_ray_workers_exit_on_sigterm_without_a_traceback_from_finalizers(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Ray raises SystemExit on SIGTERM; landing in a finalizer it printed "Exception ignored in"
+    with a traceback at every shutdown. Only that case is dropped: other finalizer errors show."""
+
+    class Exits:
+        def __del__(self) -> None:
+            raise SystemExit(1)
+
+    class Fails:
+        def __del__(self) -> None:
+            raise ValueError("a real bug in a finalizer")
+
+    monkeypatch.setattr(sys, "unraisablehook", sys.__unraisablehook__)
+    hide_harmless_lines()
+    Exits()
+    Fails()
+    gc.collect()
+    err = capsys.readouterr().err
+    assert "SystemExit" not in err
+    assert "ValueError: a real bug in a finalizer" in err
 
 
 def test_experiment_runs_are_numbered(tmp_path: Path) -> None:
@@ -451,6 +478,7 @@ def test_main_job_alfworld_trains_two_iterations_via_rllib_train_file(tmp_path: 
 
 
 # Two Tune runs of 5 actors each (vLLM env runners when vllm is installed): 108 s on an idle 2-core machine.
+@pytest.mark.slow  # 167 s; the main job test below is the default end-to-end run
 def test_rehearsal_preset_trains_evaluates_checkpoints_and_resumes(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -7,6 +7,7 @@ these too. The filters are installed in the CLI's process and, through Ray's
 from __future__ import annotations
 
 import logging
+import sys
 
 #: logger name -> (start of the message, why it is harmless).
 HARMLESS_LINES: dict[str, tuple[tuple[str, str], ...]] = {
@@ -42,12 +43,23 @@ class _DropHarmless(logging.Filter):
         return not str(record.msg).startswith(self.starts)
 
 
+def _exit_quietly_in_finalizers(unraisable: sys.UnraisableHookArgs) -> None:
+    """Ray's workers turn SIGTERM (how Ray stops an actor at shutdown) into ``SystemExit``; when the
+    signal lands inside a finalizer such as ``EnvRunner.__del__``, Python prints "Exception ignored
+    in ..." with a traceback of the exit Ray asked for. Those are dropped; every other unraisable
+    exception goes to Python's default hook."""
+    if issubclass(unraisable.exc_type, SystemExit):
+        return
+    sys.__unraisablehook__(unraisable)
+
+
 def hide_harmless_lines() -> None:
     """Install the filters in this process (idempotent)."""
     for name, lines in HARMLESS_LINES.items():
         logger = logging.getLogger(name)
         if not any(isinstance(f, _DropHarmless) for f in logger.filters):
             logger.addFilter(_DropHarmless(tuple(start for start, _ in lines)))
+    sys.unraisablehook = _exit_quietly_in_finalizers
 
 
 #: For ``ray.init(runtime_env={"worker_process_setup_hook": ...})``.
