@@ -6,6 +6,8 @@ resumable warm start, DAgger rounds, and the cache of named recipes.
 from __future__ import annotations
 
 import json
+import os
+import signal
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +15,7 @@ import pandas as pd
 import pytest
 import torch
 from helpers import TUNED
+from safetensors.torch import load_file
 
 import envs
 from hgpo_rllib import cli
@@ -20,16 +23,19 @@ from hgpo_rllib.evaluation import CheckpointPolicy, evaluate
 from hgpo_rllib.evaluation.policy_loading import config_for_warm_start, inference_module
 from hgpo_rllib.experiments.experiment_file import load_experiment_file
 from hgpo_rllib.experiments.presets import RunSettings
-from hgpo_rllib.warm_start import cache
+from hgpo_rllib.warm_start import cache, dagger, trainer
 from hgpo_rllib.warm_start.cache import (
     ALFWORLD_WARM_START,
     alfworld_recipe,
     build_warm_start,
     warm_start_path,
 )
+from hgpo_rllib.warm_start.dagger import DaggerSettings
 from hgpo_rllib.warm_start.demonstrations import make_demonstrator
 from hgpo_rllib.warm_start.format import DEMONSTRATIONS, SFT_CONFIG
-from hgpo_rllib.warm_start.trainer import IGNORE_INDEX, tokenize_examples, train_warm_start
+from hgpo_rllib.warm_start.phases import BuildClock
+from hgpo_rllib.warm_start.shipping import ship_warm_start
+from hgpo_rllib.warm_start.trainer import IGNORE_INDEX, SFTSettings, tokenize_examples, train_warm_start
 
 MICRO = {
     "hidden_size": 32,
@@ -37,6 +43,17 @@ MICRO = {
     "num_hidden_layers": 1,
     "num_attention_heads": 2,
     "num_key_value_heads": 1,
+}
+
+
+MICRO_RECIPE = {
+    "env": "keychest",
+    "episodes": 2,
+    "model": MICRO,
+    "vocab_size": 300,
+    "max_new_tokens": 16,
+    "batch_size": 4,
+    "epochs": 1.0,
 }
 
 
@@ -112,6 +129,86 @@ def test_dagger_rounds_learn_the_demonstrators_answers_in_the_models_own_states(
     assert "already holds a finished warm start" in capsys.readouterr().err
     assert cli.main([*sft_args(warm_start), "--lr", "0.1", *dagger]) == 2  # not the warm start it was
     assert "finished run with other settings (lr was 0.001, now 0.1)" in capsys.readouterr().err
+
+
+def test_ctrl_c_in_sft_saves_at_the_next_step_and_the_rerun_resumes_there(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Ctrl-C during SFT: the step under way ends, a Trainer checkpoint is saved (not only every
+    ``--save-steps``), and ``rllib sft`` exits 130 with one line; the same command resumes there."""
+    original = trainer._SaveOnCtrlC.on_step_end
+
+    def ctrl_c_after_the_first_step(self: Any, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
+        if state.global_step == 1:
+            os.kill(os.getpid(), signal.SIGINT)
+        return original(self, args, state, control, **kwargs)
+
+    monkeypatch.setattr(trainer._SaveOnCtrlC, "on_step_end", ctrl_c_after_the_first_step)
+    out = tmp_path / "model"
+    command = [*sft_args(out), "--save-steps", "1000"]
+    assert cli.main(command) == 130
+    err = capsys.readouterr().err  # (the progress bars write there too)
+    assert err.strip().splitlines()[-1] == "rllib: interrupted; rerun the same command to resume"
+    assert "Traceback" not in err
+    assert [p.name for p in (out / "checkpoints").iterdir()] == ["checkpoint-1"]
+    assert not json.loads((out / SFT_CONFIG).read_text())["finished"]
+    monkeypatch.setattr(trainer._SaveOnCtrlC, "on_step_end", original)
+    assert cli.main(command) == 0
+    record = json.loads((out / SFT_CONFIG).read_text())
+    assert record["finished"] and record["optimizer_steps"] > 1
+    assert record["train_seconds_this_session"] < 60
+
+
+def test_an_interrupted_dagger_round_replays_only_the_games_it_had_not_saved(
+    warm_start: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    played: list[list[int]] = []
+    real_play = dagger.play
+
+    def play_then_ctrl_c(*args: Any, on_episode_end: Any, **kwargs: Any) -> Any:
+        played.append(list(args[3]))
+
+        def end(record: dict[str, Any]) -> None:
+            on_episode_end(record)
+            raise KeyboardInterrupt
+
+        return real_play(*args, on_episode_end=end, **kwargs)
+
+    monkeypatch.setattr(dagger, "play", play_then_ctrl_c)
+    path = tmp_path / "dagger_states.jsonl"
+    seeds = [10, 11, 12]
+    with pytest.raises(KeyboardInterrupt):
+        dagger.collect_dagger_states(warm_start, path, seeds)
+    saved = [json.loads(line) for line in path.with_suffix(".partial").read_text().splitlines()]
+    assert len(saved) == 1 and not path.exists()
+    monkeypatch.setattr(dagger, "play", lambda *a, **k: played.append(list(a[3])) or real_play(*a, **k))
+    records = dagger.collect_dagger_states(warm_start, path, seeds)
+    assert played[1] == [s for s in seeds if s != saved[0]["task_seed"]]
+    assert [r["task_seed"] for r in records] == seeds and records[
+        seeds.index(saved[0]["task_seed"])
+    ] == saved[0]
+    assert all(len(r["states"]) == r["steps"] for r in records)
+    assert not path.with_suffix(".partial").exists()
+    assert dagger.collect_dagger_states(warm_start, path, seeds) == records  # read back, not replayed
+    assert len(played) == 2
+
+
+def test_a_build_announces_each_phase_with_its_estimate_and_the_whole_builds() -> None:
+    now, lines = [0.0], []
+    clock = BuildClock([("a", 120.0), ("b", 600.0), ("c", 1800.0)], clock=lambda: now[0], show=lines.append)
+    clock.start("a")
+    assert lines[-1].startswith("[warm start 1/3] a: about 2 min; the build about 42 min more (around ")
+    now[0] = 240.0  # twice as slow as estimated: later estimates double
+    clock.start("b", expected_s=300.0)  # its size known now
+    assert lines[-1].startswith("[warm start 2/3] b: about 10 min; the build about 1 h 10 min more")
+    now[0] = 250.0  # (a phase under a minute, e.g. resumed, does not rescale)
+    clock.start("c")
+    assert lines[-1].startswith("[warm start 3/3] c: about 1 h 00 min; the build about 1 h 00 min more")
+    phases = cache.build_phases(
+        SFTSettings(env="alfworld", episodes=800, epochs=1.5), DaggerSettings(1, 96), 2
+    )
+    assert phases.names == ["demonstrations", "SFT", "DAgger round 1: the model plays", "DAgger round 1: SFT"]
+    assert 100 * 60 < sum(phases.expected.values()) < 150 * 60  # about 2 h on 2 idle cores, as measured
 
 
 def episode_of(observations: list[str], actions: list[str], infos: list[dict[str, Any]]) -> Any:
@@ -232,6 +329,7 @@ def test_the_main_job_builds_its_warm_start_when_the_run_starts(
     file`` calls before the run) builds it."""
     recipes = []
     monkeypatch.setattr(cache, "build_warm_start", lambda *args: recipes.append(args))
+    monkeypatch.setattr(cache, "SHIPPED_DIR", tmp_path / "ships nothing")
     monkeypatch.delenv("HGPO_WARM_START")
     monkeypatch.setenv("HGPO_CACHE", str(tmp_path))
     experiment = load_experiment_file(TUNED / "hgpo_alfworld.py")
@@ -247,18 +345,77 @@ def test_the_main_job_builds_its_warm_start_when_the_run_starts(
     assert k4.history_length == 4 and Path(k4.model_config["model"]) != model
 
 
+def test_a_shipped_warm_start_is_bf16_evaluated_and_used_when_its_recipe_matches(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    recipe = {**MICRO_RECIPE, "dagger": {"rounds": 1, "episodes": 1}}
+    built = build_warm_start(recipe, tmp_path / "cache")
+    shipped_dir = tmp_path / "package"
+    evaluation = {"env": "keychest", "seeds": [1], "episodes": 2, "env_config": {"max_steps": 3}}
+    shipped = ship_warm_start(
+        recipe,
+        built,
+        evaluation=evaluation,
+        output=tmp_path / "eval",
+        build_command="test",
+        shipped_dir=shipped_dir,
+    )
+    assert shipped == shipped_dir / built.relative_to(tmp_path / "cache" / "warm_starts")
+    assert sorted(p.name for p in shipped.iterdir() if p.suffix != ".json") == [
+        "chat_template.jinja",
+        "model.safetensors",
+    ]  # no Trainer checkpoints, demonstrations or DAgger states
+    weights, original = load_file(shipped / "model.safetensors"), load_file(built / "model.safetensors")
+    assert weights.keys() == original.keys() and {w.dtype for w in weights.values()} == {torch.bfloat16}
+    assert all(torch.equal(weights[k], original[k].to(torch.bfloat16)) for k in weights)
+    record = json.loads((shipped / cache.SHIPPED_RECORD).read_text())
+    assert record["recipe"] == recipe and record["build_records"][-1]["dagger_round"] == 1
+    episodes = pd.read_csv(tmp_path / "eval" / "episodes.csv")
+    assert record["evaluation"]["games"] == len(episodes) == 2
+    assert record["evaluation"]["won"] == episodes["won"].sum()
+    assert CheckpointPolicy(shipped).module.lm.dtype == torch.float32  # runs load it in their own dtype
+    with pytest.raises(FileExistsError, match="shipped already"):
+        ship_warm_start(
+            recipe,
+            built,
+            evaluation=evaluation,
+            output=tmp_path / "e2",
+            build_command="",
+            shipped_dir=shipped_dir,
+        )
+    # Used when the recipe (so its digest) matches; the cache's own finished build comes first.
+    assert cache.shipped_warm_start(recipe, shipped_dir) == shipped
+    assert cache.shipped_warm_start({**recipe, "epochs": 2.0}, shipped_dir) is None
+    monkeypatch.setattr(cache, "SHIPPED_DIR", shipped_dir)
+    monkeypatch.setattr(cache, "train_warm_start", lambda *a, **k: pytest.fail("built a shipped warm start"))
+    assert cache.find_warm_start(recipe, tmp_path / "empty") == shipped
+    assert build_warm_start(recipe, tmp_path / "empty") == shipped
+    assert cache.find_warm_start(recipe, tmp_path / "cache") == built
+
+
+def test_ctrl_c_while_the_main_job_builds_its_warm_start_says_to_rerun_without_resume(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def interrupted(*args: Any) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cache, "build_warm_start", interrupted)
+    monkeypatch.setattr(cache, "SHIPPED_DIR", tmp_path / "ships nothing")
+    monkeypatch.delenv("HGPO_WARM_START")
+    monkeypatch.setenv("HGPO_CACHE", str(tmp_path / "cache"))
+    command = ["train", "file", str(TUNED / "hgpo_alfworld.py"), "--storage-path", str(tmp_path / "out")]
+    assert cli.main(command) == 130
+    assert capsys.readouterr().err.strip().splitlines() == [
+        "rllib: interrupted; the run had not started; rerun the same command (without --resume): "
+        "what its preparation finished is kept"
+    ]
+    assert not (tmp_path / "out").exists()  # no run directory for a run that never started
+
+
 def test_a_warm_start_is_built_once_per_recipe_in_the_cache_it_is_given(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    recipe = {
-        "env": "keychest",
-        "episodes": 2,
-        "model": MICRO,
-        "vocab_size": 300,
-        "max_new_tokens": 16,
-        "batch_size": 4,
-        "epochs": 1.0,
-    }
+    recipe = dict(MICRO_RECIPE)
     built = build_warm_start(recipe, cache_dir=tmp_path)
     assert built == warm_start_path(recipe, tmp_path) and built.parent == tmp_path / "warm_starts"
     assert json.loads((built / SFT_CONFIG).read_text())["finished"]

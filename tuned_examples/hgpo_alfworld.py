@@ -6,8 +6,9 @@
 
 On CPU the run starts from a warm start: a 3.5M-parameter model fine-tuned on the searcher's play of
 800 training games, then one DAgger round (``rllib sft``, recipe
-``hgpo_rllib.warm_start.cache.ALFWORLD_WARM_START`` at the run's K), built when the run starts (about
-2 hours on 2 cores, with progress bars; resumable) and cached under ``~/.cache/hgpo_rllib``
+``hgpo_rllib.warm_start.cache.ALFWORLD_WARM_START`` at the run's K). The package ships it for K = 2
+(bf16 weights, ``hgpo_rllib/warm_start/shipped``); another K builds its own when the run starts (about
+2 hours on 2 cores, each phase announced with an ETA; resumable), cached under ``~/.cache/hgpo_rllib``
 (``HGPO_CACHE``). It then trains for 30 minutes, generating free text
 (``<think>...</think><action>...</action>``, no action constraint). ``HGPO_WARM_START=<dir>`` starts
 from another ``rllib sft`` model directory; ``HGPO_WARM_START=none`` runs the 2-minute pipeline demo
@@ -25,7 +26,7 @@ from hgpo_rllib.experiments.presets import (
     tiny_cpu_config,
     warm_start_cpu_config,
 )
-from hgpo_rllib.warm_start.cache import alfworld_recipe, build_warm_start, recipe_record, warm_start_path
+from hgpo_rllib.warm_start.cache import alfworld_recipe, build_warm_start, find_warm_start, recipe_record
 
 settings = RunSettings.from_env()
 stop = {"training_iteration": settings.iterations}
@@ -35,7 +36,7 @@ builds_warm_start = settings.preset == "cpu" and settings.warm_start is None
 if settings.preset == "cpu" and (settings.warm_start or "").lower() == "none":
     config = tiny_cpu_config("alfworld", {"split": "train", "max_steps": 15}, settings, max_new_tokens=8)
 elif settings.preset == "cpu":
-    warm_start = settings.warm_start or warm_start_path(recipe, settings.cache_dir)
+    warm_start = settings.warm_start or find_warm_start(recipe, settings.cache_dir)
     recorded = recipe_record(recipe) if builds_warm_start else None  # the directory may not exist yet
     config = warm_start_cpu_config(warm_start, settings.training(), settings=recorded)
     stop = {"time_total_s": 1800}
@@ -46,7 +47,8 @@ name = f"alfworld_{settings.run_name}"
 
 
 def prepare() -> None:
-    """Build (or finish building) the warm start of the recipe before the run starts."""
+    """Build (or finish building) the warm start of the recipe before the run starts, unless the
+    package ships it or the cache holds it."""
     if builds_warm_start:
         build_warm_start(recipe, settings.cache_dir)
 

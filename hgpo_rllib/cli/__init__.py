@@ -20,7 +20,7 @@ except TorchvisionError as broken:
     sys.exit(f"rllib: {broken}")
 
 from hgpo_rllib.cli import evaluate, export, sft, train  # noqa: E402
-from hgpo_rllib.cli.args import Parser, user_error  # noqa: E402
+from hgpo_rllib.cli.args import InterruptedWithHint, Parser, user_error  # noqa: E402
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -61,8 +61,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return run(args)
     except user_errors as exc:
         return user_error(exc)
-    except KeyboardInterrupt:
-        print(f"\nrllib: interrupted; {_RESUME_HINTS[args.command]}", file=sys.stderr)
+    except KeyboardInterrupt as exc:
+        hint = exc.hint if isinstance(exc, InterruptedWithHint) else _RESUME_HINTS[args.command]
+        print(f"\nrllib: interrupted; {hint}", file=sys.stderr)
         return 130
 
 

@@ -48,3 +48,11 @@ def user_error(exc: Exception) -> int:
     message = str(exc).replace("\n", " ")
     print(f"rllib: error: {message}", file=sys.stderr)
     return 2
+
+
+class InterruptedWithHint(KeyboardInterrupt):
+    """Ctrl-C at a moment where the command's usual resume hint would be wrong; says what to do."""
+
+    def __init__(self, hint: str):
+        super().__init__(hint)
+        self.hint = hint

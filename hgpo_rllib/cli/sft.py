@@ -8,6 +8,7 @@ from typing import Any
 
 import envs
 from hgpo_rllib.cli.args import count, json_dict
+from hgpo_rllib.warm_start.cache import build_phases
 from hgpo_rllib.warm_start.dagger import DaggerSettings, train_dagger
 from hgpo_rllib.warm_start.trainer import SFTSettings, train_warm_start
 
@@ -79,18 +80,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     settings: dict[str, Any] = {name: getattr(args, name) for name in _SFT}
-    runtime = {"max_minutes": args.max_minutes, "save_steps": args.save_steps}
+    dagger = {
+        "rounds": args.dagger_rounds,
+        "episodes": args.dagger_episodes,
+        "epochs": args.dagger_epochs,
+        "lr": args.dagger_lr,
+    }
+    clock = build_phases(
+        SFTSettings(**settings), DaggerSettings(**dagger) if args.dagger_rounds else None, args.workers
+    )
+    runtime = {"max_minutes": args.max_minutes, "save_steps": args.save_steps, "clock": clock}
     out = train_warm_start(
         args.output, workers=args.workers, reuse_finished=args.dagger_rounds > 0, **runtime, **settings
     )
     if args.dagger_rounds:
-        out = train_dagger(
-            out,
-            rounds=args.dagger_rounds,
-            episodes=args.dagger_episodes,
-            epochs=args.dagger_epochs,
-            lr=args.dagger_lr,
-            **runtime,
-        )
+        out = train_dagger(out, **dagger, **runtime)
     print(f"Warm start written to {out}; use it with model_config={{'model': '{out}'}}")
     return 0

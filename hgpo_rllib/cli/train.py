@@ -24,7 +24,7 @@ from ray import tune
 from ray.tune.search.basic_variant import BasicVariantGenerator
 
 import envs
-from hgpo_rllib.cli.args import count, json_dict, user_error
+from hgpo_rllib.cli.args import InterruptedWithHint, count, json_dict, user_error
 from hgpo_rllib.cli.console import LINE_COLUMNS, IterationLines
 from hgpo_rllib.cli.quiet import WORKER_SETUP_HOOK, hide_harmless_lines
 from hgpo_rllib.cli.result_files import result_file_callbacks
@@ -227,7 +227,13 @@ def train(
     for point in experiment.points_to_evaluate:
         check_param_space(experiment.config, point)
     if experiment.prepare is not None:
-        experiment.prepare()
+        try:
+            experiment.prepare()  # e.g. the main job's warm-start build
+        except KeyboardInterrupt:
+            raise InterruptedWithHint(
+                "the run had not started; rerun the same command (without --resume): what its "
+                "preparation finished is kept"
+            ) from None
     experiment.config.copy(copy_frozen=False).validate()  # fail here, not inside a trial
     check_trial_resources(experiment.config)
     experiment_dir = claim_experiment_dir(storage, name)

@@ -81,11 +81,13 @@ def play(
     reset_options: dict[str, Any] | None = None,
     batch_size: int = 16,
     desc: str = "",
+    on_episode_end: Callable[[dict[str, Any]], None] | None = None,
 ) -> list[dict[str, Any]]:
     """Play one episode per task seed, up to ``batch_size`` at a time; one record each, in task order.
 
     A slot whose episode ends starts the next task at once (continuous batching), so one long episode
-    does not hold up a whole batch."""
+    does not hold up a whole batch. ``on_episode_end`` gets each record as its episode ends (to save
+    finished games as they come)."""
     records: dict[int, dict[str, Any]] = {}
     progress = tqdm(total=len(task_seeds), desc=desc or env_name, unit="ep", leave=False)
     pool = [envs.make_env(env_name, env_config) for _ in range(min(batch_size, len(task_seeds)))]
@@ -121,6 +123,8 @@ def play(
                     env_error=info.get("env_error", ""),
                 )
                 records[slot.result.pop("index")] = slot.result
+                if on_episode_end is not None:
+                    on_episode_end(slot.result)
                 progress.update()
         active = [slot if not slot.done else start(slot.env) for slot in active if not slot.done or todo]
     progress.close()

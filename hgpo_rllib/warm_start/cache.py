@@ -5,6 +5,10 @@ optionally, ``dagger``: those of :func:`~hgpo_rllib.warm_start.dagger.train_dagg
 named after the digest of the recipe without ``dagger`` and of :data:`DEMONSTRATION_FORMAT`, so recipes
 that differ only in their DAgger rounds share the warm start they start from, and a change of the
 demonstrators' texts builds a new one instead of reusing one trained on the old texts.
+
+The package ships the CPU main job's warm start (:data:`SHIPPED_DIR`), so that run learns within
+minutes of the install instead of after a 2-hour build; a run uses it when its recipe's directory
+matches, and a finished build of the user's own in the cache comes first.
 """
 
 from __future__ import annotations
@@ -18,6 +22,15 @@ from typing import Any
 from hgpo_rllib.run_records import read_record
 from hgpo_rllib.warm_start.dagger import DaggerSettings, train_dagger
 from hgpo_rllib.warm_start.format import SFT_CONFIG
+from hgpo_rllib.warm_start.phases import (
+    SECONDS_PER_DAGGER_GAME,
+    SECONDS_PER_DEMONSTRATION,
+    STATES_PER_DAGGER_GAME,
+    STEPS_PER_DEMONSTRATION,
+    BuildClock,
+    dagger_phase,
+    sft_seconds,
+)
 from hgpo_rllib.warm_start.trainer import SFTSettings, train_warm_start
 
 #: The CPU main job's warm start (issue 11): the searcher's play of 800 training games, 1.5 epochs of
@@ -33,6 +46,11 @@ ALFWORLD_WARM_START: dict[str, Any] = {
 #: Part of every cached warm start's name: bump it when a demonstrator's thoughts or commands change.
 DEMONSTRATION_FORMAT = 3
 DEFAULT_CACHE_DIR = Path("~/.cache/hgpo_rllib")
+#: Finished warm starts that ship inside the package, at their path inside a cache, their weights in
+#: bf16 (``scripts/ship_warm_start.py`` writes them; runs load them in their own dtype).
+SHIPPED_DIR = Path(__file__).parent / "shipped"
+#: What a shipped warm start is: its recipe, how it was built, and its measured evaluation.
+SHIPPED_RECORD = "hgpo_shipped.json"
 
 
 def alfworld_recipe(history_length: int = 2) -> dict[str, Any]:
@@ -47,17 +65,41 @@ def recipe_record(recipe: dict[str, Any]) -> dict[str, Any]:
     return SFTSettings(**{k: v for k, v in recipe.items() if k != "dagger"}).record()
 
 
-def warm_start_path(recipe: dict[str, Any], cache_dir: str | Path | None = None) -> Path:
-    """Where the finished warm start of ``recipe`` lives (its last DAgger round, if any); builds nothing."""
+def recipe_directory(recipe: dict[str, Any]) -> Path:
+    """The recipe's finished warm start's path inside a cache (its last DAgger round, if any)."""
     recipe = dict(recipe)
     dagger = recipe.pop("dagger", None)
     key = json.dumps([DEMONSTRATION_FORMAT, recipe], sort_keys=True)
     digest = hashlib.sha256(key.encode()).hexdigest()[:10]
-    base = Path(cache_dir or DEFAULT_CACHE_DIR).expanduser() / "warm_starts" / f"{recipe['env']}-{digest}"
+    base = Path("warm_starts") / f"{recipe['env']}-{digest}"
     if not dagger:
         return base
     rounds = DaggerSettings(**dagger)
     return base / f"dagger-{rounds.digest()}-{rounds.rounds}"
+
+
+def warm_start_path(recipe: dict[str, Any], cache_dir: str | Path | None = None) -> Path:
+    """Where the finished warm start of ``recipe`` is built in ``cache_dir``; builds nothing."""
+    return Path(cache_dir or DEFAULT_CACHE_DIR).expanduser() / recipe_directory(recipe)
+
+
+def shipped_warm_start(recipe: dict[str, Any], shipped_dir: Path | None = None) -> Path | None:
+    """The package's own finished warm start of ``recipe``, if it ships one (same recipe and
+    demonstration format, so the same digest)."""
+    path = (shipped_dir or SHIPPED_DIR) / recipe_directory(recipe).relative_to("warm_starts")
+    record = path / SHIPPED_RECORD
+    if not (record.is_file() and is_finished(path)):
+        return None
+    shipped = read_record(record)
+    same = json.dumps(shipped["recipe"], sort_keys=True) == json.dumps(recipe, sort_keys=True)
+    return path if same and shipped["demonstration_format"] == DEMONSTRATION_FORMAT else None
+
+
+def find_warm_start(recipe: dict[str, Any], cache_dir: str | Path | None = None) -> Path:
+    """Where a run of ``recipe`` starts from: the cache's own finished build, else the package's
+    shipped copy, else the cache path that :func:`build_warm_start` builds."""
+    built = warm_start_path(recipe, cache_dir)
+    return built if is_finished(built) else shipped_warm_start(recipe) or built
 
 
 def is_finished(path: Path) -> bool:
@@ -65,16 +107,41 @@ def is_finished(path: Path) -> bool:
     return record.is_file() and bool(read_record(record).get("finished"))
 
 
-def build_warm_start(recipe: dict[str, Any], cache_dir: str | Path | None = None) -> Path:
-    """The finished warm start of ``recipe``, built first (or finished, if an earlier build was
-    interrupted) under ``cache_dir``; returns :func:`warm_start_path`."""
+def build_warm_start(
+    recipe: dict[str, Any], cache_dir: str | Path | None = None, *, use_shipped: bool = True
+) -> Path:
+    """The finished warm start of ``recipe``: :func:`find_warm_start`'s, built first (or finished,
+    if an earlier build was interrupted) under ``cache_dir`` when there is none (or, without
+    ``use_shipped``, when the cache has none)."""
     final = warm_start_path(recipe, cache_dir)
-    if is_finished(final):
-        return final
+    found = find_warm_start(recipe, cache_dir) if use_shipped else final
+    if is_finished(found):
+        return found
     recipe = dict(recipe)
     dagger = recipe.pop("dagger", None)
     base = final.parent if dagger else final
+    workers = os.cpu_count() or 1
+    clock = build_phases(SFTSettings(**recipe), DaggerSettings(**dagger) if dagger else None, workers)
+    print(f"Building the warm start {final} (first use only; interrupted builds resume) ...", flush=True)
     if not is_finished(base):
-        print(f"Building the warm start {base} (first use only; interrupted builds resume) ...", flush=True)
-        train_warm_start(base, workers=os.cpu_count() or 1, **recipe)
-    return train_dagger(base, reuse_finished=True, **dagger) if dagger else base
+        train_warm_start(base, workers=workers, clock=clock, **recipe)
+    return train_dagger(base, reuse_finished=True, clock=clock, **dagger) if dagger else base
+
+
+def build_phases(sft: SFTSettings, dagger: DaggerSettings | None, workers: int = 1) -> BuildClock:
+    """The clock of a build: the warm start of ``sft`` (demonstrations in ``workers`` processes, then
+    SFT over their steps), then ``dagger``'s rounds, if any."""
+    phases = [
+        ("demonstrations", sft.episodes * SECONDS_PER_DEMONSTRATION * 2 / max(workers, 1)),
+        ("SFT", sft_seconds(round(sft.episodes * STEPS_PER_DEMONSTRATION), sft.batch_size, sft.epochs)),
+    ]
+    if dagger is None:
+        return BuildClock(phases)
+    for round_ in range(1, dagger.rounds + 1):
+        # Every round's states so far plus as many demonstration steps.
+        examples = round(2 * round_ * dagger.episodes * STATES_PER_DAGGER_GAME)
+        phases += [
+            (dagger_phase(round_, "play"), dagger.episodes * SECONDS_PER_DAGGER_GAME),
+            (dagger_phase(round_, "SFT"), sft_seconds(examples, sft.batch_size, dagger.epochs)),
+        ]
+    return BuildClock(phases)

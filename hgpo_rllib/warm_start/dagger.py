@@ -21,9 +21,15 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from hgpo_rllib.evaluation.policy_loading import CheckpointPolicy
 from hgpo_rllib.evaluation.rollout import EpisodeSlot, play, task_seeds
-from hgpo_rllib.run_records import exclusive_directory, read_record
-from hgpo_rllib.warm_start.demonstrations import demonstrator_answer, make_demonstrator, prompt_renderer
+from hgpo_rllib.run_records import exclusive_directory, read_record, write_atomically
+from hgpo_rllib.warm_start.demonstrations import (
+    demonstrator_answer,
+    make_demonstrator,
+    prompt_renderer,
+    read_played_episodes,
+)
 from hgpo_rllib.warm_start.format import DEMONSTRATIONS, SFT_CONFIG, read_settings, response_text
+from hgpo_rllib.warm_start.phases import BuildClock, dagger_phase
 from hgpo_rllib.warm_start.trainer import fit, open_run, tokenize_examples, write_run_record
 
 
@@ -57,29 +63,50 @@ def collect_dagger_states(model_dir: Path, path: Path, seeds: Sequence[int]) -> 
     """The model of ``model_dir`` plays the tasks ``seeds`` as ``rllib evaluate`` plays them (its own prompts,
     sampling at its evaluation temperature); every state it reaches becomes an example whose response
     is the demonstrator's in that state (DAgger, Ross et al. 2011: the imitator learns to recover from
-    its own mistakes, which expert play never shows). Written to ``path`` once; a rerun reads it."""
+    its own mistakes, which expert play never shows). Each game is appended to ``path`` + ``.partial``
+    as it ends, so an interrupted round plays only the games it had not finished; ``path`` is written
+    once all are, and a rerun reads it."""
     if path.exists():
-        return [json.loads(line) for line in path.read_text().splitlines()]
-    settings = read_settings(model_dir)
-    env_name, env_config, k = settings["env"], settings["env_config"], settings["history_length"]
-    policy = CheckpointPolicy(model_dir).reseed(settings["seed"])
-    demonstrator = make_demonstrator(env_name, settings["demonstrator"], k)
-    render = prompt_renderer(env_name, env_config, k)
-    steps: dict[int, list[dict[str, str]]] = {}
-
-    def labelled(slots: list[EpisodeSlot]) -> list[str]:
-        for slot in slots:
-            thought, command = demonstrator_answer(demonstrator, slot)
-            steps.setdefault(slot.result["task_seed"], []).append(
-                {"prompt": render(slot.episode), "response": response_text(thought, command)}
-            )
-        return policy(slots)
-
-    records = play(env_name, env_config, labelled, seeds, desc="DAgger: the model plays")
-    records = [{**record, "states": steps[record["task_seed"]]} for record in records]
+        return list(read_played_episodes(path).values())
     partial = path.with_suffix(".partial")
-    partial.write_text("".join(json.dumps(record) + "\n" for record in records))
-    partial.replace(path)
+    games = read_played_episodes(partial)
+    remaining = [seed for seed in seeds if seed not in games]
+    if remaining:
+        settings = read_settings(model_dir)
+        env_name, env_config, k = settings["env"], settings["env_config"], settings["history_length"]
+        policy = CheckpointPolicy(model_dir).reseed(settings["seed"] + len(games))
+        demonstrator = make_demonstrator(env_name, settings["demonstrator"], k)
+        render = prompt_renderer(env_name, env_config, k)
+        steps: dict[int, list[dict[str, str]]] = {}
+
+        def labelled(slots: list[EpisodeSlot]) -> list[str]:
+            for slot in slots:
+                thought, command = demonstrator_answer(demonstrator, slot)
+                steps.setdefault(slot.result["task_seed"], []).append(
+                    {"prompt": render(slot.episode), "response": response_text(thought, command)}
+                )
+            return policy(slots)
+
+        with partial.open("a") as saved:
+
+            def save(record: dict[str, Any]) -> None:
+                game = {**record, "states": steps.pop(record["task_seed"])}
+                saved.write(json.dumps(game) + "\n")
+                saved.flush()
+                games[game["task_seed"]] = game
+
+            saved_before = f" ({len(games)} of {len(seeds)} games saved before)" if games else ""
+            play(
+                env_name,
+                env_config,
+                labelled,
+                remaining,
+                desc=f"DAgger: the model plays{saved_before}",
+                on_episode_end=save,
+            )
+    records = [games[seed] for seed in seeds]
+    write_atomically(path, "".join(json.dumps(record) + "\n" for record in records))
+    partial.unlink(missing_ok=True)
     return records
 
 
@@ -89,13 +116,14 @@ def train_dagger(
     max_minutes: float | None = None,
     save_steps: int = 200,
     reuse_finished: bool = False,
+    clock: BuildClock | None = None,
     **settings: Any,
 ) -> Path:
     """``rounds`` rounds of DAgger on the finished warm start ``base`` (``settings``: the fields of
     :class:`DaggerSettings`): in round r the latest model plays ``episodes`` new training tasks, the
     demonstrator labels the states it reached, and the model is fine-tuned for ``epochs`` on every
     round's states so far plus as many demonstration steps. Round r is the model directory
-    ``base/dagger-DIGEST-r``; returns the last."""
+    ``base/dagger-DIGEST-r``; returns the last. ``clock`` announces each round's two phases."""
     dagger = DaggerSettings(**settings)
     dagger.check()
     base = Path(base).expanduser()
@@ -133,6 +161,7 @@ def train_dagger(
             max_minutes=max_minutes,
             save_steps=save_steps,
             reuse_finished=reuse_finished,
+            clock=clock,
         )
 
 
@@ -146,6 +175,7 @@ def _play_and_train_rounds(
     max_minutes: float | None,
     save_steps: int,
     reuse_finished: bool,
+    clock: BuildClock | None,
 ) -> Path:
     """The rounds of :func:`train_dagger`, under its lock; returns the last round's directory."""
     episodes, digest = dagger.episodes, dagger.digest()
@@ -160,6 +190,8 @@ def _play_and_train_rounds(
             reuse_finished=reuse_finished or not last,
         )
         seeds = task_seeds(kept["seed"], episodes, start=first_task + (round_ - 1) * episodes)
+        if clock is not None and not settings.get("finished"):
+            clock.start(dagger_phase(round_, "play"))
         records = collect_dagger_states(previous, out / "dagger_states.jsonl", seeds)
         states += [state for record in records for state in record["states"]]
         if not settings.get("finished"):
@@ -170,6 +202,8 @@ def _play_and_train_rounds(
                 tokenizer, states + replay, kept["max_prompt_tokens"], kept["train_on_prompt"]
             )
             lm = AutoModelForCausalLM.from_pretrained(previous)
+            if clock is not None:
+                clock.start_fit(dagger_phase(round_, "SFT"), len(examples), kept["batch_size"], dagger.epochs)
             summary = fit(
                 lm,
                 tokenizer,

@@ -12,6 +12,7 @@ collection resumes.
 from __future__ import annotations
 
 import json
+import signal
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
@@ -102,7 +103,10 @@ _worker: dict[str, Any] = {}
 
 
 def _start_worker(env_name: str, env_config: dict[str, Any], history_length: int, demonstrator: str) -> None:
-    """Each collecting process plays with its own env and demonstrator."""
+    """Each collecting process plays with its own env and demonstrator. Ctrl-C is the parent's to
+    handle (it saves what has finished and prints how to resume): the workers ignore it, instead of
+    each printing a KeyboardInterrupt traceback."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     _worker["env"] = envs.make_env(env_name, env_config)
     _worker["actor"] = make_demonstrator(env_name, demonstrator, history_length)
     _worker["render"] = prompt_renderer(env_name, env_config, history_length)
@@ -153,17 +157,21 @@ def collect_demonstrations(
     done = read_played_episodes(path)
     todo = [s for s in seeds if s not in done]
     init = (env_name, env_config, history_length, demonstrator)
-    with (
-        path.open("a") as out,
-        tqdm(total=episodes, initial=episodes - len(todo), desc="demonstrations", unit="ep") as progress,
-        ProcessPoolExecutor(max_workers=workers, initializer=_start_worker, initargs=init) as pool,
-    ):
-        for record in pool.map(_play_task, todo) if todo else ():
-            out.write(json.dumps(record) + "\n")
-            out.flush()
-            done[record["task_seed"]] = record
-            progress.update()
-            progress.set_postfix(
-                won=sum(r["won"] for r in done.values()), steps=sum(len(r["steps"]) for r in done.values())
-            )
+    pool = ProcessPoolExecutor(max_workers=workers, initializer=_start_worker, initargs=init)
+    try:
+        with (
+            path.open("a") as out,
+            tqdm(total=episodes, initial=episodes - len(todo), desc="demonstrations", unit="ep") as progress,
+        ):
+            for record in pool.map(_play_task, todo) if todo else ():
+                out.write(json.dumps(record) + "\n")
+                out.flush()
+                done[record["task_seed"]] = record
+                progress.update()
+                progress.set_postfix(
+                    won=sum(r["won"] for r in done.values()),
+                    steps=sum(len(r["steps"]) for r in done.values()),
+                )
+    finally:  # on Ctrl-C: the games being played end, the queued ones never start
+        pool.shutdown(wait=True, cancel_futures=True)
     return [done[s] for s in seeds]

@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import signal
+import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from transformers import DataCollatorForSeq2Seq, Trainer, TrainerCallback, TrainingArguments
@@ -34,6 +36,9 @@ from hgpo_rllib.run_records import (
 )
 from hgpo_rllib.warm_start.demonstrations import collect_demonstrations
 from hgpo_rllib.warm_start.format import CHECKPOINTS, DEMONSTRATIONS, SFT_CONFIG
+
+if TYPE_CHECKING:
+    from hgpo_rllib.warm_start.phases import BuildClock
 
 #: The from-scratch model: 4 layers, hidden 256 (about 3.7M parameters with a 2k vocabulary), sized
 #: so that an epoch over a few thousand ~450-token examples takes minutes on 2 CPU cores.
@@ -177,6 +182,27 @@ def _time_limit_callback(minutes: float) -> Any:
     return TimeLimit()
 
 
+class _SaveOnCtrlC(TrainerCallback):
+    """The first Ctrl-C (SIGINT) lets the current optimiser step finish, saves a Trainer checkpoint
+    and stops, so a rerun resumes at that step instead of the last ``save_steps`` checkpoint; a
+    second Ctrl-C stops at once. Installed only in the main thread (where Python runs handlers)."""
+
+    def __init__(self) -> None:
+        self.interrupted = False
+
+    def handle(self, signum: int, frame: Any) -> None:
+        if self.interrupted:
+            raise KeyboardInterrupt
+        self.interrupted = True
+        print("\nCtrl-C: saving after this optimiser step (Ctrl-C again to stop at once) ...", flush=True)
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
+        if self.interrupted:
+            control.should_save = True
+            control.should_training_stop = True
+        return control
+
+
 def fit(
     lm: Any,
     tokenizer: Any,
@@ -210,17 +236,26 @@ def fit(
         seed=seed,
         dataloader_num_workers=0,
     )
+    ctrl_c = _SaveOnCtrlC()
     trainer = Trainer(
         model=lm,
         args=args,
         train_dataset=examples,
         data_collator=DataCollatorForSeq2Seq(tokenizer, label_pad_token_id=IGNORE_INDEX),
         processing_class=tokenizer,
-        callbacks=None if max_minutes is None else [_time_limit_callback(max_minutes)],
+        callbacks=[ctrl_c] + ([] if max_minutes is None else [_time_limit_callback(max_minutes)]),
     )
     resume = any((out / CHECKPOINTS).glob("checkpoint-*"))
     started = time.monotonic()
-    result = trainer.train(resume_from_checkpoint=True if resume else None)
+    main_thread = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGINT, ctrl_c.handle) if main_thread else None
+    try:
+        result = trainer.train(resume_from_checkpoint=True if resume else None)
+    finally:
+        if main_thread:
+            signal.signal(signal.SIGINT, previous)
+    if ctrl_c.interrupted:
+        raise KeyboardInterrupt  # the checkpoint is saved; the caller says how to resume
     trainer.save_model(str(out))
     tokenizer.padding_side = "left"  # as the policy pads its prompts
     tokenizer.save_pretrained(str(out))
@@ -246,14 +281,16 @@ def train_warm_start(
     save_steps: int = 200,
     workers: int = 1,
     reuse_finished: bool = False,
+    clock: BuildClock | None = None,
     **settings: Any,
 ) -> Path:
     """Collect demonstrations, train the model, and write the model directory ``output``.
 
     ``settings`` are the fields of :class:`SFTSettings`. With ``reuse_finished``, a finished run of
     the same settings in ``output`` is kept as it is; ``max_minutes`` stops training early (the
-    directory is usable but unfinished: rerunning trains on).
+    directory is usable but unfinished: rerunning trains on). ``clock`` announces the phases.
     """
+
     sft = SFTSettings(**settings)
     sft.check()
     if (max_minutes or 0) < 0:
@@ -266,7 +303,15 @@ def train_warm_start(
     with exclusive_directory(out, "`rllib sft`"):
         record = open_run(out, wanted, reuse_finished)
         if not record.get("finished"):
-            _train(out, sft, record, workers=workers, save_steps=save_steps, max_minutes=max_minutes)
+            _train(
+                out,
+                sft,
+                record,
+                workers=workers,
+                save_steps=save_steps,
+                max_minutes=max_minutes,
+                clock=clock,
+            )
     return out
 
 
@@ -278,9 +323,12 @@ def _train(
     workers: int,
     save_steps: int,
     max_minutes: float | None,
+    clock: BuildClock | None,
 ) -> None:
     """Collect the demonstrations, train, and record the summary (the body of :func:`train_warm_start`)."""
     env_name, env_config = record["env"], record["env_config"]
+    if clock is not None:
+        clock.start("demonstrations")
     records = collect_demonstrations(
         out / DEMONSTRATIONS,
         env_name,
@@ -301,6 +349,8 @@ def _train(
     tokenizer = build_tiny_tokenizer(corpus, sft.vocab_size)
     examples = tokenize_examples(tokenizer, steps, sft.max_prompt_tokens, sft.train_on_prompt)
     lm = build_tiny_model(tokenizer, record["model"], sft.seed)
+    if clock is not None:
+        clock.start_fit("SFT", len(examples), sft.batch_size, sft.epochs)
     summary = fit(
         lm,
         tokenizer,

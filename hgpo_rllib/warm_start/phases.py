@@ -1,0 +1,94 @@
+"""The phases of a warm-start build, each announced with its own and the overall time still to go.
+
+A build is demonstrations, then SFT, then per DAgger round the model's play and another SFT. Each
+phase has its own progress bar; :class:`BuildClock` prints one line as each starts. The estimates
+come from the ALFWorld main-job recipe measured on 2 idle cores (``docs/results/alfworld_warm_start.md``);
+once a phase of this build has run for a minute or more, the remaining estimates are rescaled by how
+fast this machine turned out to be against them.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+
+#: 800 searcher games in about 21 minutes with 2 worker processes.
+SECONDS_PER_DEMONSTRATION = 1.6
+#: 10,991 steps in 800 won games.
+STEPS_PER_DEMONSTRATION = 13.7
+#: 2,061 optimiser steps of 8 examples (about 490 tokens each) in 61 minutes.
+SECONDS_PER_OPTIMIZER_STEP = 1.8
+#: The warm start playing 96 games of up to 50 steps, with its states labelled.
+SECONDS_PER_DAGGER_GAME = 10.0
+#: 4,396 labelled states in 96 games.
+STATES_PER_DAGGER_GAME = 45.8
+#: Phases shorter than this do not rescale the estimates (resumed phases end at once).
+_MIN_TIMED_S = 60.0
+
+
+def sft_seconds(examples: int, batch_size: int, epochs: float) -> float:
+    """The typical time of fitting ``epochs`` over ``examples``."""
+    return math.ceil(examples / batch_size) * epochs * SECONDS_PER_OPTIMIZER_STEP
+
+
+def duration(seconds: float) -> str:
+    """``1 h 05 min`` / ``7 min`` / ``40 s``."""
+    if seconds >= 3600:
+        return f"{int(seconds // 3600)} h {int(seconds % 3600 // 60):02d} min"
+    return f"{round(seconds / 60)} min" if seconds >= 60 else f"{round(seconds)} s"
+
+
+class BuildClock:
+    """Prints a line as each phase of a build starts: its estimate, and the whole build's."""
+
+    def __init__(
+        self,
+        phases: list[tuple[str, float]],
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        show: Callable[[str], None] = lambda line: print(line, flush=True),
+    ):
+        if not phases:
+            raise ValueError("a build has at least one phase")
+        self.names = [name for name, _ in phases]
+        self.expected = dict(phases)
+        self.clock, self.show = clock, show
+        self.current: str | None = None
+        self.started = 0.0
+        self.timed: list[tuple[float, float]] = []  # (expected, elapsed) of phases run here
+
+    def speed(self) -> float:
+        """Elapsed over expected time of this build's phases that ran long enough to tell (1 before)."""
+        expected = sum(e for e, _ in self.timed)
+        return sum(s for _, s in self.timed) / expected if expected else 1.0
+
+    def start(self, name: str, expected_s: float | None = None) -> None:
+        """Phase ``name`` starts (earlier phases are done, whether they ran here or in an earlier
+        session); ``expected_s`` replaces its estimate once its size is known."""
+        now = self.clock()
+        if self.current is not None:
+            elapsed = now - self.started
+            if elapsed >= _MIN_TIMED_S:
+                self.timed.append((self.expected[self.current], elapsed))
+        if expected_s is not None:
+            self.expected[name] = expected_s
+        self.current, self.started = name, now
+        index = self.names.index(name)
+        speed = self.speed()
+        this = self.expected[name] * speed
+        total = sum(self.expected[n] for n in self.names[index:]) * speed
+        finish = time.strftime("%H:%M", time.localtime(time.time() + total))
+        self.show(
+            f"[warm start {index + 1}/{len(self.names)}] {name}: about {duration(this)}; "
+            f"the build about {duration(total)} more (around {finish})"
+        )
+
+    def start_fit(self, name: str, examples: int, batch_size: int, epochs: float) -> None:
+        """Phase ``name`` starts, fitting ``epochs`` over ``examples`` (estimated from their number)."""
+        self.start(name, sft_seconds(examples, batch_size, epochs))
+
+
+def dagger_phase(round_: int, part: str) -> str:
+    """The name of a DAgger round's phase ``part`` ("play" or "SFT")."""
+    return f"DAgger round {round_}: " + ("the model plays" if part == "play" else "SFT")
