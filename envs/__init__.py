@@ -5,7 +5,15 @@ Importing this package registers ``hgpo/ALFWorld-v0``, ``hgpo/WebShop-v0`` and `
 with Gymnasium and ``alfworld``, ``webshop`` and ``keychest`` with Ray Tune / RLlib.
 """
 
-from envs.common.actions import ParsedAction, parse_action
+from envs.common.actions import (
+    ANSWER_FORMATS,
+    PLAN_EXECUTE,
+    THINK_ACTION,
+    ParsedAction,
+    current_subgoal,
+    parse_action,
+    parse_plan_execute,
+)
 from envs.common.prompts import PromptContext, default_prompt
 from envs.common.spaces import TextSpace
 from envs.common.text_env import Observation, TextEnv
@@ -28,14 +36,18 @@ from envs.registry import (
 register_all()
 
 __all__ = [
+    "ANSWER_FORMATS",
     "ENV_SPECS",
     "Observation",
+    "PLAN_EXECUTE",
     "ParsedAction",
     "PromptContext",
     "TextEnv",
+    "THINK_ACTION",
     "TextSpace",
     "adopt_env",
     "check_env_config",
+    "current_subgoal",
     "default_prompt",
     "env_class",
     "env_class_path",
@@ -46,6 +58,7 @@ __all__ = [
     "get_tokenizer_corpus",
     "make_env",
     "parse_action",
+    "parse_plan_execute",
     "register_all",
     "register_with_tune",
 ]

@@ -15,6 +15,12 @@ from typing import Any, Protocol
 #: Keys the env runner adds to the reset ``info`` of every episode.
 GROUP_ID = "group_id"
 TASK_SEED = "task_seed"
+#: Per-step ``info`` keys of an env playing HiPER's plan-execute answer format (``envs.TextEnv``
+#: writes them; ``envs.common.actions.SWITCH_INFO`` / ``SUBGOAL_INFO``): the text inside ``<switch>``
+#: (HAE's SWITCH flag is ``hgpo_rllib.advantages.hae.parse_switch`` of it) and inside ``<subgoal>``,
+#: None when the tag pair is missing. The turn's validity is ``is_action_valid``, as in every format.
+SWITCH_TEXT = "switch"
+SUBGOAL_TEXT = "subgoal"
 
 # ----------------------------------------------------------------------------- per-step outputs
 #: Per-step extra model outputs stored in the episode by the env runner: prompt token ids without

@@ -142,6 +142,16 @@ def test_validate_checks_model_config_before_sampling(model_config: dict[str, An
         _valid_config().rl_module(model_config=model_config).validate()
 
 
+def test_validate_refuses_plan_execute_answers_constrained_to_one_admissible_action() -> None:
+    """HiPER's answer format needs its <switch>/<subgoal> tags; constrained sampling emits one
+    admissible action only, so every answer would be invalid."""
+    config = _valid_config().environment("keychest", env_config={"answer_format": "plan_execute"})
+    config.validate()
+    config.rl_module(model_config={"constrain_to_admissible": True})
+    with pytest.raises(ValueError, match=r"constrain_to_admissible'\]=True is invalid with env_config"):
+        config.validate()
+
+
 def test_validate_checks_prompt_length_against_a_model_directory(tmp_path: Any) -> None:
     (tmp_path / "config.json").write_text('{"max_position_embeddings": 2048}')
     config = _valid_config().rl_module(model_config={"model": str(tmp_path)})

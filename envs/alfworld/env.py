@@ -33,7 +33,7 @@ from envs.alfworld.dataset import has_game_files, list_games, load_game
 from envs.alfworld.engine import AlfredEngine, UnsolvableError
 from envs.alfworld.games import SPLITS, Game, generate_game, num_games
 from envs.alfworld.logic import DEFAULT_GRAMMAR, HELP_COMMAND, TASK_CATEGORY, TASK_TYPES, check_grammar
-from envs.common.actions import ParsedAction
+from envs.common.actions import THINK_ACTION, ParsedAction
 from envs.common.text_env import Observation, TextEnv
 
 SOURCES = ("auto", "generated", "data")
@@ -64,6 +64,7 @@ class ALFWorldEnv(TextEnv):
         data_dir: root of the standard ALFWorld files (the folder that holds ``json_2.1.1``).
         task_types: the task types to draw from (default: all six).
         grammar: command grammar of generated games, ``"0.4.2"`` (default) or ``"2.1.1"``.
+        require_tags, answer_format: the answer's format (:mod:`envs.common.actions`).
     """
 
     def __init__(
@@ -76,9 +77,15 @@ class ALFWorldEnv(TextEnv):
         task_types: Sequence[str] = TASK_TYPES,
         grammar: str = DEFAULT_GRAMMAR,
         require_tags: bool | None = None,
+        answer_format: str = THINK_ACTION,
         render_mode: str | None = None,
     ):
-        super().__init__(max_steps=max_steps, require_tags=require_tags, render_mode=render_mode)
+        super().__init__(
+            max_steps=max_steps,
+            require_tags=require_tags,
+            answer_format=answer_format,
+            render_mode=render_mode,
+        )
         self.check_settings(max_steps=max_steps, split=split, source=source, task_types=task_types)
         self.split = split
         self.task_types = tuple(task_types)

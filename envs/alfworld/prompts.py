@@ -2,7 +2,10 @@
 
 The templates are verl-agent's ``ALFWORLD_TEMPLATE_NO_HIS`` / ``ALFWORLD_TEMPLATE`` verbatim. The
 admissible actions are formatted as the reference's ``build_text_obs`` does: each quoted with single
-quotes, ``'help'`` dropped, joined by ``"\\n "`` (a newline and a space).
+quotes, ``'help'`` dropped, joined by ``"\\n "`` (a newline and a space). With
+``answer_format="plan_execute"`` (HiPER) the same text closes with the current subgoal and the
+three-tag rules instead of the think/action instruction
+(:func:`~envs.common.prompts.answer_instruction`).
 """
 
 from __future__ import annotations
@@ -13,7 +16,8 @@ import alfworld.gen.constants as alfred
 from alfworld.gen.goal_library import gdict
 
 from envs.alfworld.logic import GRAMMARS, TASK_TYPES, grammar_template
-from envs.common.prompts import PromptContext, history_fields
+from envs.common.actions import THINK_ACTION
+from envs.common.prompts import PromptContext, answer_instruction, history_fields
 
 # verl-agent's closing instruction; note its space before the first newline ("tags. \n").
 _INSTRUCTION = (
@@ -24,26 +28,24 @@ _INSTRUCTION = (
     "present it within <action> </action> tags.\n"
 )
 
-ALFWORLD_TEMPLATE_NO_HIS = (
-    """
+# The templates' text before their closing instruction.
+_SITUATION_NO_HIS = """
 You are an expert agent operating in the ALFRED Embodied Environment.
 Your current observation is: {current_observation}
 Your admissible actions of the current situation are: [{admissible_actions}].
 
 """  # noqa: E501 - verbatim reference text
-    + _INSTRUCTION
-)
 
-ALFWORLD_TEMPLATE = (
-    """
+_SITUATION = """
 You are an expert agent operating in the ALFRED Embodied Environment. Your task is to: {task_description}
 Prior to this step, you have already taken {step_count} step(s). Below are the most recent {history_length} observations and the corresponding actions you took: {action_history}
 You are now at step {current_step} and your current observation is: {current_observation}
 Your admissible actions of the current situation are: [{admissible_actions}].
 
 """  # noqa: E501 - verbatim reference text
-    + _INSTRUCTION
-)
+
+ALFWORLD_TEMPLATE_NO_HIS = _SITUATION_NO_HIS + _INSTRUCTION
+ALFWORLD_TEMPLATE = _SITUATION + _INSTRUCTION
 
 ADMISSIBLE_SEPARATOR = "\n "
 
@@ -52,23 +54,24 @@ def format_admissible(admissible_actions: Sequence[str]) -> str:
     return ADMISSIBLE_SEPARATOR.join(f"'{a}'" for a in admissible_actions if a != "help")
 
 
-def render_prompt(context: PromptContext) -> str:
+def render_prompt(context: PromptContext, *, answer_format: str = THINK_ACTION) -> str:
     """The prompt for one step; ``context.history`` holds the (observation, command) pairs of all
     earlier steps."""
     c = context
     if c.step != len(c.history):
         raise ValueError(f"history must hold all {c.step} earlier steps, got {len(c.history)}")
+    instruction = answer_instruction(c, answer_format, _INSTRUCTION)
     admissible = format_admissible(c.admissible_actions)
     if c.step == 0 or c.history_length <= 0:
-        return ALFWORLD_TEMPLATE_NO_HIS.format(
-            current_observation=c.observation, admissible_actions=admissible
+        situation = _SITUATION_NO_HIS.format(current_observation=c.observation, admissible_actions=admissible)
+    else:
+        situation = _SITUATION.format(
+            task_description=c.task,
+            current_observation=c.observation,
+            admissible_actions=admissible,
+            **history_fields(c.history, c.history_length, c.step),
         )
-    return ALFWORLD_TEMPLATE.format(
-        task_description=c.task,
-        current_observation=c.observation,
-        admissible_actions=admissible,
-        **history_fields(c.history, c.history_length, c.step),
-    )
+    return situation + instruction
 
 
 def tokenizer_corpus() -> list[str]:

@@ -1,16 +1,27 @@
 """Turning an LLM's raw output into an environment command (the reference's "projection").
 
-The whole generated string is the agent's action. As in verl-agent (docs/hgpo_algorithm.md §1), a
-well-formed output is ``<think>...</think><action>command</action>``: it is *valid* when it has both
-tag pairs and no CJK characters, and the command is the lower-cased text between the first
-``<action>`` and the first ``</action>`` after it. Any other string is legal input and simply invalid.
+The whole generated string is the agent's action; ``answer_format`` (an env setting) says which shape
+a well-formed one has. Any other string is legal input and simply invalid.
+
+* ``"think_action"`` (default; verl-agent's, docs/hgpo_algorithm.md §1):
+  ``<think>...</think><action>command</action>``, valid when it has both tag pairs and no CJK
+  characters (:func:`parse_action`).
+* ``"plan_execute"`` (HiPER, Peng et al. 2026, docs/hiper.md "The plan-execute answer format"):
+  ``<switch>KEEP|SWITCH</switch><subgoal>...</subgoal><action>command</action>``, valid when all three
+  tag pairs are there, the switch text is exactly KEEP or SWITCH and there are no CJK characters
+  (:func:`parse_plan_execute`).
+
+In both, the command is the lower-cased text between the first ``<action>`` and the first
+``</action>`` after it (tags matched in any case).
 """
 
 from __future__ import annotations
 
 import re
 import unicodedata
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 _CJK = re.compile(r"[\u4e00-\u9fff]")
 _WHITESPACE = re.compile(r"\s+")
@@ -19,13 +30,34 @@ MALFORMED_TAIL_CHARS = 30
 # Longest command ever passed to an engine; longer text cannot be a real command.
 MAX_COMMAND_CHARS = 512
 
+THINK_ACTION = "think_action"
+PLAN_EXECUTE = "plan_execute"
+#: The values of the envs' ``answer_format`` setting.
+ANSWER_FORMATS = (THINK_ACTION, PLAN_EXECUTE)
+#: The only switch texts a valid plan-execute answer may hold (surrounding whitespace aside).
+SWITCH_WORDS = ("KEEP", "SWITCH")
+#: ``info`` keys of a plan-execute env's steps: the text inside ``<switch>`` and ``<subgoal>`` (None
+#: when that tag pair is missing; None at reset).
+SWITCH_INFO = "switch"
+SUBGOAL_INFO = "subgoal"
+
 
 @dataclass(frozen=True)
 class ParsedAction:
-    """``command``: normalised text to execute; ``is_valid``: the reference's format validity."""
+    """``command``: normalised text to execute; ``is_valid``: the format's validity rule. A
+    plan-execute answer also has its ``switch`` and ``subgoal`` texts (stripped; None when the tag
+    pair is missing); the think-action format leaves them None."""
 
     command: str
     is_valid: bool
+    switch: str | None = None
+    subgoal: str | None = None
+
+
+def check_answer_format(answer_format: Any) -> None:
+    """Refuse an unknown ``answer_format`` in one line naming the allowed values."""
+    if not isinstance(answer_format, str) or answer_format not in ANSWER_FORMATS:
+        raise ValueError(f"answer_format must be one of {ANSWER_FORMATS}, got {answer_format!r}")
 
 
 def normalize_command(text: str) -> str:
@@ -44,19 +76,37 @@ def normalize_command(text: str) -> str:
     return text[:MAX_COMMAND_CHARS].rstrip()
 
 
+def _as_text(output: Any) -> str:
+    if not isinstance(output, str):
+        return "" if output is None else str(output)
+    return output
+
+
+def _action_block(lowered: str) -> str | None:
+    """The text between the first ``<action>`` and the first ``</action>`` after it, else None."""
+    start = lowered.find("<action>")
+    end = lowered.find("</action>", start + len("<action>")) if start != -1 else -1
+    return lowered[start + len("<action>") : end] if start != -1 and end != -1 else None
+
+
+def _block(output: str, tag: str) -> str | None:
+    """The stripped text between the first ``<tag>`` and the first ``</tag>`` after it, else None."""
+    start = output.find(f"<{tag}>")
+    end = output.find(f"</{tag}>", start + len(tag) + 2) if start != -1 else -1
+    return output[start + len(tag) + 2 : end].strip() if start != -1 and end != -1 else None
+
+
 def parse_action(output: str, *, require_tags: bool = True) -> ParsedAction:
-    """Extract the command from an LLM output; never raises.
+    """Extract the command from a think-action output; never raises.
 
     With ``require_tags=False`` (small from-scratch models, e.g. KeyChest) an output without an
     ``<action>`` block is taken whole as the command and counts as valid.
     """
-    if not isinstance(output, str):
-        output = "" if output is None else str(output)
+    output = _as_text(output)
     lowered = output.lower()
-    start = lowered.find("<action>")
-    end = lowered.find("</action>", start + len("<action>")) if start != -1 else -1
-    if start != -1 and end != -1:
-        command = normalize_command(lowered[start + len("<action>") : end])
+    block = _action_block(lowered)
+    if block is not None:
+        command = normalize_command(block)
         is_valid = "<think>" in output and "</think>" in output if require_tags else True
     elif require_tags:
         return ParsedAction(normalize_command(lowered[-MALFORMED_TAIL_CHARS:]), False)
@@ -65,3 +115,39 @@ def parse_action(output: str, *, require_tags: bool = True) -> ParsedAction:
     if _CJK.search(output):
         is_valid = False
     return ParsedAction(command, is_valid)
+
+
+def parse_plan_execute(output: str) -> ParsedAction:
+    """Parse a plan-execute answer (HiPER's agent format, docs/hiper.md); never raises.
+
+    Valid as HiPER's env projection has it: the ``<switch>``, ``<subgoal>`` and ``<action>`` tag pairs
+    are all present, the switch text is exactly KEEP or SWITCH (surrounding whitespace aside, so
+    "keep" is invalid) and the output has no CJK characters. The switch and subgoal tags are matched
+    as written in the prompt (lower case); their order is not checked. Without an ``<action>`` block
+    the command is the output's tail, as :func:`parse_action` keeps it (never executed: invalid).
+    HAE reads the switch text with its own, laxer rule (``hgpo_rllib.advantages.hae.parse_switch``).
+    """
+    output = _as_text(output)
+    lowered = output.lower()
+    block = _action_block(lowered)
+    switch, subgoal = _block(output, "switch"), _block(output, "subgoal")
+    command = normalize_command(block if block is not None else lowered[-MALFORMED_TAIL_CHARS:])
+    is_valid = (
+        block is not None and switch in SWITCH_WORDS and subgoal is not None and not _CJK.search(output)
+    )
+    return ParsedAction(command, is_valid, switch, subgoal)
+
+
+def current_subgoal(step_infos: Sequence[Mapping[str, Any]]) -> str | None:
+    """The subgoal a plan-execute prompt shows next: the ``<subgoal>`` text of the latest valid turn,
+    None before any (the prompt then says "None").
+
+    HiPER's prompt shows the previous turn's subgoal text (docs/hiper.md, "The plan-execute answer
+    format"; a KEEP is meant to copy it, a SWITCH replaces it). An invalid turn is not executed here,
+    so it leaves the subgoal as it was too. ``step_infos`` are an episode's ``info`` dicts in order
+    (reset first); infos without a subgoal (the think-action format) give None.
+    """
+    for info in reversed(step_infos):
+        if info.get("is_action_valid") and info.get(SUBGOAL_INFO) is not None:
+            return info[SUBGOAL_INFO]
+    return None

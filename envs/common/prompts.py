@@ -1,13 +1,17 @@
 """Pieces shared by every environment's prompt template (docs/hgpo_algorithm.md §5.1).
 
 The history window shows the last ``history_length`` (observation, action) records, numbered by their
-absolute step (1-based), exactly as verl-agent's ``SimpleMemory.fetch`` formats them.
+absolute step (1-based), exactly as verl-agent's ``SimpleMemory.fetch`` formats them. A template takes
+the env's ``answer_format`` as a keyword argument: the plan-execute format (HiPER, docs/hiper.md)
+closes the prompt with the current subgoal and the three-tag rules (:func:`answer_instruction`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+
+from envs.common.actions import THINK_ACTION, check_answer_format
 
 HistoryRecord = tuple[str, str]  # (observation the action was taken on, the executed command)
 
@@ -17,7 +21,8 @@ class PromptContext:
     """Everything a prompt template may show for one step (the history-window connector builds it).
 
     An env's template is a function of this one argument (``render_prompt(context)``), so new fields
-    (a plan's current subgoal, a multi-agent role) can be added without breaking existing templates.
+    (``current_subgoal``, later a multi-agent role) are added, with defaults, without breaking existing
+    templates.
     """
 
     task: str
@@ -26,6 +31,9 @@ class PromptContext:
     admissible_actions: Sequence[str]
     step: int  #: steps already taken (0 at the first prompt)
     history_length: int  #: K: how many of the latest records the template shows
+    #: The plan-execute format's subgoal in force (:func:`~envs.common.actions.current_subgoal`);
+    #: None before there is one. Think-action templates ignore it.
+    current_subgoal: str | None = None
 
 
 DEFAULT_TEMPLATE_INSTRUCTION = (
@@ -33,8 +41,33 @@ DEFAULT_TEMPLATE_INSTRUCTION = (
     "<action> </action> tags."
 )
 
+# HiPER's plan-execute rules (docs/hiper.md, "The plan-execute answer format"), in our words.
+PLAN_EXECUTE_INSTRUCTION = (
+    "Your current subgoal is: {current_subgoal}\n"
+    "Answer with exactly these three tagged blocks, in this order, and nothing else (no reasoning "
+    "outside them):\n"
+    "<switch>KEEP or SWITCH</switch>: KEEP to go on with the current subgoal, SWITCH to set a new one.\n"
+    "<subgoal>...</subgoal>: after KEEP, the current subgoal copied exactly; after SWITCH, a new short "
+    "subgoal that a few actions can reach (one part of the task, not the whole task).\n"
+    "<action>...</action>: exactly one admissible action, your next step towards the subgoal."
+)
 
-def default_prompt(context: PromptContext) -> str:
+
+def shown_subgoal(context: PromptContext) -> str:
+    """The current subgoal as a prompt shows it: "None" before there is one, as in HiPER's prompts."""
+    return "None" if context.current_subgoal is None else context.current_subgoal
+
+
+def answer_instruction(context: PromptContext, answer_format: str, think_action: str) -> str:
+    """The prompt's closing instruction: the template's own ``think_action`` text, or for the
+    plan-execute format the current subgoal and the rules of its three tags."""
+    check_answer_format(answer_format)
+    if answer_format == THINK_ACTION:
+        return think_action
+    return PLAN_EXECUTE_INSTRUCTION.format(current_subgoal=shown_subgoal(context))
+
+
+def default_prompt(context: PromptContext, *, answer_format: str = THINK_ACTION) -> str:
     """The prompt of an env without its own template: the task, the last K records, the current
     observation and the admissible actions (when the env lists them), in the shape of §5.1's."""
     lines = [f"Your task is to: {context.task}"]
@@ -51,7 +84,7 @@ def default_prompt(context: PromptContext) -> str:
     if context.admissible_actions:
         actions = ", ".join(f"'{action}'" for action in context.admissible_actions)
         lines.append(f"Your admissible actions of the current situation are: [{actions}].")
-    lines.append(DEFAULT_TEMPLATE_INSTRUCTION)
+    lines.append(answer_instruction(context, answer_format, DEFAULT_TEMPLATE_INSTRUCTION))
     return "\n".join(lines)
 
 

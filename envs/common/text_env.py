@@ -1,10 +1,11 @@
 """The contract every text environment of this package follows (one base class, three games).
 
 ``obs`` is the raw observation (HGPO's grouping anchor: no template, no history). The action is the
-LLM's whole output; :func:`parse_action` extracts the command. A format-invalid output is not
-executed: the state is unchanged, ``is_action_valid`` is False and the observation reports that
-nothing happened. An exception inside the game engine ends the episode as truncated with
-``info["env_error"]``, and the next ``reset`` rebuilds the engine.
+LLM's whole output; :func:`parse_action` (:func:`parse_plan_execute` with
+``answer_format="plan_execute"``) extracts the command. A format-invalid output is not executed: the
+state is unchanged, ``is_action_valid`` is False and the observation reports that nothing happened.
+An exception inside the game engine ends the episode as truncated with ``info["env_error"]``, and the
+next ``reset`` rebuilds the engine.
 """
 
 from __future__ import annotations
@@ -20,7 +21,16 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from envs.common.actions import ParsedAction, parse_action
+from envs.common.actions import (
+    PLAN_EXECUTE,
+    SUBGOAL_INFO,
+    SWITCH_INFO,
+    THINK_ACTION,
+    ParsedAction,
+    check_answer_format,
+    parse_action,
+    parse_plan_execute,
+)
 from envs.common.spaces import TextSpace
 
 logger = logging.getLogger(__name__)
@@ -44,17 +54,32 @@ class TextEnv(gym.Env, ABC):
     Subclasses implement :meth:`_start_episode`, :meth:`_execute` and :meth:`_observation_unchanged`
     (and :meth:`_rebuild` if their engine can break). ``info`` always carries ``task``,
     ``task_type``, ``admissible_actions``, ``is_action_valid``, ``won``, ``command`` (the command
-    parsed from the action, "" at reset) and ``step``.
+    parsed from the action, "" at reset) and ``step``; with ``answer_format="plan_execute"`` also
+    ``switch`` and ``subgoal`` (the texts inside those tags, None when missing and at reset), what
+    HiPER's advantage estimator reads per turn besides ``is_action_valid``.
     """
 
     metadata = {"render_modes": ["ansi"], "render_fps": 1}
     #: Whether a valid output needs the ``<think>``/``<action>`` tags (the reference's format rule).
     default_require_tags: bool = True
 
-    def __init__(self, *, max_steps: int, require_tags: bool | None = None, render_mode: str | None = None):
-        TextEnv.check_settings(max_steps=max_steps, require_tags=require_tags, render_mode=render_mode)
+    def __init__(
+        self,
+        *,
+        max_steps: int,
+        require_tags: bool | None = None,
+        answer_format: str = THINK_ACTION,
+        render_mode: str | None = None,
+    ):
+        TextEnv.check_settings(
+            max_steps=max_steps,
+            require_tags=require_tags,
+            answer_format=answer_format,
+            render_mode=render_mode,
+        )
         self.max_steps = max_steps
         self.require_tags = self.default_require_tags if require_tags is None else bool(require_tags)
+        self.answer_format = answer_format
         self.render_mode = render_mode
         self.observation_space = TextSpace()
         self.action_space = TextSpace()
@@ -67,7 +92,13 @@ class TextEnv(gym.Env, ABC):
     # ----------------------------------------------------------------- settings
     @classmethod
     def check_settings(
-        cls, *, max_steps: int, require_tags: bool | None = None, render_mode: str | None = None, **_: Any
+        cls,
+        *,
+        max_steps: int,
+        require_tags: bool | None = None,
+        answer_format: str = THINK_ACTION,
+        render_mode: str | None = None,
+        **_: Any,
     ) -> None:
         """Raise ValueError naming the first bad setting, building nothing. Subclasses check their
         own settings too (calling this one) and call it from ``__init__``, so a config is refused
@@ -76,6 +107,12 @@ class TextEnv(gym.Env, ABC):
             raise ValueError(f"max_steps must be a positive int, got {max_steps!r}")
         if require_tags is not None and not isinstance(require_tags, bool | np.bool_):
             raise ValueError(f"require_tags must be True, False or None (the default), got {require_tags!r}")
+        check_answer_format(answer_format)
+        if answer_format == PLAN_EXECUTE and require_tags is not None and not require_tags:
+            raise ValueError(
+                "require_tags=False is invalid with answer_format='plan_execute' (its three tags are "
+                "the answer)"
+            )
         if render_mode not in (None, "ansi"):
             raise ValueError(f"render_mode must be None or 'ansi', got {render_mode!r}")
 
@@ -145,7 +182,10 @@ class TextEnv(gym.Env, ABC):
             raise RuntimeError("the episode is over; call reset() before step()")
         if not isinstance(action, str):  # any text is legal; anything else is the caller's bug
             raise TypeError(f"the action must be the LLM's output text (a str), got {type(action).__name__}")
-        parsed = parse_action(action, require_tags=self.require_tags)
+        if self.answer_format == PLAN_EXECUTE:
+            parsed = parse_plan_execute(action)
+        else:
+            parsed = parse_action(action, require_tags=self.require_tags)
         self._steps += 1
         truncated = False
         env_error = None
@@ -180,6 +220,8 @@ class TextEnv(gym.Env, ABC):
         return self._task
 
     def _info(self, obs: Observation, parsed: ParsedAction) -> dict[str, Any]:
+        plan_execute = self.answer_format == PLAN_EXECUTE
+        plan = {SWITCH_INFO: parsed.switch, SUBGOAL_INFO: parsed.subgoal} if plan_execute else {}
         return {
             "task": self._task,
             "task_type": self._task_type,
@@ -188,5 +230,6 @@ class TextEnv(gym.Env, ABC):
             "won": bool(obs.won),
             "command": parsed.command,
             "step": self._steps,
+            **plan,
             **obs.extra_info,
         }

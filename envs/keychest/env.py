@@ -38,6 +38,7 @@ from typing import Any
 
 import numpy as np
 
+from envs.common.actions import THINK_ACTION
 from envs.common.text_env import Observation, TextEnv
 
 ROOM_NAMES = ("hall", "kitchen", "cellar", "attic", "study", "garden", "library", "pantry")
@@ -140,7 +141,8 @@ class KeyChestEnv(TextEnv):
     The state is (room, has key); every transition is precomputed at reset, so a step is a dict
     lookup (the CPU learning benchmark needs >= 20k steps/s). Bare commands such as "take key" are
     valid by default so a tiny model can answer; ``require_tags=True`` applies the reference's
-    ``<think>``/``<action>`` rule. ``num_layouts`` draws maps from a fixed pool of that many (layout i
+    ``<think>``/``<action>`` rule, ``answer_format="plan_execute"`` HiPER's three-tag one.
+    ``num_layouts`` draws maps from a fixed pool of that many (layout i
     of the pool is always the same map, as a game set fixes its games); None draws a fresh map per seed.
     """
 
@@ -153,9 +155,15 @@ class KeyChestEnv(TextEnv):
         num_layouts: int | None = None,
         max_steps: int = 10,
         require_tags: bool | None = None,
+        answer_format: str = THINK_ACTION,
         render_mode: str | None = None,
     ):
-        super().__init__(max_steps=max_steps, require_tags=require_tags, render_mode=render_mode)
+        super().__init__(
+            max_steps=max_steps,
+            require_tags=require_tags,
+            answer_format=answer_format,
+            render_mode=render_mode,
+        )
         self.check_settings(max_steps=max_steps, num_rooms=num_rooms, num_layouts=num_layouts)
         self.num_rooms = num_rooms
         self.num_layouts = num_layouts

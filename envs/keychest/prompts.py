@@ -5,19 +5,30 @@ history, the current observation and the admissible actions. Unlike it, it state
 ("you have already taken N steps"): on KeyChest's short solutions the step number alone would tell
 whether the key is carried, and the task exists to make that knowable only from the history (the
 "context inconsistency" HGPO addresses). With ``history_length=0`` the prompts of the chest room with
-and without the key are therefore identical.
+and without the key are therefore identical. With ``answer_format="plan_execute"`` (HiPER) the prompt
+also shows the current subgoal and a one-line statement of the three tags.
 """
 
 from __future__ import annotations
 
-from envs.common.prompts import PromptContext, format_history
+from envs.common.actions import PLAN_EXECUTE, THINK_ACTION, check_answer_format
+from envs.common.prompts import PromptContext, format_history, shown_subgoal
 from envs.keychest.env import COMMANDS, TASK, all_observation_texts
 
 TAG_INSTRUCTION = "Think in <think> </think>, then answer in <action> </action>."
+# HiPER's three tags (docs/hiper.md, "The plan-execute answer format"), as briefly as the rest.
+PLAN_TAG_INSTRUCTION = (
+    "Answer <switch>KEEP or SWITCH</switch><subgoal>...</subgoal><action>...</action>: KEEP goes on "
+    "with the subgoal (copy it), SWITCH sets a new short one; the action is one of the actions."
+)
 
 
-def render_prompt(context: PromptContext, *, require_tags: bool = False) -> str:
-    """Render one step's prompt; ``require_tags`` adds the ``<think>``/``<action>`` instruction."""
+def render_prompt(
+    context: PromptContext, *, require_tags: bool = False, answer_format: str = THINK_ACTION
+) -> str:
+    """Render one step's prompt; ``require_tags`` adds the ``<think>``/``<action>`` instruction,
+    ``answer_format="plan_execute"`` the current subgoal and the three-tag one instead."""
+    check_answer_format(answer_format)
     c = context
     lines = [f"Task: {c.task}"]
     if c.step > 0 and c.history_length > 0:
@@ -25,7 +36,9 @@ def render_prompt(context: PromptContext, *, require_tags: bool = False) -> str:
         if shown:
             lines += ["History:", records]
     lines += [f"Now: {c.observation}", f"Actions: {' | '.join(c.admissible_actions)}"]
-    if require_tags:
+    if answer_format == PLAN_EXECUTE:
+        lines += [f"Subgoal: {shown_subgoal(c)}", PLAN_TAG_INSTRUCTION]
+    elif require_tags:
         lines.append(TAG_INSTRUCTION)
     return "\n".join(lines)
 

@@ -29,6 +29,7 @@ import random
 from numbers import Integral
 from typing import Any
 
+from envs.common.actions import THINK_ACTION
 from envs.common.text_env import Observation, TextEnv
 from envs.webshop.data import ATTRIBUTES_FILE, CATALOG_FILE, Shop, load_shop
 from envs.webshop.engine import StepOutcome, WebShopSession
@@ -55,11 +56,17 @@ class WebShopEnv(TextEnv):
         data_dir: str | os.PathLike[str] | None = None,
         max_steps: int = 15,
         require_tags: bool | None = None,
+        answer_format: str = THINK_ACTION,
         render_mode: str | None = None,
         catalog_file: str = CATALOG_FILE,
         attributes_file: str = ATTRIBUTES_FILE,
     ):
-        super().__init__(max_steps=max_steps, require_tags=require_tags, render_mode=render_mode)
+        super().__init__(
+            max_steps=max_steps,
+            require_tags=require_tags,
+            answer_format=answer_format,
+            render_mode=render_mode,
+        )
         self.check_settings(max_steps=max_steps, split=split, goal_sampling=goal_sampling)
         self.shop: Shop = load_shop(data_dir, catalog_file=catalog_file, attributes_file=attributes_file)
         n = len(self.shop.goals)

@@ -11,17 +11,21 @@ What verl-agent feeds the templates, reproduced by :func:`render_prompt`:
   ``history_length`` records (:func:`~envs.common.prompts.format_history`), the number of steps taken
   and the current step number. Upstream verl-agent drops the history from prompts over 13,000
   characters; the HGPO recipe removed that fallback (docs/hgpo_algorithm.md §5.1), and so do we: the
-  model's ``max_prompt_tokens`` left-truncation bounds the length instead.
+  model's ``max_prompt_tokens`` left-truncation bounds the length instead;
+* with ``answer_format="plan_execute"`` (HiPER) the same text closes with the current subgoal and the
+  three-tag rules instead of the think/action instruction (:func:`~envs.common.prompts.answer_instruction`).
 """
 
 from __future__ import annotations
 
 import os
 
-from envs.common.prompts import PromptContext, history_fields
+from envs.common.actions import THINK_ACTION
+from envs.common.prompts import PromptContext, answer_instruction, history_fields
 from envs.webshop import pages
 
-WEBSHOP_TEMPLATE_NO_HIS = """
+# The templates' text before their closing instruction, and the instruction.
+_SITUATION_NO_HIS = """
 You are an expert autonomous agent operating in the WebShop e\u2011commerce environment. 
 Your task is to: {task_description}.
 Your current observation is: {current_observation}.
@@ -30,12 +34,9 @@ Your admissible actions of the current situation are:
 {available_actions}
 ].
 
-Now it's your turn to take one action for the current step.
-You should first reason step-by-step about the current situation, then think carefully which admissible action best advances the shopping goal. This reasoning process MUST be enclosed within <think> </think> tags. 
-Once you've finished your reasoning, you should choose an admissible action for current step and present it within <action> </action> tags.
-"""  # noqa: W291, E501 - verl-agent's text, trailing spaces included
+"""  # noqa: W291 - verl-agent's text, trailing spaces included
 
-WEBSHOP_TEMPLATE = """
+_SITUATION = """
 You are an expert autonomous agent operating in the WebShop e\u2011commerce environment.
 Your task is to: {task_description}.
 Prior to this step, you have already taken {step_count} step(s). Below are the most recent {history_length} observations and the corresponding actions you took: {action_history}
@@ -45,10 +46,15 @@ Your admissible actions of the current situation are:
 {available_actions}
 ].
 
-Now it's your turn to take one action for the current step.
+"""  # noqa: W291, E501 - verl-agent's text, trailing spaces included
+
+_INSTRUCTION = """Now it's your turn to take one action for the current step.
 You should first reason step-by-step about the current situation, then think carefully which admissible action best advances the shopping goal. This reasoning process MUST be enclosed within <think> </think> tags. 
 Once you've finished your reasoning, you should choose an admissible action for current step and present it within <action> </action> tags.
 """  # noqa: W291, E501 - verl-agent's text, trailing spaces included
+
+WEBSHOP_TEMPLATE_NO_HIS = _SITUATION_NO_HIS + _INSTRUCTION
+WEBSHOP_TEMPLATE = _SITUATION + _INSTRUCTION
 
 
 def format_observation(observation: str, task: str) -> str:
@@ -59,23 +65,26 @@ def format_observation(observation: str, task: str) -> str:
     return pages.SEP.join(f"'{field}'" for field in fields[fields.index(task) + 1 :])
 
 
-def render_prompt(context: PromptContext) -> str:
+def render_prompt(context: PromptContext, *, answer_format: str = THINK_ACTION) -> str:
     """The prompt of step ``context.step`` (steps already taken); ``context.history`` holds every
     earlier step."""
     c = context
+    instruction = answer_instruction(c, answer_format, _INSTRUCTION)
     actions = "\n".join(f"'{action}'," for action in c.admissible_actions)
     current = format_observation(c.observation, c.task)
     if c.step > 0 and c.history_length > 0:
         records = [(format_observation(obs, c.task), command) for obs, command in c.history]
-        return WEBSHOP_TEMPLATE.format(
+        situation = _SITUATION.format(
             task_description=c.task,
             current_observation=current,
             available_actions=actions,
             **history_fields(records, c.history_length, c.step),
         )
-    return WEBSHOP_TEMPLATE_NO_HIS.format(
-        task_description=c.task, current_observation=current, available_actions=actions
-    )
+    else:
+        situation = _SITUATION_NO_HIS.format(
+            task_description=c.task, current_observation=current, available_actions=actions
+        )
+    return situation + instruction
 
 
 def tokenizer_corpus(data_dir: str | os.PathLike[str] | None = None, num_episodes: int = 20) -> list[str]:

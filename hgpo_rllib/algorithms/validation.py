@@ -10,6 +10,7 @@ from the config is checked here, including whether each GPU role fits its memory
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -140,6 +141,16 @@ def text_agent_errors(config: Any) -> list[str]:
             envs.check_env_config(c.envs_name(), c.env_config)
         except ValueError as exc:
             errors.add(f"env_config={dict(c.env_config)!r} is invalid for {c.envs_name()}: {exc}")
+    if (
+        isinstance(c.env_config, Mapping)
+        and c.env_config.get("answer_format") == envs.PLAN_EXECUTE
+        and c.user_model_config().get("constrain_to_admissible") is True
+    ):
+        errors.add(
+            "model_config['constrain_to_admissible']=True is invalid with env_config['answer_format']="
+            f"{envs.PLAN_EXECUTE!r}: it limits each answer to one admissible action, so no answer "
+            "could carry the <switch> and <subgoal> tags"
+        )
     model = c.user_model_config().get("model", TINY_PRESET)
     if c.evaluation_interval and c.evaluation_num_env_runners == 0 and model != TINY_PRESET:
         errors.add(

@@ -3,9 +3,11 @@
 The prompt is the env's own template (``envs.get_prompt_renderer``) over one
 :class:`~envs.common.prompts.PromptContext`: the task, the earlier (observation, command) records (the
 template shows the last ``history_length`` = K of them), the current raw observation and the
-admissible actions, as verl-agent's memory manager builds it. The
-rendered text goes through the model's chat template and tokenizer (``TokenPolicyAPI.encode_prompts``),
-which left-truncates to ``max_prompt_tokens`` and left-pads the batch.
+admissible actions, as verl-agent's memory manager builds it, and, for HiPER's plan-execute answer
+format, the subgoal in force (the latest valid turn's ``<subgoal>``, read back from the episode's
+infos; docs/hiper.md). The rendered text goes through the model's chat template and tokenizer
+(``TokenPolicyAPI.encode_prompts``), which left-truncates to ``max_prompt_tokens`` and left-pads the
+batch.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from ray.rllib.env.single_agent_episode import SingleAgentEpisode
 from ray.rllib.utils.annotations import override
 
 import envs
+from envs.common.actions import current_subgoal
 from envs.common.prompts import PromptContext
 from hgpo_rllib.columns import ALLOWED_IDS
 from hgpo_rllib.rl_module.apis import TokenPolicyAPI
@@ -34,7 +37,8 @@ def episode_prompt_text(
     """Render the prompt for the episode's next action.
 
     History record j pairs the observation of step j with the command executed on it, which the
-    env reports as ``info["command"]`` of the following step.
+    env reports as ``info["command"]`` of the following step. The current subgoal is carried the
+    same way, from the infos (None unless the env plays the plan-execute format).
     """
     observations = episode.get_observations()
     infos = episode.get_infos()
@@ -42,7 +46,13 @@ def episode_prompt_text(
     history = [(observations[j], infos[j + 1]["command"]) for j in range(steps)]
     info = infos[-1]
     context = PromptContext(
-        info["task"], history, observations[-1], info["admissible_actions"], steps, history_length
+        info["task"],
+        history,
+        observations[-1],
+        info["admissible_actions"],
+        steps,
+        history_length,
+        current_subgoal=current_subgoal(infos),
     )
     return render_prompt(context, **(render_kwargs or {}))
 
