@@ -1,7 +1,8 @@
 """HGPO (Hierarchy-of-Groups Policy Optimization) for LLM agents, as a Ray RLlib algorithm.
 
 ``from hgpo_rllib import HGPO, HGPOConfig`` imports RLlib and registers the algorithm with Ray Tune
-as "HGPO" (``tune.Tuner("HGPO", ...)``). The maths (:mod:`hgpo_rllib.advantages`) imports no Ray,
+as "HGPO" (``tune.Tuner("HGPO", ...)``); ``HiPER, HiPERConfig`` likewise (docs/hiper.md). The maths
+(:mod:`hgpo_rllib.advantages`) imports no Ray,
 so this package loads RLlib only when an algorithm is asked for. ``load_policy(DIR)`` loads a shared
 policy folder (safetensors and JSON, no pickle) that acts on an env's observations. The README's
 "Layout" section maps the sub-packages.
@@ -10,13 +11,15 @@ policy folder (safetensors and JSON, no pickle) that acts on an env's observatio
 from hgpo_rllib._imports import lazy_getattr
 
 __version__ = "0.2.0"
-__all__ = ["HGPO", "HGPOConfig", "load_policy"]
+__all__ = ["HGPO", "HGPOConfig", "HiPER", "HiPERConfig", "load_policy"]
 
 __getattr__ = lazy_getattr(
     __name__,
     {
         "HGPO": "hgpo_rllib.algorithms.hgpo.hgpo",
         "HGPOConfig": "hgpo_rllib.algorithms.hgpo.hgpo",
+        "HiPER": "hgpo_rllib.algorithms.hiper.hiper",
+        "HiPERConfig": "hgpo_rllib.algorithms.hiper.hiper",
         "load_policy": "hgpo_rllib.evaluation.policy_folder",
     },
 )

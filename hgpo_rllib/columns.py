@@ -42,6 +42,13 @@ ADVANTAGES = "advantages"
 REF_LOGP = "ref_logp"
 #: The sampler's log-probs, kept next to the learner's recomputed ``old_logp``.
 SAMPLER_LOGP = "sampler_logp"
+#: HiPER (docs/hiper.md): the tokens that get loss [N, T] (a subset of ``resp_mask``; without it,
+#: every response token does), the critic's response index per head [N, 3] (-1: no value in that
+#: row), the values there before the update [N, 3] and the value targets [N, 3].
+LOSS_MASK = "loss_mask"
+VALUE_POSITIONS = "value_positions"
+OLD_VALUES = "old_values"
+VALUE_TARGETS = "value_targets"
 TOKEN_COLUMNS = (PROMPT_IDS, PROMPT_MASK, RESP_IDS, RESP_MASK)
 #: Present only when the module constrains generation to each step's admissible actions.
 OPTIONAL_TOKEN_COLUMNS = (ALLOWED_IDS,)

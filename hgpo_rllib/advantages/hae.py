@@ -57,7 +57,7 @@ def parse_switch(text: str | None) -> bool:
     """True (SWITCH) unless the ``<switch>`` block's content says KEEP (``docs/hiper.md`` §Switch parsing).
 
     This is the rule HAE uses to re-derive segment boundaries from the model's text, which is
-    laxer than the env's validity check (§Quirks, spec quirk 6): a missing tag (``None``) or an
+    laxer than the env's validity check (§Quirks, quirk 6): a missing tag (``None``) or an
     empty / whitespace-only content counts as KEEP, ``text.strip().upper() == "KEEP"`` is KEEP,
     and *any other* text (``"SWITCH"``, ``"Keep."``, ``"maybe"``) is SWITCH. Pass the content
     between the tags, not the whole response.
@@ -87,7 +87,7 @@ def hae_step_rewards(
 ) -> FloatArray:
     """Per-turn reward fed to HAE (``docs/hiper.md`` §Rewards), aligned with the input rows.
 
-    The spec's formula, taken literally::
+    HiPER's formula (the authors' code), taken literally::
 
         r_t = env_rewards_t - invalid_penalty * [not is_valid_t]
               + keep term                                    (KEEP turns only)
@@ -111,7 +111,7 @@ def hae_step_rewards(
     Turn 0 has no previous turn, so it never gets the consistency penalty: the caller should
     give ``subgoal_changed = False`` there, and when ``step_idx`` is passed the rows with step 0
     are exempted regardless. A KEEP at turn 0 does get the keep term, as in the code (its
-    ``keep_penalty_skip_first`` option is not wired, spec quirk 7).
+    ``keep_penalty_skip_first`` option is not wired, §Quirks quirk 7).
     """
     columns: dict[str, object] = {
         "env_rewards": env_rewards,

@@ -131,6 +131,10 @@ class LLMModuleConfig:
     gradient_checkpointing: bool = False
     logprob_chunk_tokens: int | None = 1024
     reference_on_cpu: bool = False
+    # HiPER's critic (rl_module/critic.py; only LLMCriticRLModule reads these): a local model
+    # directory with the policy's tokenizer, or "tiny-qwen2" sized by critic_tiny_model.
+    critic: str | None = None
+    critic_tiny_model: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
     @classmethod
     def from_model_config(cls, model_config: Mapping[str, Any] | None) -> LLMModuleConfig:
@@ -217,6 +221,17 @@ class LLMModuleConfig:
                 "None or an int > 0",
             ),
             ("reference_on_cpu", isinstance(self.reference_on_cpu, bool), "a bool"),
+            (
+                "critic",
+                self.critic is None or isinstance(self.critic, str) and self.critic != "",
+                f"None, {TINY_PRESET!r} or a model directory",
+            ),
+            (
+                "critic_tiny_model",
+                isinstance(self.critic_tiny_model, Mapping)
+                and (self.critic == TINY_PRESET or not self.critic_tiny_model),
+                f"a dict of Qwen2Config overrides, only with critic={TINY_PRESET!r}",
+            ),
             (
                 "reference_on_cpu",
                 not (self.reference_on_cpu and self.lora),

@@ -38,6 +38,7 @@ from hgpo_rllib.columns import (
     DUAL_CLIP_FRAC_KEY,
     KL_KEY,
     LOGP_GAP_KEY,
+    LOSS_MASK,
     NUM_OPTIMIZER_STEPS,
     OLD_LOGP,
     RATIO_MEAN_KEY,
@@ -45,6 +46,12 @@ from hgpo_rllib.columns import (
     RESP_MASK,
     SAMPLER_LOGP,
 )
+
+
+def loss_mask(batch: dict[str, Any]) -> torch.Tensor:
+    """The tokens that get loss: ``loss_mask`` where the advantage piece sets one (HiPER trains only
+    its three blocks), else every response token."""
+    return batch[LOSS_MASK] if LOSS_MASK in batch else batch[RESP_MASK]
 
 
 def _numpy_compatible(value: Any) -> Any:
@@ -143,7 +150,7 @@ class TextAgentTorchLearner(TextAgentLearner, TorchLearner):
         self._compute_off_policyness(batch)
         rows = batch[DEFAULT_MODULE_ID]
         num_rows = len(rows[ADVANTAGES])
-        self._minibatch_tokens = rows[RESP_MASK].sum().clamp(min=1).float()
+        self._minibatch_tokens = loss_mask(rows).sum().clamp(min=1).float()
         step = self.config.micro_batch_size or num_rows
         starts = range(0, num_rows, step)
         for optim in self._optimizer_parameters:
@@ -175,7 +182,7 @@ class TextAgentTorchLearner(TextAgentLearner, TorchLearner):
         batch: dict[str, Any],
         fwd_out: dict[str, torch.Tensor],
     ) -> torch.Tensor:
-        mask = batch[RESP_MASK].to(torch.float32)
+        mask = loss_mask(batch).to(torch.float32)
         terms = token_loss_terms(
             logp=fwd_out["logp"],
             old_logp=batch[OLD_LOGP],

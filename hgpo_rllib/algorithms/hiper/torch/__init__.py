@@ -1,0 +1,1 @@
+"""HiPER's torch learner."""

@@ -1,0 +1,293 @@
+"""HiPER (docs/hiper.md): the blocks' token spans, the HAE learner connector against HAE computed from
+its inputs by hand, the critic's loss, validation, and a KeyChest run that trains and checkpoints
+the critic."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+from ray.rllib.core import DEFAULT_MODULE_ID
+from ray.rllib.core.rl_module.rl_module import RLModuleSpec
+from ray.rllib.env.single_agent_episode import SingleAgentEpisode
+from ray.rllib.utils.metrics import WEIGHTS_SEQ_NO
+from ray.rllib.utils.metrics.metrics_logger import MetricsLogger
+
+from hgpo_rllib.advantages.hae import hae_advantages, hae_step_rewards, standardize
+from hgpo_rllib.algorithms.hiper.torch.hiper_torch_learner import CRITIC_OPTIMIZER, clipped_value_loss
+from hgpo_rllib.columns import (
+    ADVANTAGES,
+    LOSS_MASK,
+    OLD_VALUES,
+    PROMPT_IDS,
+    RESP_LOGP,
+    RESP_MASK,
+    VALUE_POSITIONS,
+    VALUE_TARGETS,
+)
+from hgpo_rllib.connectors.learner.hae_advantages import HAEAdvantages, HAESettings
+from hgpo_rllib.connectors.learner.plan_execute_spans import Spans, token_spans
+from hgpo_rllib.rl_module.critic_rl_module import LLMCriticRLModule
+
+MICRO = {
+    "hidden_size": 32,
+    "intermediate_size": 64,
+    "num_hidden_layers": 1,
+    "num_attention_heads": 2,
+    "num_key_value_heads": 1,
+}
+TINY = {"tiny_model": MICRO, "critic_tiny_model": MICRO, "tokenizer_vocab_size": 400}
+CORPUS = ["<switch>KEEP</switch><subgoal>find the key</subgoal><action>go north</action> SWITCH open chest"]
+
+
+def test_token_spans_cover_each_block_with_its_tags() -> None:
+    pieces = ["<sw", "itch>", "KEEP", "</switch>", "<subgoal>", "find", " key", "</subgoal>\n<", "action>go"]
+    pieces += [" north</action>", "<eos>"]
+    spans = token_spans(pieces)
+    assert spans == Spans(switch=(0, 4), subgoal=(4, 8), action=(7, 10))  # token 7 straddles two blocks
+    assert spans.low_value_position() == 8  # the first token after </subgoal>
+    assert token_spans(["<action>go</action>"]) == Spans(None, None, (0, 1))
+    assert token_spans(["<switch>KEEP", "</switch>", "hi"]).low_value_position() == 2
+    assert token_spans(["garbage", "<subgoal>never closed"]) == Spans(None, None, None)
+    assert token_spans([]).low_value_position() == 0
+
+
+def test_clipped_value_loss_is_verls() -> None:
+    old, target = torch.tensor([0.0, 0.0, 1.0]), torch.tensor([2.0, -2.0, 1.0])
+    values = torch.tensor([1.0, 0.2, 3.0])
+    # clipped to old +- 0.5: 0.5, 0.2, 1.5; the loss takes the larger squared error of the two
+    expected = 0.5 * torch.tensor([max(1.0, 1.5**2), max(2.2**2, 2.2**2), max(4.0, 0.25)])
+    assert torch.allclose(clipped_value_loss(values, old, target, 0.5), expected)
+
+
+def critic_module() -> LLMCriticRLModule:
+    spec = RLModuleSpec(
+        module_class=LLMCriticRLModule,
+        observation_space=gym.spaces.Text(max_length=4096),
+        action_space=gym.spaces.Text(max_length=4096),
+        model_config={"tokenizer_corpus": CORPUS, "max_new_tokens": 96, "critic": "tiny-qwen2", **TINY},
+    )
+    return spec.build()
+
+
+# (answer, env reward, valid) per turn; the env's infos record the switch and subgoal texts.
+EPISODES = [
+    (
+        [
+            ("<switch>SWITCH</switch><subgoal>find the key</subgoal><action>go north</action>", 0.0, True),
+            ("<switch>KEEP</switch><subgoal>find the key</subgoal><action>go east</action>", 0.0, True),
+            ("<switch>KEEP</switch><subgoal>open chest</subgoal><action>open chest</action>", 0.0, True),
+            ("<switch>SWITCH</switch><subgoal>open chest</subgoal><action>open chest</action>", 10.0, True),
+        ],
+        True,  # terminated
+    ),
+    (
+        [
+            ("garbage without tags", 0.0, False),
+            ("<switch>KEEP</switch><subgoal></subgoal><action>go north</action>", 0.0, True),
+            ("<switch>maybe</switch><subgoal>find the key</subgoal><action>go west</action>", 0.0, False),
+        ],
+        False,  # truncated
+    ),
+]
+
+
+def switch_and_subgoal(answer: str) -> tuple[str | None, str | None]:
+    def inside(tag: str) -> str | None:
+        open_, close = f"<{tag}>", f"</{tag}>"
+        if open_ not in answer or close not in answer:
+            return None
+        return answer.split(open_, 1)[1].split(close, 1)[0].strip()
+
+    return inside("switch"), inside("subgoal")
+
+
+def plan_execute_episode(module: LLMCriticRLModule, turns: list[tuple[str, float, bool]], done: bool) -> Any:
+    width = module.llm_config.max_new_tokens
+    episode = SingleAgentEpisode()
+    episode.add_env_reset(observation="start", infos={"group_id": "g"})
+    for t, (answer, reward, valid) in enumerate(turns):
+        ids = module.tokenizer(answer, add_special_tokens=False)["input_ids"] + [
+            module.tokenizer.eos_token_id
+        ]
+        mask = (np.arange(width) < len(ids)).astype(np.int64)
+        action = np.full(width, module.pad_token_id)
+        action[: len(ids)] = ids
+        switch, subgoal = switch_and_subgoal(answer)
+        episode.add_env_step(
+            observation=f"obs {t}",
+            action=action,
+            reward=reward,
+            infos={"is_action_valid": valid, "switch": switch, "subgoal": subgoal},
+            terminated=done and t == len(turns) - 1,
+            truncated=not done and t == len(turns) - 1,
+            extra_model_outputs={
+                PROMPT_IDS: np.asarray(module.tokenizer(f"prompt {t}")["input_ids"]),
+                RESP_MASK: mask,
+                RESP_LOGP: np.zeros(width, np.float32),
+                WEIGHTS_SEQ_NO: 0,
+            },
+        )
+    return episode
+
+
+def test_the_hae_connector_is_hae_on_the_critics_values_scattered_onto_the_blocks() -> None:
+    """Independently of the connector: positions found by decoding prefixes, the critic's value grid
+    indexed there, HAE and standardisation by hand, then each block's tokens checked."""
+    module = critic_module()
+    episodes = [plan_execute_episode(module, turns, done) for turns, done in EPISODES]
+    settings = HAESettings()
+    metrics = MetricsLogger()
+    rows = HAEAdvantages(settings=settings, chunk_rows=3)(
+        rl_module={DEFAULT_MODULE_ID: module}, batch={}, episodes=episodes, metrics=metrics
+    )[DEFAULT_MODULE_ID]
+
+    answers = [answer for turns, _ in EPISODES for answer, _, _ in turns]
+    tokenizer = module.tokenizer
+
+    def first_token_after(ids: list[int], text: str) -> int | None:
+        for j in range(1, len(ids) + 1):
+            if text in tokenizer.decode(ids[:j]):
+                return j
+        return None
+
+    grid = module.compute_values(
+        {k: torch.as_tensor(rows[k]) for k in ("prompt_ids", "prompt_mask", "resp_ids", "resp_mask")}
+    )
+    traj = [i for i, (turns, _) in enumerate(EPISODES) for _ in turns]
+    step = np.array([t for turns, _ in EPISODES for t in range(len(turns))])
+    switches = np.array([switch_and_subgoal(a)[0] not in (None, "", "KEEP") for a in answers])
+    start = switches | (step == 0)
+    v_low, v_high, v_term = [], [], []
+    for i in range(len(answers)):
+        ids = rows["resp_ids"][i][rows["resp_mask"][i].astype(bool)].tolist()
+        low = first_token_after(ids, "</subgoal>") or first_token_after(ids, "</switch>") or 0
+        v_low.append(float(grid[i, min(low, len(ids) - 1), 0]))
+        v_high.append(float(grid[i, 0, 1]))
+        v_term.append(float(grid[i, 0, 2]))
+    assert np.allclose(rows[OLD_VALUES][:, 0], v_low, atol=1e-6)
+    assert np.allclose(rows[OLD_VALUES][start, 1], np.array(v_high)[start], atol=1e-6)
+    assert (rows[VALUE_POSITIONS][~start, 1] == -1).all()
+
+    subgoals = [switch_and_subgoal(a)[1] for a in answers]
+    changed = np.array([t > 0 and subgoals[i] != subgoals[i - 1] for i, t in enumerate(step)])
+    both = np.array(
+        [t > 0 and subgoals[i] is not None and subgoals[i - 1] is not None for i, t in enumerate(step)]
+    )
+    env_rewards = np.array([r for turns, _ in EPISODES for _, r, _ in turns])
+    valid = np.array([v for turns, _ in EPISODES for _, _, v in turns])
+    rewards = hae_step_rewards(env_rewards, valid, switches, traj, changed, both, step_idx=step)
+    assert rewards[2] == pytest.approx(-0.3 / 4 - 0.3)  # a KEEP that changed its subgoal
+    dones = np.array([False, False, False, True, False, False, False])
+    result = hae_advantages(
+        traj,
+        step,
+        rewards,
+        dones,
+        switches,
+        np.array(v_low),
+        np.where(start, v_high, np.nan),
+        np.array(v_term),
+    )
+    assert np.allclose(
+        rows[VALUE_TARGETS], np.stack([result.ret_low, result.ret_high, result.ret_term], 1), atol=1e-5
+    )
+    has = {
+        "switch": np.array([switch_and_subgoal(a)[0] is not None for a in answers]),
+        "subgoal": np.array([switch_and_subgoal(a)[1] is not None for a in answers]),
+    }
+    a_low = standardize(result.adv_low, np.ones(len(answers), bool))
+    a_high = standardize(result.adv_high, start & has["subgoal"])
+    a_term = standardize(result.adv_term, has["switch"])
+
+    for i, answer in enumerate(answers):
+        ids = rows["resp_ids"][i][rows["resp_mask"][i].astype(bool)].tolist()
+        advantage, loss = rows[ADVANTAGES][i], rows[LOSS_MASK][i]
+        if "<action>" not in answer:  # no action block: the whole response gets A_L, nothing else
+            assert np.allclose(advantage[: len(ids)], a_low[i], atol=1e-5) and loss[: len(ids)].all()
+            continue
+        action_start = first_token_after(ids, "</subgoal>")
+        eos = len(ids) - 1
+        assert np.isclose(advantage[action_start + 1], a_low[i], atol=1e-5)  # a token inside <action>
+        assert loss[eos] == 0 and advantage[eos] == 0  # the end-of-turn token gets no loss
+        assert np.isclose(advantage[1], a_term[i], atol=1e-5)  # a token inside <switch>
+        subgoal_token = first_token_after(ids, "</switch>")  # the first token of <subgoal>
+        expected = a_high[i] if start[i] else 0.0
+        assert np.isclose(advantage[subgoal_token], expected, atol=1e-5)
+        assert loss[subgoal_token] == bool(start[i])  # KEEP turns' subgoal tokens are not trained
+    logged = {k: float(v) for k, v in metrics.reduce()[DEFAULT_MODULE_ID].items()}
+    assert logged["switch_rate"] == pytest.approx(2 / 5)  # turns after the first: SWITCH, maybe
+    assert logged["segment_length_mean"] == pytest.approx(7 / 4)
+
+
+def hiper_keychest_config(**training: Any) -> Any:
+    from hgpo_rllib import HiPERConfig
+
+    return (
+        HiPERConfig()
+        .environment("keychest", env_config={"max_steps": 3, "answer_format": "plan_execute"})
+        .env_runners(num_env_runners=0, num_envs_per_env_runner=4, create_local_env_runner=True)
+        .rl_module(model_config=TINY)
+        .training(
+            groups_per_iteration=4,
+            max_new_tokens=16,
+            max_prompt_tokens=200,
+            minibatch_size=8,
+            micro_batch_size=4,
+            lr=1e-3,
+            critic_lr=1e-3,
+            **training,
+        )
+        .debugging(seed=0)
+    )
+
+
+def test_hiper_trains_policy_and_critic_and_checkpoints_both(tmp_path: Path) -> None:
+    algo = hiper_keychest_config().build_algo()
+    try:
+        module = algo.learner_group._learner.module[DEFAULT_MODULE_ID]
+        critic0 = {k: v.clone() for k, v in module.critic.state_dict().items()}
+        policy0 = {k: v.clone() for k, v in module.lm.state_dict().items()}
+        result = algo.train()
+        learner = result["learners"][DEFAULT_MODULE_ID]
+        for head in ("low", "high", "term"):
+            assert np.isfinite(learner[f"value_{head}_loss"])
+        assert learner[f"{CRITIC_OPTIMIZER}_learning_rate"] == pytest.approx(1e-3)
+        assert any(not torch.equal(v, module.critic.state_dict()[k]) for k, v in critic0.items())
+        assert any(not torch.equal(v, module.lm.state_dict()[k]) for k, v in policy0.items())
+        runner_module = algo.env_runner.module
+        assert not hasattr(runner_module, "critic")  # env runners generate; they hold no critic
+        algo.save_to_path(str(tmp_path / "ckpt"))
+        saved = {k: v.clone() for k, v in module.critic.state_dict().items()}
+    finally:
+        algo.stop()
+    restored = hiper_keychest_config().build_algo()
+    try:
+        restored.restore_from_path(str(tmp_path / "ckpt"))
+        learner = restored.learner_group._learner
+        critic = learner.module[DEFAULT_MODULE_ID].critic.state_dict()
+        assert all(torch.equal(v, critic[k]) for k, v in saved.items())
+        state = learner.get_optimizer(DEFAULT_MODULE_ID, CRITIC_OPTIMIZER).state_dict()["state"]
+        assert state and all(s["step"] >= 1 for s in state.values())  # Adam moments restored
+    finally:
+        restored.stop()
+
+
+def test_hiper_validation_names_what_is_wrong(tmp_path: Path) -> None:
+    from hgpo_rllib import HiPERConfig
+
+    errors = " | ".join(HiPERConfig().environment("keychest").setting_errors())
+    assert "env_config['answer_format']=None is invalid for HiPER: expected 'plan_execute'" in errors
+    config = HiPERConfig().environment("keychest", env_config={"answer_format": "plan_execute"})
+    config.rl_module(model_config={"critic": str(tmp_path)})
+    assert "is invalid with the tiny policy: expected 'tiny-qwen2'" in " | ".join(config.setting_errors())
+    config.rl_module(model_config={"model": str(tmp_path)})
+    assert "model_config['critic'] is missing" in " | ".join(config.setting_errors())
+    bad = HiPERConfig().training(lam_seg=2.0, keep_penalty_mode="sometimes", critic_lr=0)
+    errors = " | ".join(bad.setting_errors())
+    for name in ("lam_seg=2.0", "keep_penalty_mode='sometimes'", "critic_lr=0"):
+        assert name in errors
