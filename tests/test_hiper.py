@@ -291,3 +291,39 @@ def test_hiper_validation_names_what_is_wrong(tmp_path: Path) -> None:
     errors = " | ".join(bad.setting_errors())
     for name in ("lam_seg=2.0", "keep_penalty_mode='sometimes'", "critic_lr=0"):
         assert name in errors
+
+
+def module_weights(learners: Any) -> dict[str, np.ndarray]:
+    return learners.get_state(components="learner/rl_module")["learner"]["rl_module"][DEFAULT_MODULE_ID]
+
+
+@pytest.mark.slow  # about 60 s: four learner processes
+def test_sharded_learners_update_policy_and_critic_as_replicated_ones() -> None:
+    """FSDP over two learners shards the critic's decoder layers too (its state is not replicated
+    without synchronisation): one update on the same episodes equals DDP's, critic included."""
+    import envs
+
+    def group(sharding: str) -> Any:
+        config = hiper_keychest_config(learner_sharding=sharding).training(micro_batch_size=2)
+        config = config.learners(num_learners=2, num_cpus_per_learner=0.5)
+        return config, config.build_learner_group(env=envs.make_env(config.env, config.env_config))
+
+    sampler = hiper_keychest_config().build_algo()
+    try:
+        episodes = sampler.env_runner.sample(num_episodes=4)
+    finally:
+        sampler.stop()
+    weights = {}
+    for sharding in ("none", "fsdp"):
+        config, learners = group(sharding)
+        try:
+            before = module_weights(learners)
+            learners.update(episodes=episodes, minibatch_size=config.minibatch_size_per_learner, num_epochs=1)
+            weights[sharding] = module_weights(learners)
+        finally:
+            learners.shutdown()
+    critic = [k for k in before if k.startswith("critic.")]
+    assert critic and any(k.startswith("critic.trunk.layers") for k in critic)
+    moved = max(float(np.abs(weights["none"][k] - before[k]).max()) for k in critic)
+    gap = max(float(np.abs(weights["none"][k] - weights["fsdp"][k]).max()) for k in before)
+    assert moved > 1e-4 and gap < 1e-3 * moved, (moved, gap)

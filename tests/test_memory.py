@@ -18,7 +18,7 @@ from hgpo_rllib import HGPOConfig
 from hgpo_rllib.cli.memory import main as memory_main
 from hgpo_rllib.experiments import memory_plan
 from hgpo_rllib.experiments.memory_plan import MODEL_CONFIGS_DIR, ModelShape
-from hgpo_rllib.experiments.presets import RunSettings, apply_paper_preset
+from hgpo_rllib.experiments.presets import RunSettings, apply_paper_preset, hiper_paper_config
 from hgpo_rllib.rl_module.logprobs import token_logp_entropy
 
 # ----------------------------------------------------------------------------------- model sizes
@@ -270,3 +270,30 @@ def test_reference_on_cpu_gives_the_same_log_probs_and_stays_out_of_state() -> N
 def test_bad_memory_settings_name_the_key(key: str, value: Any) -> None:
     with pytest.raises(ValueError, match=key):
         build(**{key: value})
+
+
+@pytest.mark.parametrize("env", ["alfworld", "webshop"])
+@pytest.mark.parametrize("preset", ["paper-1.5b", "paper-7b"])
+def test_hiper_presets_plan_the_critic_and_fit_80_gb(preset: str, env: str) -> None:
+    """HiPER's presets: the authors' settings, and the critic (Qwen2.5-1.5B, as the authors paired
+    with the 7B policy) in the learner's plan; both fit (paper-1.5b over two FSDP learners)."""
+    model, critic = (str(MODEL_CONFIGS_DIR / memory_plan.PRESET_MODELS[p]) for p in (preset, "paper-1.5b"))
+    config = hiper_paper_config(env, RunSettings(preset=preset, model=model, critic=critic))
+    assert config.model_config["critic"] == critic and config.env_config["answer_format"] == "plan_execute"
+    assert (config.group_size, config.groups_per_iteration, config.env_config["max_steps"]) == (1, 128, 50)
+    assert (config.keep_penalty, config.bootstrap_truncated) == (
+        (-3.5, False) if env == "webshop" else (-0.3, True)
+    )
+    assert config.learner_sharding == "fsdp" and config.num_learners == 2
+    plans = memory_plan.plan_for_config(config, 80)
+    (learner,) = [p for p in plans if p.role == "learner"]
+    critic_lines = [item for item in learner.items if item.name.startswith("critic ")]
+    assert {item.name for item in critic_lines} >= {
+        "critic gradients (fp32)",
+        "critic optimizer (AdamW, fp32)",
+    }
+    assert memory_plan.fit_errors(plans) == []
+    without_critic = memory_plan.plan_for_config(
+        paper_config(preset, env).learners(num_learners=2).training(learner_sharding="fsdp"), 80
+    )
+    assert learner.total_bytes > [p for p in without_critic if p.role == "learner"][0].total_bytes

@@ -119,6 +119,7 @@ def test_run_settings_read_every_documented_variable(monkeypatch: pytest.MonkeyP
         "HGPO_BASE_GROUP": "yes",
         "HGPO_WARM_START": "/ws",
         "HGPO_CACHE": "/cache",
+        "HGPO_CRITIC": "/models/c",
     }
     assert sorted(ENV_VARS.values()) == sorted(values)
     assert set(ENV_VARS) == {f.name for f in dataclasses.fields(RunSettings)}
@@ -134,6 +135,7 @@ def test_run_settings_read_every_documented_variable(monkeypatch: pytest.MonkeyP
         base_group=True,
         warm_start="/ws",
         cache_dir="/cache",
+        critic="/models/c",
     )
     assert settings.run_name == "rehearsal_k4_grpo_alpha0.5_base1"
     for var in values:

@@ -11,7 +11,9 @@ looks at the game's hidden state. It therefore labels *any* state with the right
 policy's own off-course states included (DAgger-style relabelling).
 
 Its thoughts state the facts the choice rests on, in the order a model can produce them: the
-wanted object's type first, then whether it is here, then the next place.
+wanted object's type first, then whether it is here, then the next place. For HiPER's plan-execute
+format (docs/hiper.md) every step also names the subgoal of its phase (:func:`next_step`), again from
+the prompt alone.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import alfworld.gen.constants as alfred
 from alfworld.gen.goal_library import gdict
@@ -141,38 +143,62 @@ class View:
         return None
 
 
+class Step(NamedTuple):
+    """One decision: :func:`decide`'s thought and command, and the subgoal of the phase it is in."""
+
+    thought: str
+    command: str
+    subgoal: str
+
+
 def decide(view: View) -> tuple[str, str]:
     """The next (thought, command) for what the prompt shows."""
+    thought, command, _ = next_step(view)
+    return thought, command
+
+
+def next_step(view: View) -> Step:
+    """:func:`decide`'s step and its phase's subgoal, which follow the task's parts: "find the T"
+    while searching for an object of type T (the lamp too), "take the O" once an O is here, "heat the
+    O with the microwave" (clean, cool: likewise) on the way to the tool and there, "put the O in the
+    R" on the way to the target R and there, "use the L" once the lamp L is here."""
     task, held, here = view.task, view.holding(), view.location()
     if held is None:
         return _find(view, task.obj, here)
     if task.task_type == "look_at_obj_in_light":
         lamp = next((a for a in view.admissible if a.startswith(f"use {task.target} ")), None)
         if lamp:
-            return f"I have the {held}. The {lamp[4:]} is here, so I turn it on.", lamp
-        return _search(view, f"I have the {held} and need a {task.target}.", LAMP_PLACES, here)
+            return Step(
+                f"I have the {held}. The {lamp[4:]} is here, so I turn it on.", lamp, f"use the {lamp[4:]}"
+            )
+        need = f"I have the {held} and need a {task.target}."
+        return Step(*_search(view, need, LAMP_PLACES, here), f"find the {task.target}")
     home = _home(view)
     if task.task_type in TREATMENTS and not _treated(view, held, home):
         verb, tool_type = TREATMENTS[task.task_type]
+        subgoal = f"{verb} the {held} with the {tool_type}"
         treat = next((a for a in view.admissible if a.startswith(f"{verb} {held} with {tool_type} ")), None)
         if treat:
-            return f"I have the {held}. I {verb} it with the {treat.split(' with ')[1]} here.", treat
+            return Step(
+                f"I have the {held}. I {verb} it with the {treat.split(' with ')[1]} here.", treat, subgoal
+            )
         tool = _first(view, tool_type)
-        return f"I have the {held}. I {verb} it at the {tool}.", f"go to {tool}"
+        return Step(f"I have the {held}. I {verb} it at the {tool}.", f"go to {tool}", subgoal)
     state = (
         f"The {held} is {PAST_TENSE[TREATMENTS[task.task_type][0]]}"
         if task.task_type in TREATMENTS
         else f"I have the {held}"
     )
+    subgoal = f"put the {held} in the {task.target}"
     if not view.at(home):
-        return f"{state}. It goes to the {home}.", f"go to {home}"
+        return Step(f"{state}. It goes to the {home}.", f"go to {home}", subgoal)
     if f"open {home}" in view.admissible:
-        return f"{state}. The {home} is closed, so I open it.", f"open {home}"
+        return Step(f"{state}. The {home} is closed, so I open it.", f"open {home}", subgoal)
     put = next(a for a in view.admissible if (m := _PUT.match(a)) and m[1] == held and m[2] == home)
-    return f"{state}. I am at the {home}, so I put it here.", put
+    return Step(f"{state}. I am at the {home}, so I put it here.", put, subgoal)
 
 
-def _find(view: View, kind: str, here: str | None) -> tuple[str, str]:
+def _find(view: View, kind: str, here: str | None) -> Step:
     """Take an object of type ``kind`` that is here, open the closed receptacle here, or go on."""
     need = f"I need a {kind}."
     # A pick-two task never takes back the object it already put at its target.
@@ -181,14 +207,14 @@ def _find(view: View, kind: str, here: str | None) -> tuple[str, str]:
         if action.startswith(f"take {kind} ") and not action.endswith(f" from {skip}"):
             obj = action[len("take ") :].split(" from ")[0]
             if object_type(obj) == kind:
-                return f"{need} The {obj} is here, so I take it.", action
+                return Step(f"{need} The {obj} is here, so I take it.", action, f"take the {obj}")
     kinds = {r for r, held in CAN_HOLD.items() if kind in held}
     # Closed receptacles here (several may share the spot) are opened, in search order.
     closed = sorted((a[len("open ") :] for a in view.admissible if a.startswith("open ")), key=_place_key)
     for place in closed:
         if object_type(place) in kinds:
-            return f"{need} The {place} is closed, so I open it.", f"open {place}"
-    return _search(view, need, kinds, here)
+            return Step(f"{need} The {place} is closed, so I open it.", f"open {place}", f"find the {kind}")
+    return Step(*_search(view, need, kinds, here), f"find the {kind}")
 
 
 def _search(view: View, need: str, kinds: set[str], here: str | None) -> tuple[str, str]:
@@ -235,10 +261,24 @@ class Searcher:
             raise ValueError(f"the searcher needs at least one step of history, got {history_length}")
         self.history_length = history_length
 
+    def view(self, observations: Sequence[str], commands: Sequence[str], admissible: Sequence[str]) -> View:
+        """What the prompt shows of the episode so far."""
+        start = max(0, len(commands) - self.history_length)
+        window = list(zip(observations[start:-1], commands[start:], strict=True))
+        return View(parse_task(task_from_observation(observations[0])), window, observations[-1], admissible)
+
     def act(
         self, env: Any, observations: Sequence[str], commands: Sequence[str], admissible: Sequence[str]
     ) -> tuple[str, str]:
-        start = max(0, len(commands) - self.history_length)
-        window = list(zip(observations[start:-1], commands[start:], strict=True))
-        view = View(parse_task(task_from_observation(observations[0])), window, observations[-1], admissible)
-        return decide(view)
+        return decide(self.view(observations, commands, admissible))
+
+    def subgoal(
+        self,
+        env: Any,
+        observations: Sequence[str],
+        commands: Sequence[str],
+        admissible: Sequence[str],
+        command: str,
+    ) -> str:
+        """The subgoal of :func:`next_step` in this state (``command`` is its command)."""
+        return next_step(self.view(observations, commands, admissible)).subgoal

@@ -255,3 +255,17 @@ class KeyChestEnv(TextEnv):
                     parents[nxt] = (state, command)
                     queue.append(nxt)
         raise AssertionError("every KeyChest layout is solvable")
+
+
+#: The expert's two phases as plan-execute subgoals (HiPER, docs/hiper.md): fetch the key, then go
+#: back and open the chest.
+KEY_SUBGOAL = "take the key"
+CHEST_SUBGOAL = "open the chest"
+
+
+def expert_subgoal(env: KeyChestEnv, command: str) -> str:
+    """The subgoal of the expert's phase in ``env``'s current state: its plan from here still takes
+    the key, or it has the key and heads for the chest. (``command``, the expert's next one, is part
+    of the plan already.) The subgoal a prompt then shows says whether the key is carried, which the
+    observations hide: exactly what a plan-execute policy's memory is for."""
+    return KEY_SUBGOAL if TAKE_KEY in env.expert_plan() else CHEST_SUBGOAL

@@ -51,6 +51,23 @@ class ScriptedBuyer:
         return f"search[{query}]"
 
 
+def subgoal(command: str, available_actions: Mapping[str, Any]) -> str:
+    """The buyer's phase that ``command`` belongs to, as a plan-execute subgoal (HiPER,
+    docs/hiper.md): "search for QUERY", "choose the item" (results pages), "choose the options" and
+    "buy it" (the product page, which alone offers "buy now"). Read from the command and the page,
+    which the policy sees too, so a policy can learn when a phase ends."""
+    if command.startswith("search[") and command.endswith("]"):
+        return f"search for {command[len('search[') : -1]}"
+    if command == "click[buy now]":
+        return "buy it"
+    return "choose the options" if "buy now" in available_actions["clickables"] else "choose the item"
+
+
+def expert_subgoal(env: gym.Env, command: str) -> str:
+    """:func:`subgoal` of the expert's ``command`` on ``env``'s current page (before it runs)."""
+    return subgoal(command, env.unwrapped.session.available_actions)
+
+
 def tagged(command: str) -> str:
     """A well-formed LLM output for ``command`` (the reference's ``<think>``/``<action>`` format)."""
     return f"<think>The goal product and options are known.</think><action>{command}</action>"

@@ -29,6 +29,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="model directory with a config.json (default for paper presets: "
         "the shipped architecture of the preset's Qwen2.5 model)",
     )
+    parser.add_argument(
+        "--critic",
+        help="HiPER's critic model directory (default for paper presets: the shipped architecture of "
+        "Qwen2.5-1.5B, the authors' critic)",
+    )
     parser.add_argument("--gpu-memory-gb", type=float, default=DEFAULT_GPU_MEMORY_GB)
     args = parser.parse_args(argv)
     # The experiment file reads its switches from the environment (experiments/presets.py).
@@ -39,6 +44,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.environ[ENV_VARS["model"]] = args.model
     elif preset in PRESET_MODELS and not os.environ.get(ENV_VARS["model"]):
         os.environ[ENV_VARS["model"]] = str(MODEL_CONFIGS_DIR / PRESET_MODELS[preset])
+    if args.critic:
+        os.environ[ENV_VARS["critic"]] = args.critic
+    elif preset in PRESET_MODELS and not os.environ.get(ENV_VARS["critic"]):
+        os.environ[ENV_VARS["critic"]] = str(MODEL_CONFIGS_DIR / PRESET_MODELS["paper-1.5b"])
     config = load_experiment_file(args.experiment).config
     plans = plan_for_config(config, args.gpu_memory_gb)
     if not plans:

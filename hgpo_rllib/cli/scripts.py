@@ -24,8 +24,10 @@ def run_as_script(example_file: str, argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--warm-start", help="an `rllib sft` model directory, or 'none' for the random-init demo"
     )
+    parser.add_argument("--critic", help="HiPER's critic: a local model directory (paper presets)")
     args, rest = parser.parse_known_args(argv)
-    for field in ("preset", "model", "estimator", "history_length", "alpha", "base_group", "warm_start"):
+    fields = ("preset", "model", "estimator", "history_length", "alpha", "base_group", "warm_start", "critic")
+    for field in fields:
         value = getattr(args, field)
         if value is not None:
             os.environ[ENV_VARS[field]] = str(value)

@@ -28,6 +28,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--env-config", type=json_dict, default={}, help="env settings as JSON")
     parser.add_argument(
+        "--answer-format",
+        choices=envs.ANSWER_FORMATS,
+        help="the env_config's answer_format: the policy's answers, and so the demonstrations "
+        "(plan_execute: HiPER's <switch><subgoal><action>, docs/hiper.md); default: the env's, think_action",
+    )
+    parser.add_argument(
         "-k",
         "--history-length",
         type=count(0),
@@ -80,6 +86,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     settings: dict[str, Any] = {name: getattr(args, name) for name in _SFT}
+    if args.answer_format is not None:  # only when given: recipes that do not name it keep their digest
+        named = args.env_config.get("answer_format", args.answer_format)
+        if named != args.answer_format:
+            raise ValueError(f"--answer-format {args.answer_format} contradicts --env-config's {named!r}")
+        settings["env_config"] = {**args.env_config, "answer_format": args.answer_format}
     dagger = {
         "rounds": args.dagger_rounds,
         "episodes": args.dagger_episodes,

@@ -69,8 +69,11 @@ def _check_resume(experiment_dir: Path, record: dict[str, Any]) -> None:
 
 
 def trial_name(trial: Any) -> str:
-    """Name a trial from its settings, as the authors' scripts do (e.g. ``k2_hgpo_alpha1.0_base0_<id>``)."""
+    """Name a trial from its settings, as the authors' scripts do (e.g. ``k2_hgpo_alpha1.0_base0_<id>``);
+    other algorithms by their name and K (``hiper_k2_<id>``)."""
     cfg = trial.config
+    if "estimator" not in cfg:
+        return f"{trial.trainable_name.lower()}_k{cfg.get('history_length', '?')}_{trial.trial_id}"
     name = estimator_run_name(
         cfg.get("history_length", "?"),
         cfg.get("estimator", "hgpo"),

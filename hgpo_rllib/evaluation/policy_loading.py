@@ -60,15 +60,18 @@ def is_policy_folder(path: Path) -> bool:
     return (path / POLICY_RECORD).is_file() or is_warm_start(path)
 
 
-def config_for_warm_start(model_dir: str | Path, settings: Mapping[str, Any] | None = None) -> HGPOConfig:
+def config_for_warm_start(
+    model_dir: str | Path, settings: Mapping[str, Any] | None = None, algorithm: AlgorithmConfig | None = None
+) -> AlgorithmConfig:
     """The config (env, prompt settings, model) of a policy folder or warm-start directory, from its
-    settings record or, for one that is still to be built, from ``settings`` (the record it will have)."""
+    settings record or, for one that is still to be built, from ``settings`` (the record it will have);
+    ``algorithm`` is the fresh config to fill (default ``HGPOConfig()``)."""
     path = Path(model_dir).expanduser().resolve()
     settings = read_policy_settings(path) if settings is None else settings
     envs.adopt_env(settings["env"], settings.get("env_class"))
     temperature = {"eval_temperature": settings["eval_temperature"]} if "eval_temperature" in settings else {}
     return (
-        HGPOConfig()
+        (algorithm or HGPOConfig())
         .environment(settings["env"], env_config=settings["env_config"])
         .rl_module(model_config={"model": str(path)})
         .training(

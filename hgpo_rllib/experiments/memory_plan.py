@@ -23,6 +23,8 @@ Per role and GPU, in bytes:
   ``learner_offload`` moves those shards (master, gradients, AdamW state, reference) to host RAM, so
   the GPU keeps the gathered layers, activations and head, and the plan adds a host-RAM line per
   learner (several learners on one machine add up there).
+* **critic** (HiPER, on the learner): a second trunk trained in full, counted like the policy
+  (weights, master, gradients, AdamW, sharded alike, activations) without reference or vocabulary head.
 * **env runner**: the module's own copy of the weights and, with vLLM, the engine's share of the GPU
   (``vllm_gpu_memory_utilization``): its weights, a working reserve, and the KV cache that is left,
   which must hold at least one full-length sequence; the plan reports how many fit at once.
@@ -305,6 +307,15 @@ def activation_items(shape: ModelShape, s: LearnerSettings) -> list[Item]:
     return [acts, head]
 
 
+def critic_items(shape: ModelShape, s: LearnerSettings) -> list[Item]:
+    """HiPER's critic on the learner (docs/hiper.md §Critic): a trunk of its own trained in full
+    beside the policy, with the policy's dtype, sharding and checkpointing levers, and no reference;
+    its three-value head replaces the vocabulary-wide head."""
+    own = dataclasses.replace(s, reference=False, lora_r=None)
+    items = [item for item in learner_items(shape, own) if item.name != "log-prob/entropy head"]
+    return [dataclasses.replace(item, name=f"critic {item.name}") for item in items]
+
+
 def env_runner_items(
     shape: ModelShape,
     *,
@@ -389,11 +400,14 @@ def plan_for_config(config: Any, gpu_memory_gb: float = DEFAULT_GPU_MEMORY_GB) -
             "learner_offload=True" if sharded and not config.learner_offload else "",
             f"a smaller micro_batch_size (now {settings.micro_batch_rows}) or max_prompt_tokens",
         ]
+        items = learner_items(shape, settings)
+        if mc.critic is not None and mc.critic != TINY_PRESET:
+            items += critic_items(ModelShape.from_model_dir(mc.critic), settings)
         plans.append(
             RolePlan(
                 "learner",
                 max(1, config.num_learners),
-                tuple(learner_items(shape, settings)),
+                tuple(items),
                 budget,
                 hint="set " + ", ".join(x for x in levers if x),
             )

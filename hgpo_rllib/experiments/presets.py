@@ -2,11 +2,13 @@
 
 A tuned example is a Python file that ``rllib train file`` imports, so its knobs come from
 environment variables (:data:`ENV_VARS`: ``HGPO_PRESET``, ``HGPO_MODEL``, ``HGPO_ESTIMATOR``,
-``HGPO_K``, ``HGPO_ALPHA``, ``HGPO_BASE_GROUP``, ``HGPO_WARM_START``, ``HGPO_CACHE``), read in one
-place, :meth:`RunSettings.from_env`; ``python tuned_examples/<file>.py --flags`` sets the same
-variables from flags and then runs the file through the same CLI. The paper's presets follow
-docs/hgpo_algorithm.md §5 and §7 (Qwen2.5-1.5B-Instruct on 2 GPUs, 7B on 4 GPUs, 16 groups x 8
-rollouts, 160 iterations, lr 1e-6, K = 2 or 4), plus one GPU for an evaluation env runner.
+``HGPO_K``, ``HGPO_ALPHA``, ``HGPO_BASE_GROUP``, ``HGPO_WARM_START``, ``HGPO_CACHE``,
+``HGPO_CRITIC``), read in one place, :meth:`RunSettings.from_env`; ``python
+tuned_examples/<file>.py --flags`` sets the same variables from flags and then runs the file
+through the same CLI. The paper's presets follow docs/hgpo_algorithm.md §5 and §7
+(Qwen2.5-1.5B-Instruct on 2 GPUs, 7B on 4 GPUs, 16 groups x 8 rollouts, 160 iterations, lr 1e-6,
+K = 2 or 4), plus one GPU for an evaluation env runner; HiPER's (docs/hiper.md §Hyperparameters)
+keep that layout with the authors' own settings.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from typing import Any
 
 from hgpo_rllib.advantages import ESTIMATORS
 from hgpo_rllib.algorithms.hgpo.hgpo import HGPOConfig
+from hgpo_rllib.algorithms.hiper.hiper import HiPERConfig
 from hgpo_rllib.evaluation.policy_loading import config_for_warm_start
 
 PRESETS = ("cpu", "rehearsal", "paper-1.5b", "paper-7b")
@@ -35,6 +38,7 @@ ENV_VARS = {
     "base_group": "HGPO_BASE_GROUP",
     "warm_start": "HGPO_WARM_START",
     "cache_dir": "HGPO_CACHE",
+    "critic": "HGPO_CRITIC",
 }
 _TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off", "")
 # GPU layout per preset: (env runners, GPUs per runner, learners, GPUs per learner), plus one GPU for
@@ -97,6 +101,8 @@ class RunSettings:
     warm_start: str | None = None
     #: Where warm starts are built (default ``~/.cache/hgpo_rllib``).
     cache_dir: str | None = None
+    #: HiPER's critic: a local model directory with the policy's tokenizer (paper presets).
+    critic: str | None = None
 
     def __post_init__(self) -> None:
         if self.preset not in PRESETS:
@@ -125,6 +131,7 @@ class RunSettings:
                 base_group=_parse_bool(env.get("HGPO_BASE_GROUP", "0"), "HGPO_BASE_GROUP"),
                 warm_start=env.get("HGPO_WARM_START") or None,
                 cache_dir=env.get("HGPO_CACHE") or None,
+                critic=env.get("HGPO_CRITIC") or None,
             )
         except ValueError as exc:
             raise ValueError(f"bad HGPO_* environment variable: {exc}") from exc
@@ -201,13 +208,85 @@ def tiny_cpu_config(env_name: str, env_config: dict[str, Any], settings: RunSett
     )
 
 
-def apply_paper_preset(config: Any, env_name: str, settings: RunSettings) -> Any:
-    """Set ``config`` (a fresh ``HGPOConfig``) to the paper's run for ``settings.preset`` (GPUs, vLLM),
-    or to its CPU rehearsal."""
+def hgpo_paper_training(env_name: str, settings: RunSettings) -> dict[str, Any]:
+    """HGPO's own settings in the paper's runs (docs/hgpo_algorithm.md §5): 16 groups of 8."""
+    return {
+        **settings.training(),
+        "adv_mode": "mean_std_norm" if env_name == "alfworld" else "mean_norm",
+        "group_size": 8,
+        "groups_per_iteration": 16,
+        "minibatch_size": 256 if env_name == "alfworld" else 64,
+    }
+
+
+def hiper_paper_training(env_name: str, settings: RunSettings) -> dict[str, Any]:
+    """HiPER's settings in the authors' scripts (docs/hiper.md §Hyperparameters): 128 episodes of up
+    to 50 steps per iteration (no groups), lr 1e-5 for the critic, the per-env keep penalties."""
+    webshop = env_name == "webshop"
+    return {
+        "env_config": {"max_steps": 50, "answer_format": "plan_execute"},
+        "history_length": settings.history_length,
+        "group_size": 1,
+        "groups_per_iteration": 128,
+        "minibatch_size": 256,
+        "gamma": 1.0,
+        "lam_turn": 1.0,
+        "lam_seg": 0.95,
+        "critic_lr": 1e-5,
+        "keep_penalty": -3.5 if webshop else -0.3,
+        "keep_penalty_mode": "normalized",
+        "keep_consistency_penalty": -0.3,
+        "bootstrap_truncated": not webshop,  # WebShop pays only for a bought item
+    }
+
+
+def hiper_paper_config(env_name: str, settings: RunSettings) -> Any:
+    """HiPER's paper presets (or their CPU rehearsal): :func:`apply_paper_preset` with
+    :func:`hiper_paper_training`. The critic doubles a learner's trained state, so paper-1.5b shards
+    policy and critic over two FSDP learners: four GPUs with the env runner and the evaluation runner,
+    as many as the authors used."""
+    config = apply_paper_preset(HiPERConfig(), env_name, settings, hiper_paper_training(env_name, settings))
+    if settings.preset == "paper-1.5b":
+        config = config.learners(num_learners=2).training(learner_sharding="fsdp")
+    return config
+
+
+def tiny_hiper_config(env_name: str, env_config: dict[str, Any], settings: RunSettings) -> Any:
+    """HiPER's CPU pipeline demo: a tiny random-init policy and critic, 8 episodes per iteration.
+
+    It runs every piece (plan-execute prompts, the critic, HAE, both updates, checkpoints) in minutes;
+    a model that knows no language writes invalid answers, so nothing is learned about the task.
+    """
+    return (
+        HiPERConfig()
+        .environment(env_name, env_config={**env_config, "answer_format": "plan_execute"})
+        .env_runners(num_env_runners=1, num_envs_per_env_runner=8)
+        .training(
+            history_length=settings.history_length,
+            groups_per_iteration=8,
+            lr=1e-3,
+            critic_lr=1e-3,
+            minibatch_size=64,
+            micro_batch_size=16,
+            max_prompt_tokens=1024,
+            max_new_tokens=24,
+            kl_coeff=0.0,
+        )
+        .debugging(seed=0)
+    )
+
+
+def apply_paper_preset(
+    config: Any, env_name: str, settings: RunSettings, algorithm_training: dict[str, Any] | None = None
+) -> Any:
+    """Set ``config`` (a fresh algorithm config) to the paper's run for ``settings.preset`` (GPUs,
+    vLLM), or to its CPU rehearsal. ``algorithm_training``: the algorithm's own settings (episodes per
+    iteration, advantage settings; default HGPO's, :func:`hgpo_paper_training`)."""
+    own = algorithm_training or hgpo_paper_training(env_name, settings)
     if settings.preset == "rehearsal":
-        paper = dataclasses.replace(settings, preset="paper-1.5b", model="tiny-qwen2")
-        return _shrink_to_rehearsal(_paper_config(config, env_name, paper))
-    return _paper_config(config, env_name, settings)
+        paper = dataclasses.replace(settings, preset="paper-1.5b", model="tiny-qwen2", critic=None)
+        return _shrink_to_rehearsal(_paper_config(config, env_name, paper, own))
+    return _paper_config(config, env_name, settings, own)
 
 
 def _shrink_to_rehearsal(config: Any) -> Any:
@@ -266,18 +345,22 @@ def _shrink_to_rehearsal(config: Any) -> Any:
     )
 
 
-def _paper_config(config: Any, env_name: str, settings: RunSettings) -> Any:
+def _paper_config(
+    config: Any, env_name: str, settings: RunSettings, algorithm_training: dict[str, Any]
+) -> Any:
     runners, runner_gpus, learners, learner_gpus = _GPU_LAYOUT[settings.preset]
     memory_levers, training_overrides = _MEMORY[settings.preset]
-    groups, group_size = 16, 8
-    env_config = {"max_steps": 50 if env_name == "alfworld" else 30}
+    algorithm_training = dict(algorithm_training)
+    own_env_config = algorithm_training.pop("env_config", {})
+    episodes = algorithm_training["group_size"] * algorithm_training["groups_per_iteration"]
+    env_config = {"max_steps": 50 if env_name == "alfworld" else 30, **own_env_config}
     eval_env_config = {**env_config, **_EVAL_SPLIT.get(env_name, {})}
     return (
         config.environment(env_name, env_config=env_config)
         .env_runners(
             num_env_runners=runners,
             num_gpus_per_env_runner=runner_gpus,
-            num_envs_per_env_runner=groups * group_size // runners,
+            num_envs_per_env_runner=episodes // runners,
         )
         .learners(num_learners=learners, num_gpus_per_learner=learner_gpus)
         .rl_module(
@@ -285,16 +368,13 @@ def _paper_config(config: Any, env_name: str, settings: RunSettings) -> Any:
                 "model": settings.model,
                 "torch_dtype": "bfloat16",
                 "inference_backend": "auto",
+                **({"critic": settings.critic} if settings.critic else {}),
                 **memory_levers,
             }
         )
         .training(
-            **settings.training(),
-            adv_mode="mean_std_norm" if env_name == "alfworld" else "mean_norm",
-            group_size=group_size,
-            groups_per_iteration=groups,
+            **algorithm_training,
             lr=1e-6,
-            minibatch_size=256 if env_name == "alfworld" else 64,
             micro_batch_size=_MICRO_BATCH[(env_name, settings.preset)],
             max_prompt_tokens=4096,
             max_new_tokens=512,
@@ -321,15 +401,19 @@ def _paper_config(config: Any, env_name: str, settings: RunSettings) -> Any:
 
 
 def warm_start_cpu_config(
-    warm_start: str | Path, training: dict[str, Any], settings: Mapping[str, Any] | None = None
-) -> HGPOConfig:
+    warm_start: str | Path,
+    training: dict[str, Any],
+    settings: Mapping[str, Any] | None = None,
+    algorithm: Any = None,
+) -> Any:
     """RL from a warm start on CPU: free-text generation (no admissible-action or vocabulary
     constraint), 2 groups of 4, the warm start's env and prompt settings (read from the directory, or
     given as ``settings`` when it is still to be built). ``training`` holds the estimator settings; its
     history length must be the warm start's K (the prompts it learned). A small learning rate and a KL
     penalty to the warm start keep RL near it: 30 minutes of HGPO took the ALFWorld warm start from
-    18.75% to 25.0% on unseen games with these, to 2.08% at lr 1e-4 without KL (docs/results.md)."""
-    config = config_for_warm_start(warm_start, settings)
+    18.75% to 25.0% on unseen games with these, to 2.08% at lr 1e-4 without KL (docs/results.md).
+    ``algorithm``: the fresh config to fill (default ``HGPOConfig()``; HiPER ignores the groups)."""
+    config = config_for_warm_start(warm_start, settings, algorithm)
     if training.get("history_length", config.history_length) != config.history_length:
         raise ValueError(
             f"history_length={training['history_length']} differs from the warm start's K="

@@ -37,6 +37,11 @@ class LLMCriticRLModule(LLMRLModule, ValueFunctionAPI):
                 gradient_checkpointing_kwargs={"use_reentrant": False}
             )
 
+    def trained_models(self) -> list[torch.nn.Module]:
+        """The policy's (and reference's) models and the critic's trunk: a sharded learner shards the
+        critic's decoder layers too, so its weights, gradients and AdamW state split like the policy's."""
+        return [*super().trained_models(), self.critic.trunk]
+
     def get_non_inference_attributes(self) -> list[str]:
         return [*super().get_non_inference_attributes(), "critic"]
 

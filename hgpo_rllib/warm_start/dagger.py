@@ -23,12 +23,12 @@ from hgpo_rllib.evaluation.policy_loading import CheckpointPolicy
 from hgpo_rllib.evaluation.rollout import EpisodeSlot, play, task_seeds
 from hgpo_rllib.run_records import exclusive_directory, read_record, write_atomically
 from hgpo_rllib.warm_start.demonstrations import (
-    demonstrator_answer,
+    demonstrated_response,
     make_demonstrator,
     prompt_renderer,
     read_played_episodes,
 )
-from hgpo_rllib.warm_start.format import DEMONSTRATIONS, SFT_CONFIG, read_settings, response_text
+from hgpo_rllib.warm_start.format import DEMONSTRATIONS, SFT_CONFIG, read_settings
 from hgpo_rllib.warm_start.phases import BuildClock, dagger_phase
 from hgpo_rllib.warm_start.trainer import fit, open_run, tokenize_examples, write_run_record
 
@@ -80,10 +80,12 @@ def collect_dagger_states(model_dir: Path, path: Path, seeds: Sequence[int]) -> 
         steps: dict[int, list[dict[str, str]]] = {}
 
         def labelled(slots: list[EpisodeSlot]) -> list[str]:
+            # In the env's answer format: a plan-execute label keeps or switches the subgoal that the
+            # model's own prompt shows.
             for slot in slots:
-                thought, command = demonstrator_answer(demonstrator, slot)
+                response = demonstrated_response(demonstrator, slot.env, slot.episode)
                 steps.setdefault(slot.result["task_seed"], []).append(
-                    {"prompt": render(slot.episode), "response": response_text(thought, command)}
+                    {"prompt": render(slot.episode), "response": response}
                 )
             return policy(slots)
 

@@ -5,8 +5,11 @@ The prompt comes from :func:`~hgpo_rllib.connectors.env_to_module.history_window
 the env, K and env-config keywords RL uses (then the chat template of
 :func:`~hgpo_rllib.rl_module.models.chat_prompt` when the examples are tokenized), so RL later sees
 byte-identical prompts. The response is ``<think>thought</think><action>command</action>``; thoughts are
-templates over what the agent sees. Demonstrations are appended per finished episode, so an interrupted
-collection resumes.
+templates over what the agent sees. With the env setting ``answer_format="plan_execute"`` (HiPER,
+docs/hiper.md) it is ``<switch>..</switch><subgoal>..</subgoal><action>command</action>`` instead: the
+subgoal names the demonstrator's current phase, and the env, which gets that text as its action, records
+the switch and subgoal in its infos, so the connector shows the current subgoal in the next prompt as
+in RL. Demonstrations are appended per finished episode, so an interrupted collection resumes.
 """
 
 from __future__ import annotations
@@ -21,22 +24,51 @@ from typing import Any, Protocol
 from tqdm.auto import tqdm
 
 import envs
+from envs.common.actions import PLAN_EXECUTE, THINK_ACTION, current_subgoal
+from envs.registry import load_object
 from hgpo_rllib.connectors.env_to_module.history_window import prompt_connector
 from hgpo_rllib.evaluation.rollout import EpisodeSlot, new_episode, task_seeds
 from hgpo_rllib.run_records import write_atomically
-from hgpo_rllib.warm_start.format import response_text
+from hgpo_rllib.warm_start.format import plan_execute_text, response_text
 
 
 class Demonstrator(Protocol):
-    """Chooses the next step from what the agent has seen: (thought, command)."""
+    """Chooses the next step from what the agent has seen: (thought, command), and, for the
+    plan-execute format, the subgoal of the phase that step belongs to."""
 
     def act(
         self, env: Any, observations: Sequence[str], commands: Sequence[str], admissible: Sequence[str]
     ) -> tuple[str, str]: ...
 
+    def subgoal(
+        self,
+        env: Any,
+        observations: Sequence[str],
+        commands: Sequence[str],
+        admissible: Sequence[str],
+        command: str,
+    ) -> str:
+        """The subgoal of the phase that ``command`` (what :meth:`act` chose in this same state)
+        serves; it changes exactly when the phase does (the answer then switches)."""
+        ...
+
+
+#: Per env, how its expert's command reads as a plan-execute subgoal: "module:function" of (the
+#: unwrapped env before the command runs, the command).
+EXPERT_SUBGOALS = {
+    "keychest": "envs.keychest.env:expert_subgoal",
+    "webshop": "envs.webshop.expert:expert_subgoal",
+}
+
 
 class ExpertDemonstrator:
-    """The env's own expert (``expert_action()``); its thought only restates the chosen command."""
+    """The env's own expert (``expert_action()``); its thought only restates the chosen command.
+    ``subgoal_of`` (an :data:`EXPERT_SUBGOALS` function) names its phases; without one (an env whose
+    expert has none) it can demonstrate the think-action format only."""
+
+    def __init__(self, subgoal_of: Callable[[Any, str], str] | None = None, env_name: str = ""):
+        self.subgoal_of = subgoal_of
+        self.env_name = env_name
 
     def act(
         self, env: Any, observations: Sequence[str], commands: Sequence[str], admissible: Sequence[str]
@@ -44,12 +76,29 @@ class ExpertDemonstrator:
         command = env.unwrapped.expert_action() or "look"
         return f"The next step of my task is to {command}.", command
 
+    def subgoal(
+        self,
+        env: Any,
+        observations: Sequence[str],
+        commands: Sequence[str],
+        admissible: Sequence[str],
+        command: str,
+    ) -> str:
+        if self.subgoal_of is None:
+            raise ValueError(
+                f"the expert of {self.env_name or 'this env'!r} names no subgoals, which "
+                f"answer_format={PLAN_EXECUTE!r} demonstrations need (experts with subgoals: "
+                f"{', '.join(EXPERT_SUBGOALS)}; on alfworld use the searcher)"
+            )
+        return self.subgoal_of(env.unwrapped, command)
+
 
 def make_demonstrator(env_name: str, name: str, history_length: int = 2) -> Demonstrator:
     """``expert`` (any env) or ``searcher`` (ALFWorld: decides from the prompt's last
     ``history_length`` steps alone, searching receptacles in a fixed order)."""
     if name == "expert":
-        return ExpertDemonstrator()
+        subgoals = EXPERT_SUBGOALS.get(env_name)
+        return ExpertDemonstrator(load_object(subgoals) if subgoals else None, env_name)
     if name == "searcher":
         if env_name != "alfworld":
             raise ValueError(f"demonstrator 'searcher' exists for alfworld only, not {env_name!r}")
@@ -64,12 +113,31 @@ def prompt_renderer(env_name: str, env_config: dict[str, Any], history_length: i
     return prompt_connector(env_name, env_config, history_length).prompt_text
 
 
+def _seen(episode: Any) -> tuple[list[str], list[str], Sequence[str]]:
+    """What the agent has seen of a running episode: its observations, the commands executed (as the
+    env reports them) and the current admissible actions."""
+    infos = episode.get_infos()
+    commands = [info["command"] for info in infos[1:]]
+    return list(episode.get_observations()), commands, infos[-1]["admissible_actions"]
+
+
 def demonstrator_answer(demonstrator: Demonstrator, slot: EpisodeSlot) -> tuple[str, str]:
     """The demonstrator's (thought, command) in the state of a running episode, from what the agent
     has seen so far."""
-    observations = list(slot.episode.get_observations())
-    commands = [info["command"] for info in slot.episode.get_infos()[1:]]
-    return demonstrator.act(slot.env, observations, commands, slot.info["admissible_actions"])
+    return demonstrator.act(slot.env, *_seen(slot.episode))
+
+
+def demonstrated_response(demonstrator: Demonstrator, env: Any, episode: Any) -> str:
+    """The demonstrator's whole answer in the state of a running ``episode`` of ``env``, in the env's
+    own answer format (so the env, given it as the action, parses and records it as RL's answers):
+    ``<think>``/``<action>``, or plan-execute with the switch decided against the subgoal the prompt
+    shows (:func:`envs.current_subgoal` of the episode's infos, as the connector reads it)."""
+    observations, commands, admissible = _seen(episode)
+    thought, command = demonstrator.act(env, observations, commands, admissible)
+    if getattr(env.unwrapped, "answer_format", THINK_ACTION) != PLAN_EXECUTE:
+        return response_text(thought, command)
+    subgoal = demonstrator.subgoal(env, observations, commands, admissible, command)
+    return plan_execute_text(subgoal, command, current_subgoal(episode.get_infos()))
 
 
 def play_demonstration(
@@ -78,18 +146,15 @@ def play_demonstration(
     """One episode: every step's rendered prompt and the demonstrator's response."""
     observation, info = env.reset(seed=task_seed)
     episode = new_episode(observation, info)
-    observations, commands, steps = [observation], [], []
+    steps = []
     done = False
     while not done:
-        thought, command = demonstrator.act(env, observations, commands, info["admissible_actions"])
-        answer = response_text(thought, command)
+        answer = demonstrated_response(demonstrator, env, episode)
         steps.append({"prompt": render(episode), "response": answer})
         observation, reward, terminated, truncated, info = env.step(answer)
         episode.add_env_step(
             observation, answer, reward, infos=info, terminated=terminated, truncated=truncated
         )
-        observations.append(observation)
-        commands.append(info["command"])
         done = terminated or truncated
     return {
         "task_seed": task_seed,

@@ -25,6 +25,17 @@ def response_text(thought: str, command: str) -> str:
     return f"<think>{thought}</think><action>{command}</action>"
 
 
+def plan_execute_text(subgoal: str, command: str, current_subgoal: str | None) -> str:
+    """A demonstrated answer in HiPER's plan-execute format (docs/hiper.md): KEEP with the subgoal
+    copied exactly while the demonstrator's phase still has the subgoal the prompt shows
+    (``current_subgoal``), else SWITCH to it. Deriving the switch from the prompt's subgoal, not from
+    the demonstrator's previous step, keeps labels of the model's own states (DAgger) consistent too.
+    The subgoal is stripped, as the env records it, so a KEEP matches exactly."""
+    subgoal = subgoal.strip()
+    switch = "KEEP" if subgoal == current_subgoal else "SWITCH"
+    return f"<switch>{switch}</switch><subgoal>{subgoal}</subgoal><action>{command}</action>"
+
+
 def is_warm_start(path: Path) -> bool:
     return (path / SFT_CONFIG).is_file()
 

@@ -51,8 +51,9 @@ from torch.distributed.fsdp import (
     register_fsdp_forward_method,
 )
 
-#: The RLModule methods that run the model (the root unit gathers its weights when they start).
-FORWARD_METHODS = ("forward_train", "compute_ref_logp")
+#: The RLModule methods that run the model (the root unit gathers its weights when they start);
+#: ``compute_values`` where the module has a critic (HiPER's learner connector calls it).
+FORWARD_METHODS = ("forward_train", "compute_ref_logp", "compute_values")
 _GATHER = StateDictOptions(full_state_dict=True, cpu_offload=True)
 _LOAD_FULL = StateDictOptions(full_state_dict=True)
 
@@ -82,8 +83,8 @@ def shard_module(
     offload: bool = False,
 ) -> None:
     """Shard ``module`` in place over all ranks: every decoder layer of each of ``models`` (Hugging Face
-    causal LMs held by ``module``), then ``module`` as the root unit; ``offload`` keeps the shards and
-    the optimizer step in host RAM."""
+    causal LMs, or their transformers as a critic's trunk, held by ``module``), then ``module`` as the
+    root unit; ``offload`` keeps the shards and the optimizer step in host RAM."""
     mesh = device_mesh(device, offload)
     low_precision = compute_dtype != torch.float32
     options = {
@@ -95,12 +96,13 @@ def shard_module(
         "offload_policy": offload_policy(device, offload),
     }
     for model in models:
-        backbone = getattr(model, model.base_model_prefix)
+        backbone = getattr(model, model.base_model_prefix, model)  # a bare transformer is its own
         for layer in backbone.layers:
             fully_shard(layer, **options)
     fully_shard(module, **options)
     for name in FORWARD_METHODS:
-        register_fsdp_forward_method(module, name)
+        if hasattr(module, name):
+            register_fsdp_forward_method(module, name)
 
 
 def shard_llm_module(module: Any, device: torch.device, offload: bool = False) -> None:
