@@ -1,8 +1,9 @@
-"""CPU learning benchmark: GRPO vs GiGPO vs HGPO on KeyChest with the same tiny model and budget.
+"""CPU learning benchmark: GRPO vs GiGPO vs HGPO vs HiPER on KeyChest with the same tiny model and budget.
 
-Run: ``python benchmarks/learning_keychest.py [--iterations N] [--seeds 0 1 2] [--output DIR]``.
-Every run is ``tuned_examples/hgpo_keychest.py``'s config with one estimator setting and one seed
-(HGPO K=2 alpha=1, HGPO K=2 alpha=0, HGPO K=2 with adaptive weights, GiGPO, GRPO). Writes
+Run: ``python benchmarks/learning_keychest.py [--iterations N] [--seeds 0 1 2] [--variants V ...]``.
+Every run is a tuned example's config with one setting and one seed: ``tuned_examples/hgpo_keychest.py``
+with an estimator (HGPO K=2 alpha=1, HGPO K=2 alpha=0, HGPO K=2 with adaptive weights, GiGPO, GRPO), or
+``tuned_examples/hiper_keychest.py`` (HiPER, K=2: the same episodes, model size and step budget). Writes
 ``curves.csv`` (success per iteration, rewritten after every iteration), ``curves.png`` (mean with min-max
 band over seeds) and ``summary.md`` (iterations and wall time to 80% / 90% success, final success).
 An existing output directory is never overwritten; ``--resume`` continues one instead, keeping its
@@ -26,13 +27,16 @@ from tqdm.auto import tqdm  # noqa: E402
 
 from hgpo_rllib.experiments.experiment_file import load_experiment_file  # noqa: E402
 
-EXAMPLE = Path(__file__).resolve().parents[1] / "tuned_examples" / "hgpo_keychest.py"
+TUNED = Path(__file__).resolve().parents[1] / "tuned_examples"
+HGPO, HIPER = TUNED / "hgpo_keychest.py", TUNED / "hiper_keychest.py"
+#: variant -> (tuned example, training settings on top of it).
 VARIANTS = {
-    "HGPO K=2 a=1": {"estimator": "hgpo", "history_length": 2, "length_weight_alpha": 1.0},
-    "HGPO K=2 a=0": {"estimator": "hgpo", "history_length": 2, "length_weight_alpha": 0.0},
-    "HGPO K=2 adaptive": {"estimator": "hgpo", "history_length": 2, "weighting": "adaptive"},
-    "GiGPO": {"estimator": "gigpo", "history_length": 2},
-    "GRPO": {"estimator": "grpo", "history_length": 2},
+    "HGPO K=2 a=1": (HGPO, {"estimator": "hgpo", "history_length": 2, "length_weight_alpha": 1.0}),
+    "HGPO K=2 a=0": (HGPO, {"estimator": "hgpo", "history_length": 2, "length_weight_alpha": 0.0}),
+    "HGPO K=2 adaptive": (HGPO, {"estimator": "hgpo", "history_length": 2, "weighting": "adaptive"}),
+    "GiGPO": (HGPO, {"estimator": "gigpo", "history_length": 2}),
+    "GRPO": (HGPO, {"estimator": "grpo", "history_length": 2}),
+    "HiPER K=2": (HIPER, {"history_length": 2}),
 }
 THRESHOLDS = (0.8, 0.9)
 # Success is judged on a moving mean of this many iterations, so one lucky batch does not count.
@@ -42,8 +46,9 @@ SMOOTHING = 3
 def run(variant: str, seed: int, iterations: int, progress: Callable[[list[dict]], None]) -> list[dict]:
     """Train one (variant, seed) and return its per-iteration records; ``progress`` gets the
     records so far after every iteration."""
-    config = load_experiment_file(EXAMPLE).config.copy(copy_frozen=False)
-    config.training(**VARIANTS[variant]).debugging(seed=seed)
+    example, training = VARIANTS[variant]
+    config = load_experiment_file(example).config.copy(copy_frozen=False)
+    config.training(**training).debugging(seed=seed)
     algo = config.build_algo()
     records, start = [], time.perf_counter()
     try:
@@ -57,6 +62,7 @@ def run(variant: str, seed: int, iterations: int, progress: Callable[[list[dict]
                     "seconds": time.perf_counter() - start,
                     "success": result["env_runners"]["success_rate"],
                     "episode_len": result["env_runners"]["episode_len_mean"],
+                    "invalid": result["env_runners"].get("invalid_action_rate", float("nan")),
                 }
             )
             progress(records)

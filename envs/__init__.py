@@ -13,6 +13,8 @@ from envs.common.actions import (
     current_subgoal,
     parse_action,
     parse_plan_execute,
+    plan_execute_blocks,
+    subgoals_of_blocks,
 )
 from envs.common.prompts import PromptContext, default_prompt
 from envs.common.spaces import TextSpace
@@ -59,6 +61,8 @@ __all__ = [
     "make_env",
     "parse_action",
     "parse_plan_execute",
+    "plan_execute_blocks",
     "register_all",
     "register_with_tune",
+    "subgoals_of_blocks",
 ]

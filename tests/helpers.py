@@ -235,8 +235,32 @@ EXPERIMENT = textwrap.dedent(
 )
 
 
-def write_experiment(tmp_path: Path, extra: str = "") -> Path:
-    """A tiny KeyChest experiment file for ``rllib train file`` (``extra``: more lines at the end)."""
+#: HiPER's counterpart: plan-execute answers, a tiny policy and a tiny critic.
+HIPER_EXPERIMENT = textwrap.dedent(
+    """
+    from hgpo_rllib import HiPERConfig
+
+    micro = {{"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 1,
+              "num_attention_heads": 2, "num_key_value_heads": 1}}
+    config = (
+        HiPERConfig()
+        .environment("keychest", env_config={{"max_steps": 4, "answer_format": "plan_execute"}})
+        .env_runners(num_env_runners=1, num_envs_per_env_runner=4)
+        .rl_module(model_config={{"tiny_model": micro, "critic_tiny_model": micro,
+                                  "tokenizer_vocab_size": 400}})
+        .training(groups_per_iteration=4, max_new_tokens=8, max_prompt_tokens=200,
+                  minibatch_size=8, micro_batch_size=8, lr=1e-3, critic_lr=1e-3, kl_coeff=0.0)
+        .debugging(seed=0)
+    )
+    stop = {{"training_iteration": 2}}
+    {extra}
+    """
+)
+
+
+def write_experiment(tmp_path: Path, extra: str = "", algorithm: str = "HGPO") -> Path:
+    """A tiny KeyChest experiment file for ``rllib train file`` (``extra``: more lines at the end) of
+    ``algorithm`` ("HGPO" or "HiPER")."""
     path = tmp_path / "experiment.py"
-    path.write_text(EXPERIMENT.format(extra=extra))
+    path.write_text((HIPER_EXPERIMENT if algorithm == "HiPER" else EXPERIMENT).format(extra=extra))
     return path

@@ -2,11 +2,11 @@
 to the env runner, during each phase of an iteration (sampling, the learner update, the weight sync,
 the checkpoint write), of a real ``rllib train file`` run in a subprocess with its own Ray.
 
-The run's algorithm is HGPO with one hook (an experiment-file subclass, shipped to Ray by value as
-any experiment file's code is): at the start of the chosen phase of iteration 3 (the checkpoint: the
-save after iteration 4) it waits 3 s (Tune records the last checkpoint), sends the fault, and waits
-2 s more before the phase's work, so the fault lands while the iteration is in that phase. Checkpoints
-every 2 iterations, 5 in all. After each fault:
+The run's algorithm is HGPO (and, in the slow matrix, HiPER too) with one hook (an experiment-file
+subclass, shipped to Ray by value as any experiment file's code is): at the start of the chosen phase
+of iteration 3 (the checkpoint: the save after iteration 4) it waits 3 s (Tune records the last
+checkpoint), sends the fault, and waits 2 s more before the phase's work, so the fault lands while
+the iteration is in that phase. Checkpoints every 2 iterations, 5 in all. After each fault:
 
 - SIGINT / SIGTERM: exit 130 / 143 after a final checkpoint of the iteration under way; ``--resume``
   (the command the run printed) continues after it;
@@ -52,13 +52,13 @@ ITERATIONS, CHECKPOINT_FREQ = 5, 2
 FAULTY_ALGORITHM = """
 import os, signal, time
 from pathlib import Path
-from hgpo_rllib import HGPO
+from hgpo_rllib import {algorithm}
 
 MARKER = Path({marker!r})
 DRIVER = os.getpid()
 
 
-class FaultyHGPO(HGPO):
+class Faulty{algorithm}({algorithm}):
     def _inject(self, phase, iteration):
         if phase != {phase!r} or iteration != {iteration} or MARKER.exists():
             return
@@ -82,17 +82,18 @@ class FaultyHGPO(HGPO):
         super().save_checkpoint(checkpoint_dir)
 
 
-config.algo_class = FaultyHGPO
+config.algo_class = Faulty{algorithm}
 config.env_runners(sample_timeout_s=60)
 stop = {{"training_iteration": {iterations}}}
 """
 
 
-def run_with_fault(tmp_path: Path, fault: str, phase: str) -> tuple[list[str], int, str]:
-    """``rllib train file`` in a subprocess with ``fault`` injected in ``phase``; its arguments,
-    exit status and stderr."""
+def run_with_fault(tmp_path: Path, fault: str, phase: str, algorithm: str) -> tuple[list[str], int, str]:
+    """``rllib train file`` of ``algorithm`` in a subprocess with ``fault`` injected in ``phase``; its
+    arguments, exit status and stderr."""
     target, signal_name = fault.split()
     code = FAULTY_ALGORITHM.format(
+        algorithm=algorithm,
         marker=str(tmp_path / "injected"),
         phase=phase,
         iteration=FAULT_ITERATION[phase],
@@ -100,7 +101,7 @@ def run_with_fault(tmp_path: Path, fault: str, phase: str) -> tuple[list[str], i
         signum=int(signal.Signals[signal_name]),
         iterations=ITERATIONS,
     )
-    path = write_experiment(tmp_path, textwrap.dedent(code))
+    path = write_experiment(tmp_path, textwrap.dedent(code), algorithm)
     args = ["train", "file", str(path), "--storage-path", str(tmp_path / "out"), "--name", "run"]
     args += ["--checkpoint-freq", str(CHECKPOINT_FREQ), "--config", '{"lr": 0.001}']
     log = tmp_path / "stderr.txt"
@@ -153,8 +154,8 @@ def orphans_left() -> list[Path]:
     return left
 
 
-def check_fault(tmp_path: Path, fault: str, phase: str) -> None:
-    args, status, err = run_with_fault(tmp_path, fault, phase)
+def check_fault(tmp_path: Path, fault: str, phase: str, algorithm: str = "HGPO") -> None:
+    args, status, err = run_with_fault(tmp_path, fault, phase, algorithm)
     target, signal_name = fault.split()
     everything = list(range(1, ITERATIONS + 1))
     if target == "runner":
@@ -184,13 +185,20 @@ def test_ctrl_c_during_the_update_checkpoints_exits_130_and_resumes(tmp_path: Pa
     assert stat.S_IMODE((ray_home / "auth_token").stat().st_mode) == 0o600
 
 
-#: The matrix less the default run's case.
-SLOW_CASES = [(f, p) for f in FAULTS for p in PHASES if (f, p) != ("driver SIGINT", "learner_update")]
+#: The matrix less the default run's case, for HGPO; all of it for HiPER (its critic, optimizer and
+#: HAE connector go through the same checkpoints and restarts).
+SLOW_CASES = [
+    (algorithm, f, p)
+    for algorithm in ("HGPO", "HiPER")
+    for f in FAULTS
+    for p in PHASES
+    if (algorithm, f, p) != ("HGPO", "driver SIGINT", "learner_update")
+]
 
 
-@pytest.mark.slow  # 15 runs of about a minute each
-@pytest.mark.parametrize(("fault", "phase"), SLOW_CASES)
-def test_fault_injection_matrix(tmp_path: Path, fault: str, phase: str) -> None:
+@pytest.mark.slow  # 31 runs of about a minute each
+@pytest.mark.parametrize(("algorithm", "fault", "phase"), SLOW_CASES)
+def test_fault_injection_matrix(tmp_path: Path, algorithm: str, fault: str, phase: str) -> None:
     started = time.monotonic()
-    check_fault(tmp_path, fault, phase)
-    print(f"{fault} during {phase}: passed in {time.monotonic() - started:.0f} s")
+    check_fault(tmp_path, fault, phase, algorithm)
+    print(f"{algorithm}, {fault} during {phase}: passed in {time.monotonic() - started:.0f} s")

@@ -327,3 +327,50 @@ def test_sharded_learners_update_policy_and_critic_as_replicated_ones() -> None:
     moved = max(float(np.abs(weights["none"][k] - before[k]).max()) for k in critic)
     gap = max(float(np.abs(weights["none"][k] - weights["fsdp"][k]).max()) for k in before)
     assert moved > 1e-4 and gap < 1e-3 * moved, (moved, gap)
+
+
+def test_a_tiny_model_restricted_to_whole_blocks_answers_in_the_plan_execute_format() -> None:
+    """KeyChest's CPU comparison: one token per block; each step may emit both switch blocks, the
+    subgoal blocks and the blocks of its admissible actions only, and three such tokens decode to an
+    answer the env takes as valid."""
+    import envs
+    from envs.keychest.env import CHEST_SUBGOAL, COMMANDS, KEY_SUBGOAL
+    from hgpo_rllib.connectors.env_to_module.history_window import prompt_connector
+
+    blocks = envs.plan_execute_blocks([KEY_SUBGOAL, CHEST_SUBGOAL], COMMANDS)
+    spec = RLModuleSpec(
+        module_class=LLMCriticRLModule,
+        observation_space=gym.spaces.Text(max_length=4096),
+        action_space=gym.spaces.Text(max_length=4096),
+        inference_only=True,
+        model_config={
+            "tokenizer_corpus": CORPUS,
+            "action_vocabulary": blocks,
+            "constrain_to_admissible": True,
+            "max_new_tokens": 4,
+            "critic": "tiny-qwen2",
+            **TINY,
+        },
+    )
+    module = spec.build()
+    env_config = {"max_steps": 4, "answer_format": "plan_execute"}
+    env = envs.make_env("keychest", env_config)
+    observation, info = env.reset(seed=0)
+    episode = SingleAgentEpisode()
+    episode.add_env_reset(observation=observation, infos=info)
+    batch = prompt_connector("keychest", env_config, 2)(rl_module=module, batch={}, episodes=[episode])
+    allowed = {module.tokenizer.decode([i]) for i in batch["allowed_ids"][0].tolist() if i >= 0}
+    admissible = set(envs.plan_execute_blocks([], info["admissible_actions"])) - set(blocks[:2])
+    assert allowed == set(blocks[:4]) | admissible | {module.tokenizer.eos_token}
+    assert all(len(module.tokenizer(b, add_special_tokens=False)["input_ids"]) == 1 for b in blocks)
+    answer = "".join([blocks[1], blocks[2], sorted(admissible)[0]])
+    assert envs.parse_plan_execute(answer).is_valid
+    from hgpo_rllib import HiPERConfig
+
+    config = HiPERConfig().environment("keychest", env_config=env_config)
+    config.rl_module(model_config={"constrain_to_admissible": True, "action_vocabulary": list(COMMANDS)})
+    assert "unless model_config['action_vocabulary'] holds whole blocks" in " | ".join(
+        config.setting_errors()
+    )
+    config.rl_module(model_config={"constrain_to_admissible": True, "action_vocabulary": blocks})
+    assert not [e for e in config.setting_errors() if "constrain_to_admissible" in e]

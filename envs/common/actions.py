@@ -42,6 +42,23 @@ SWITCH_INFO = "switch"
 SUBGOAL_INFO = "subgoal"
 
 
+def plan_execute_blocks(subgoals: Sequence[str], actions: Sequence[str]) -> list[str]:
+    """Whole blocks a plan-execute answer can be assembled from: both switch blocks, one block per
+    subgoal and one per action. A from-scratch model gets one token per block (its
+    ``action_vocabulary``) and, restricted to the blocks (``constrain_to_admissible``), answers in three
+    tokens; it still has to learn to write one block of each kind."""
+    return [
+        *(f"<switch>{word}</switch>" for word in SWITCH_WORDS),
+        *(f"<subgoal>{subgoal}</subgoal>" for subgoal in subgoals),
+        *(f"<action>{action}</action>" for action in actions),
+    ]
+
+
+def subgoals_of_blocks(blocks: Sequence[str]) -> list[str]:
+    """The subgoals of the ``<subgoal>`` blocks among ``blocks`` (:func:`plan_execute_blocks` inverted)."""
+    return [b[len("<subgoal>") : -len("</subgoal>")] for b in blocks if b.startswith("<subgoal>")]
+
+
 @dataclass(frozen=True)
 class ParsedAction:
     """``command``: normalised text to execute; ``is_valid``: the format's validity rule. A

@@ -141,14 +141,17 @@ def text_agent_errors(config: Any) -> list[str]:
             envs.check_env_config(c.envs_name(), c.env_config)
         except ValueError as exc:
             errors.add(f"env_config={dict(c.env_config)!r} is invalid for {c.envs_name()}: {exc}")
+    vocabulary = c.user_model_config().get("action_vocabulary") or ()
     if (
         isinstance(c.env_config, Mapping)
         and c.env_config.get("answer_format") == envs.PLAN_EXECUTE
         and c.user_model_config().get("constrain_to_admissible") is True
+        and not envs.subgoals_of_blocks(vocabulary)
     ):
         errors.add(
             "model_config['constrain_to_admissible']=True is invalid with env_config['answer_format']="
-            f"{envs.PLAN_EXECUTE!r}: it limits each answer to one admissible action, so no answer "
+            f"{envs.PLAN_EXECUTE!r} unless model_config['action_vocabulary'] holds whole blocks "
+            "(envs.plan_execute_blocks): it limits each answer to one admissible action, so no answer "
             "could carry the <switch> and <subgoal> tags"
         )
     model = c.user_model_config().get("model", TINY_PRESET)

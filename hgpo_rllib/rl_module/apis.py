@@ -25,6 +25,11 @@ class TokenPolicyAPI(abc.ABC):
     def constrains_to_admissible(self) -> bool:
         """Whether each step's sampling is restricted to the tokens of its admissible actions."""
 
+    @property
+    @abc.abstractmethod
+    def action_vocabulary(self) -> Sequence[str] | None:
+        """The texts generation is restricted to (one token each with the tiny model), or None."""
+
     @abc.abstractmethod
     def encode_prompts(self, texts: list[str]) -> dict[str, Any]:
         """Rendered prompts -> ``prompt_ids`` / ``prompt_mask`` (the model's chat format, left-padded)."""

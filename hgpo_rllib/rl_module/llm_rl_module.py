@@ -125,6 +125,10 @@ class LLMRLModule(TorchRLModule, InferenceOnlyAPI, TokenPolicyAPI):
     def constrains_to_admissible(self) -> bool:
         return self.llm_config.constrain_to_admissible
 
+    @property
+    def action_vocabulary(self) -> Sequence[str] | None:
+        return self.llm_config.action_vocabulary
+
     def trained_models(self) -> list[torch.nn.Module]:
         """The causal LMs whose decoder layers a sharded learner shards: the policy and, when it lives
         with it on the device, the frozen reference."""

@@ -59,7 +59,9 @@ def episode_prompt_text(
 
 class HistoryWindowPrompt(ConnectorV2):
     """Emits ``prompt_ids``/``prompt_mask`` for the given (active) episodes, one row each, and
-    ``allowed_ids`` (each step's admissible-action tokens) when the module constrains to them."""
+    ``allowed_ids`` (each step's admissible-action tokens) when the module constrains to them; in the
+    plan-execute format, the tokens of the switch blocks, the vocabulary's subgoal blocks and the
+    admissible actions' blocks (:func:`envs.plan_execute_blocks`)."""
 
     def __init__(
         self,
@@ -92,6 +94,9 @@ class HistoryWindowPrompt(ConnectorV2):
         batch.update(rl_module.encode_prompts([self.prompt_text(ep) for ep in episodes]))
         if rl_module.constrains_to_admissible:
             admissible = [ep.get_infos(-1)["admissible_actions"] for ep in episodes]
+            if self.render_kwargs.get("answer_format") == envs.PLAN_EXECUTE:  # whole blocks (tiny model)
+                subgoals = envs.subgoals_of_blocks(rl_module.action_vocabulary or ())
+                admissible = [envs.plan_execute_blocks(subgoals, actions) for actions in admissible]
             batch[ALLOWED_IDS] = rl_module.allowed_ids(admissible)
         return batch
 
