@@ -374,3 +374,25 @@ def test_a_tiny_model_restricted_to_whole_blocks_answers_in_the_plan_execute_for
     )
     config.rl_module(model_config={"constrain_to_admissible": True, "action_vocabulary": blocks})
     assert not [e for e in config.setting_errors() if "constrain_to_admissible" in e]
+
+
+def test_heads_on_the_policys_trunk_train_with_the_policy() -> None:
+    """``critic="policy"`` (ours): three heads on the policy's own trunk; the critic's optimizer holds
+    the heads only, the value loss reaches the shared trunk through the policy's optimizer."""
+    config = hiper_keychest_config()
+    config.rl_module(model_config={**TINY, "critic": "policy"})
+    config.rl_module(
+        model_config={k: v for k, v in config.user_model_config().items() if k != "critic_tiny_model"}
+    )
+    algo = config.build_algo()
+    try:
+        learner = algo.learner_group._learner
+        module = learner.module[DEFAULT_MODULE_ID]
+        assert module.critic.trunk is module.lm.model
+        heads = {id(p) for p in module.critic.heads.parameters()}
+        critic_params = learner.get_optimizer(DEFAULT_MODULE_ID, CRITIC_OPTIMIZER).param_groups[0]["params"]
+        assert {id(p) for p in critic_params} == heads
+        result = algo.train()["learners"][DEFAULT_MODULE_ID]
+        assert np.isfinite(result["value_low_loss"]) and np.isfinite(result["policy_loss"])
+    finally:
+        algo.stop()

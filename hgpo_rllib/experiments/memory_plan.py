@@ -41,7 +41,13 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from hgpo_rllib.rl_module.config import TINY_MODEL_DEFAULTS, TINY_PRESET, LLMModuleConfig, read_model_config
+from hgpo_rllib.rl_module.config import (
+    POLICY_TRUNK,
+    TINY_MODEL_DEFAULTS,
+    TINY_PRESET,
+    LLMModuleConfig,
+    read_model_config,
+)
 
 GIB = 1024**3
 GB = 10**9
@@ -401,7 +407,10 @@ def plan_for_config(config: Any, gpu_memory_gb: float = DEFAULT_GPU_MEMORY_GB) -
             f"a smaller micro_batch_size (now {settings.micro_batch_rows}) or max_prompt_tokens",
         ]
         items = learner_items(shape, settings)
-        if mc.critic is not None and mc.critic != TINY_PRESET:
+        if mc.critic == POLICY_TRUNK:  # heads on the policy's trunk: a second pass's activations
+            (acts, _head) = activation_items(shape, settings)
+            items.append(dataclasses.replace(acts, name=f"critic {acts.name}", note="the trunk's value pass"))
+        elif mc.critic is not None and mc.critic != TINY_PRESET:
             items += critic_items(ModelShape.from_model_dir(mc.critic), settings)
         plans.append(
             RolePlan(

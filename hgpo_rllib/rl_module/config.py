@@ -104,6 +104,10 @@ def normalize_lora(value: Any) -> dict[str, Any] | None:
     return out
 
 
+#: ``model_config["critic"]`` for HiPER's heads on the policy's own trunk (ours, not the authors').
+POLICY_TRUNK = "policy"
+
+
 @dataclasses.dataclass(frozen=True)
 class LLMModuleConfig:
     """The validated ``model_config`` of an LLMRLModule (all keys optional)."""
@@ -132,7 +136,8 @@ class LLMModuleConfig:
     logprob_chunk_tokens: int | None = 1024
     reference_on_cpu: bool = False
     # HiPER's critic (rl_module/critic.py; only LLMCriticRLModule reads these): a local model
-    # directory with the policy's tokenizer, or "tiny-qwen2" sized by critic_tiny_model.
+    # directory with the policy's tokenizer, "tiny-qwen2" sized by critic_tiny_model, or "policy"
+    # (heads on the policy's own trunk).
     critic: str | None = None
     critic_tiny_model: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
@@ -223,8 +228,14 @@ class LLMModuleConfig:
             ("reference_on_cpu", isinstance(self.reference_on_cpu, bool), "a bool"),
             (
                 "critic",
+                self.critic != POLICY_TRUNK or not self.lora,
+                "a separate critic with LoRA (LoRA adapts the policy only; heads on its trunk would "
+                "train the frozen base)",
+            ),
+            (
+                "critic",
                 self.critic is None or isinstance(self.critic, str) and self.critic != "",
-                f"None, {TINY_PRESET!r} or a model directory",
+                f"None, {TINY_PRESET!r}, {POLICY_TRUNK!r} or a model directory",
             ),
             (
                 "critic_tiny_model",

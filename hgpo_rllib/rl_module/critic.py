@@ -9,7 +9,8 @@ for stored prompt + response rows, and :func:`read_values` picks each row's thre
 The trunk is a separate model by default: a local causal-LM directory (a smaller one than the actor
 works, as the authors ran a 1.5B critic for a 7B actor) or, for tests and CPU demos, a random-init
 tiny Qwen2 on the actor's own tokenizer. Its tokenizer must be the actor's: the value positions are
-token positions.
+token positions. Our addition, ``"policy"``, puts the heads on the policy's own trunk: no second
+model's weights, gradients and optimizer state, but the value loss then also moves the policy.
 """
 
 from __future__ import annotations

@@ -14,7 +14,8 @@ import torch
 from ray.rllib.core.rl_module.apis import ValueFunctionAPI
 
 from hgpo_rllib.columns import PROMPT_IDS, PROMPT_MASK, RESP_IDS, RESP_MASK, VALUE_POSITIONS
-from hgpo_rllib.rl_module.critic import build_critic, read_values
+from hgpo_rllib.rl_module.config import POLICY_TRUNK
+from hgpo_rllib.rl_module.critic import ThreeHeadCritic, build_critic, read_values, trunk_of
 from hgpo_rllib.rl_module.llm_rl_module import LLMRLModule
 
 
@@ -26,8 +27,11 @@ class LLMCriticRLModule(LLMRLModule, ValueFunctionAPI):
         cfg = self.llm_config
         if cfg.critic is None:
             raise ValueError(
-                "LLMCriticRLModule needs model_config['critic'] (a model directory or 'tiny-qwen2')"
+                "LLMCriticRLModule needs model_config['critic'] (a model directory, 'tiny-qwen2' or 'policy')"
             )
+        if cfg.critic == POLICY_TRUNK:  # heads on the policy's own trunk (ours; docs/hiper.md §Critic)
+            self.critic = ThreeHeadCritic(trunk_of(self.lm), self.lm.config.hidden_size, cfg.seed)
+            return
         # float32 master weights like the policy's; the forward runs under the same autocast.
         self.critic = build_critic(
             cfg.critic, actor_tokenizer=self.tokenizer, tiny_model=cfg.critic_tiny_model, seed=cfg.seed
@@ -37,10 +41,22 @@ class LLMCriticRLModule(LLMRLModule, ValueFunctionAPI):
                 gradient_checkpointing_kwargs={"use_reentrant": False}
             )
 
+    @property
+    def shares_trunk(self) -> bool:
+        """True when the critic's heads sit on the policy's own trunk (``critic="policy"``)."""
+        return self.llm_config.critic == POLICY_TRUNK
+
+    def critic_parameters(self) -> list[torch.nn.Parameter]:
+        """The weights only the critic's loss trains (with its own optimizer and ``critic_lr``): all of
+        a separate critic; the heads alone on a shared trunk, which the policy's optimizer steps."""
+        policy = {id(p) for p in self.lm.parameters()}
+        return [p for p in self.critic.parameters() if id(p) not in policy]
+
     def trained_models(self) -> list[torch.nn.Module]:
-        """The policy's (and reference's) models and the critic's trunk: a sharded learner shards the
-        critic's decoder layers too, so its weights, gradients and AdamW state split like the policy's."""
-        return [*super().trained_models(), self.critic.trunk]
+        """The policy's (and reference's) models and a separate critic's trunk: a sharded learner
+        shards the critic's decoder layers too, so its weights, gradients and AdamW state split like
+        the policy's."""
+        return super().trained_models() + ([] if self.shares_trunk else [self.critic.trunk])
 
     def get_non_inference_attributes(self) -> list[str]:
         return [*super().get_non_inference_attributes(), "critic"]

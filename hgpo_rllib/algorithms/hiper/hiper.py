@@ -44,7 +44,7 @@ from hgpo_rllib.algorithms.text_agent import TextAgent, TextAgentConfig
 from hgpo_rllib.algorithms.validation import SettingErrors
 from hgpo_rllib.checks import is_bool, is_number
 from hgpo_rllib.connectors.learner.hae_advantages import HAESettings
-from hgpo_rllib.rl_module.config import TINY_PRESET
+from hgpo_rllib.rl_module.config import POLICY_TRUNK, TINY_PRESET
 from hgpo_rllib.rl_module.critic import check_critic_tokenizer
 from hgpo_rllib.rl_module.critic_rl_module import LLMCriticRLModule
 
@@ -54,8 +54,9 @@ class HiPERConfig(TextAgentConfig):
     defaults are the authors' ALFWorld script's (docs/hiper.md §Hyperparameters).
 
     The critic is a model choice, in ``.rl_module(model_config={"critic": ...})``: a local model
-    directory with the policy's tokenizer (it may be smaller than the policy), or ``"tiny-qwen2"``
-    (a random-init critic, the default with the tiny policy; ``critic_tiny_model`` sizes it).
+    directory with the policy's tokenizer (it may be smaller than the policy), ``"tiny-qwen2"``
+    (a random-init critic, the default with the tiny policy; ``critic_tiny_model`` sizes it), or
+    ``"policy"`` (three heads on the policy's own trunk; ours).
     """
 
     def __init__(self, algo_class: type | None = None):
@@ -184,12 +185,15 @@ class HiPERConfig(TextAgentConfig):
                 "model_config['critic'] is missing: HiPER needs a critic, a local model directory with the "
                 "policy's tokenizer (the authors ran Qwen2.5-1.5B-Instruct for a 7B policy)"
             )
-        if user.get("model", TINY_PRESET) == TINY_PRESET and user.get("critic", TINY_PRESET) != TINY_PRESET:
+        if user.get("model", TINY_PRESET) == TINY_PRESET and user.get("critic", TINY_PRESET) not in (
+            TINY_PRESET,
+            POLICY_TRUNK,
+        ):
             errors.add(
                 f"model_config['critic']={user['critic']!r} is invalid with the tiny policy: expected "
                 f"{TINY_PRESET!r} (the tiny policy's tokenizer is built at run time; a critic must share it)"
             )
-        elif user.get("critic", TINY_PRESET) != TINY_PRESET:
+        elif user.get("critic", TINY_PRESET) not in (TINY_PRESET, POLICY_TRUNK):
             try:
                 check_critic_tokenizer(user["critic"], AutoTokenizer.from_pretrained(user["model"]))
             except (OSError, ValueError) as exc:

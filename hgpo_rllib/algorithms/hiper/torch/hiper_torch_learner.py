@@ -4,7 +4,9 @@ three-head critic's clipped value loss with its own optimizer and learning rate 
 The critic's loss per head is verl's clipped value loss, ``0.5 * max((V - G)^2, (V_clip - G)^2)`` with
 ``V_clip = V_old + clip(V - V_old, -value_clip, value_clip)``, averaged over the minibatch's rows that
 have a value for that head; the total is ``L_low + high_value_coef * L_high + term_value_coef * L_term``.
-The critic is a separate model, so its loss only moves its weights, and the policy's only the policy's.
+A separate critic's loss only moves its weights, and the policy's only the policy's; with heads on the
+policy's trunk (``critic="policy"``) the value loss also reaches the trunk, which the policy's optimizer
+steps.
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ class HiPERTorchLearner(HiPERLearner, TextAgentTorchLearner):
     def configure_optimizers_for_module(self, module_id: ModuleID, config: Any = None) -> None:
         """AdamW for the policy (``lr``) and another for the critic (``critic_lr``)."""
         module = self._module[module_id]
-        critic = {id(p) for p in module.unwrapped().critic.parameters()}
+        critic = {id(p) for p in module.unwrapped().critic_parameters()}
         trainable = [p for p in self.get_parameters(module) if p.requires_grad]
         for name, params, lr in (
             ("default_optimizer", [p for p in trainable if id(p) not in critic], config.lr),
