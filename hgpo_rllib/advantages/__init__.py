@@ -12,6 +12,7 @@ tested and reused alone.
 - :mod:`~hgpo_rllib.advantages.adaptive`: adaptive level weights (ours);
 - :mod:`~hgpo_rllib.advantages.grouping`: input checks, key interning, group statistics;
 - :mod:`~hgpo_rllib.advantages.hae`: HiPER's Hierarchical Advantage Estimation (with a critic);
+- :mod:`~hgpo_rllib.advantages.multi_agent`: Dr. MAS's agent-wise normalisation and multi-agent GRPO;
 - :mod:`~hgpo_rllib.advantages.step_table`: a batch of episodes as estimator inputs.
 """
 
@@ -24,6 +25,11 @@ from hgpo_rllib.advantages.estimators import (
 )
 from hgpo_rllib.advantages.grouping import ADV_MODES, WEIGHTINGS
 from hgpo_rllib.advantages.hae import HAEResult, hae_advantages, hae_step_rewards, parse_switch
+from hgpo_rllib.advantages.multi_agent import (
+    agent_turn_rewards,
+    agent_wise_advantages,
+    multi_agent_grpo_advantages,
+)
 from hgpo_rllib.advantages.returns import discounted_returns, step_returns_and_scores
 from hgpo_rllib.advantages.step_table import ESTIMATORS
 
@@ -33,6 +39,8 @@ __all__ = [
     "HAEResult",
     "HGPOLevels",
     "WEIGHTINGS",
+    "agent_turn_rewards",
+    "agent_wise_advantages",
     "discounted_returns",
     "gigpo_advantages",
     "grpo_advantages",
@@ -40,6 +48,7 @@ __all__ = [
     "hae_step_rewards",
     "hgpo_advantages",
     "hgpo_level_stats",
+    "multi_agent_grpo_advantages",
     "parse_switch",
     "step_returns_and_scores",
 ]
