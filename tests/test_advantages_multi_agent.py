@@ -15,8 +15,12 @@ from hypothesis import strategies as st
 from hgpo_rllib.advantages import (
     agent_turn_rewards,
     agent_wise_advantages,
+    gigpo_advantages,
     grpo_advantages,
+    hgpo_advantages,
     multi_agent_grpo_advantages,
+    per_agent_view,
+    step_returns_and_scores,
 )
 
 EPS = 1e-6
@@ -114,3 +118,53 @@ def test_bad_input_is_named() -> None:
     with pytest.raises(ValueError, match="rewards"):
         agent_wise_advantages(["a"], ["x"], [float("nan")])
     assert agent_wise_advantages([], [], []).shape == (0,)
+
+
+def test_per_agent_view_splits_trajectories_by_agent_and_pays_the_outcome_once() -> None:
+    # One trajectory, turns of router (r) and answerer (a) interleaved, rows shuffled.
+    agents = ["r", "a", "r", "a", "a"]
+    steps = [0, 1, 2, 3, 4]
+    order = [3, 0, 4, 2, 1]
+    view = per_agent_view(
+        ["g"] * 5, ["t"] * 5, [agents[i] for i in order], [steps[i] for i in order], [1.0] * 5
+    )
+    by_row = {steps[i]: (int(view.step_idx[k]), float(view.rewards[k])) for k, i in enumerate(order)}
+    assert by_row == {0: (0, 0.0), 1: (0, 0.0), 2: (1, 1.0), 3: (1, 0.0), 4: (2, 1.0)}
+    assert len(set(view.traj_ids.tolist())) == 2 and len(set(view.group_ids.tolist())) == 2
+
+
+@SETTINGS
+@given(batch=team_batches(), k=st.integers(0, 2))
+def test_agent_wise_step_estimators_equal_running_each_agent_alone(batch, k) -> None:
+    """normalize_by='agent': HGPO and GiGPO on the whole batch equal the single-agent estimators run
+    on each agent's rows alone (its sub-trajectories), so every group is per agent."""
+    n = len(batch)
+    groups, trajs, agents, outcomes, valid = (np.array(c) for c in zip(*batch, strict=True))
+    steps = np.zeros(n, dtype=int)
+    for t in set(trajs):
+        rows = np.flatnonzero(trajs == t)
+        steps[rows] = np.arange(len(rows))
+    obs = np.array([f"o{(i * 7) % 3}" for i in range(n)])  # repeated observations make real groups
+    view = per_agent_view(groups, trajs, agents, steps, outcomes)
+    returns, scores = step_returns_and_scores(view.traj_ids, view.step_idx, view.rewards, valid, 0.95)
+    hgpo = hgpo_advantages(
+        groups, trajs, steps, obs, returns, scores, history_length=k, normalize_by="agent", agent_ids=agents
+    )
+    gigpo = gigpo_advantages(groups, obs, returns, scores, normalize_by="agent", agent_ids=agents)
+    for agent in set(agents):
+        rows = np.flatnonzero(agents == agent)
+        alone = hgpo_advantages(
+            groups[rows],
+            view.traj_ids[rows],
+            view.step_idx[rows],
+            obs[rows],
+            returns[rows],
+            scores[rows],
+            history_length=k,
+        )
+        assert np.allclose(hgpo[rows], alone, atol=1e-12)
+        assert np.allclose(
+            gigpo[rows], gigpo_advantages(groups[rows], obs[rows], returns[rows], scores[rows])
+        )
+    with pytest.raises(ValueError, match="needs agent_ids"):
+        gigpo_advantages(groups, obs, returns, scores, normalize_by="agent")

@@ -26,15 +26,18 @@ from hgpo_rllib.advantages.estimators import (
 from hgpo_rllib.advantages.grouping import ADV_MODES, WEIGHTINGS
 from hgpo_rllib.advantages.hae import HAEResult, hae_advantages, hae_step_rewards, parse_switch
 from hgpo_rllib.advantages.multi_agent import (
+    AgentView,
     agent_turn_rewards,
     agent_wise_advantages,
     multi_agent_grpo_advantages,
+    per_agent_view,
 )
 from hgpo_rllib.advantages.returns import discounted_returns, step_returns_and_scores
 from hgpo_rllib.advantages.step_table import ESTIMATORS
 
 __all__ = [
     "ADV_MODES",
+    "AgentView",
     "ESTIMATORS",
     "HAEResult",
     "HGPOLevels",
@@ -50,5 +53,6 @@ __all__ = [
     "hgpo_level_stats",
     "multi_agent_grpo_advantages",
     "parse_switch",
+    "per_agent_view",
     "step_returns_and_scores",
 ]

@@ -31,6 +31,21 @@ from hgpo_rllib.advantages.grouping import (
     pair_codes,
 )
 from hgpo_rllib.advantages.history import Hierarchy, collect_hierarchy, sorted_history
+from hgpo_rllib.advantages.multi_agent import agent_group_ids, per_agent_view
+
+#: ``normalize_by`` of the step-level estimators: per trajectory (single agent), or per agent (Dr. MAS).
+NORMALIZE_BY = ("trajectory", "agent")
+
+
+def _by_agent(normalize_by: str, agent_ids: Keys | None, n: int) -> bool:
+    """Whether to re-key the batch per agent; refuses a bad option or missing / misaligned agent ids."""
+    check_option(normalize_by, NORMALIZE_BY, "normalize_by")
+    if normalize_by == "trajectory":
+        return False
+    if agent_ids is None:
+        raise ValueError("normalize_by='agent' needs agent_ids (one per row)")
+    n_rows(rows=np.zeros(n), agent_ids=agent_ids)
+    return True
 
 
 def _fixed_weights(
@@ -71,14 +86,20 @@ def gigpo_advantages(
     mode: str = "mean_norm",
     step_advantage_w: float = 1.0,
     epsilon: float = 1e-6,
+    normalize_by: str = "trajectory",
+    agent_ids: Keys | None = None,
 ) -> FloatArray:
     """GiGPO (§3): episode advantage + w * step advantage of the anchor-state group.
 
     The step group is all rows of the same group id with an identical observation (revisits
     inside one trajectory included); its statistics use the unbiased std, and a one-row step
-    group contributes 0. ``mode`` selects division by the std for both terms.
+    group contributes 0. ``mode`` selects division by the std for both terms. ``normalize_by="agent"``
+    (Dr. MAS, multi-agent batches with ``agent_ids``): every group is per agent; the returns and
+    scores must come from :func:`~hgpo_rllib.advantages.multi_agent.per_agent_view`.
     """
     n = n_rows(group_ids=group_ids, obs=obs, step_returns=step_returns, episode_scores=episode_scores)
+    if _by_agent(normalize_by, agent_ids, n):
+        group_ids = agent_group_ids(group_ids, agent_ids)
     check_option(mode, ADV_MODES, "mode")
     check_epsilon(epsilon)
     if not np.isfinite(step_advantage_w):
@@ -221,6 +242,8 @@ def hgpo_advantages(
     base_group: bool = False,
     weighting: str = "reference",
     epsilon: float = 1e-6,
+    normalize_by: str = "trajectory",
+    agent_ids: Keys | None = None,
 ) -> FloatArray:
     """HGPO (§4): weighted mix of advantages from a hierarchy of history groups.
 
@@ -247,7 +270,15 @@ def hgpo_advantages(
       items are kept, the weights of a step sum to 1, and ``base_group`` is refused.
 
     :func:`hgpo_level_stats` exposes the per-level groups, items and weights behind the result.
+
+    ``normalize_by="agent"`` (Dr. MAS, multi-agent batches with ``agent_ids``): each agent's turns of a
+    trajectory form their own sub-trajectory, so every level's groups (and the history) are per
+    agent; the returns and scores must come from
+    :func:`~hgpo_rllib.advantages.multi_agent.per_agent_view`.
     """
+    if _by_agent(normalize_by, agent_ids, n_rows(group_ids=group_ids, traj_ids=traj_ids)):
+        view = per_agent_view(group_ids, traj_ids, agent_ids, step_idx, np.zeros(len(group_ids)))
+        group_ids, traj_ids, step_idx = view.group_ids, view.traj_ids, view.step_idx
     _, core = _checked_hierarchy(
         group_ids,
         traj_ids,

@@ -12,16 +12,24 @@ the team's outcome, less that turn's own invalid-format penalty (:func:`agent_tu
 - Dr. MAS (:func:`agent_wise_advantages`): the GRPO rule with (group, agent) as the group key: each
   agent's turns in a group are normalised with that agent's own statistics over its turns.
 
+For the step-level estimators (GiGPO, HGPO) agent-wise normalisation means each agent's turns of a
+trajectory form their own sub-trajectory (:func:`per_agent_view`): every level's groups are then per
+agent, and the team outcome is the reward of the agent's last turn in it, so discounted returns do
+not grow with how often an agent acts.
+
 Pure numpy like the other estimators, rows in any order, ids any hashable keys.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
 
 from hgpo_rllib.advantages.grouping import (
     FloatArray,
+    IntArray,
     Keys,
     check_epsilon,
     dense_ids,
@@ -32,6 +40,7 @@ from hgpo_rllib.advantages.grouping import (
     intern_keys,
     n_rows,
     pair_codes,
+    trajectory_layout,
 )
 
 
@@ -44,6 +53,14 @@ def agent_turn_rewards(
     rewards = finite_column(team_rewards, "team_rewards")
     penalty = finite_scalar(invalid_penalty, "invalid_penalty")
     return rewards - penalty * ~flag_column(is_valid, "is_valid")
+
+
+def agent_group_ids(group_ids: Keys, agent_ids: Keys, name: str = "group_ids") -> IntArray:
+    """One code per (group, agent) pair: the groups of agent-wise normalisation (or, given
+    trajectory ids as ``group_ids``, the agents' sub-trajectories)."""
+    group, _ = intern_keys(group_ids, name)
+    agent, n_agents = intern_keys(agent_ids, "agent_ids")
+    return pair_codes(group, agent, n_agents)
 
 
 def agent_wise_advantages(
@@ -63,9 +80,7 @@ def agent_wise_advantages(
     values = finite_column(rewards, "rewards")
     if n == 0:
         return values
-    group, _ = intern_keys(group_ids, "group_ids")
-    agent, n_agents = intern_keys(agent_ids, "agent_ids")
-    return episode_advantages(pair_codes(group, agent, n_agents), values, norm_by_std, epsilon)
+    return episode_advantages(agent_group_ids(group_ids, agent_ids), values, norm_by_std, epsilon)
 
 
 def multi_agent_grpo_advantages(
@@ -93,3 +108,42 @@ def multi_agent_grpo_advantages(
         raise ValueError("traj_ids: a trajectory's rows carry more than one group id")
     means = np.bincount(traj, weights=values, minlength=n_traj) / np.bincount(traj, minlength=n_traj)
     return episode_advantages(traj_group, means, norm_by_std, epsilon)[traj]
+
+
+@dataclass(frozen=True)
+class AgentView:
+    """A multi-agent batch re-keyed per agent, aligned with the input rows: the (group, agent) and
+    (trajectory, agent) codes, each turn's index within its agent's sub-trajectory, and the rewards
+    (the team outcome on each sub-trajectory's last turn, 0 on the others)."""
+
+    group_ids: IntArray
+    traj_ids: IntArray
+    step_idx: IntArray
+    rewards: FloatArray
+
+
+def per_agent_view(
+    group_ids: Keys, traj_ids: Keys, agent_ids: Keys, step_idx: npt.ArrayLike, team_rewards: npt.ArrayLike
+) -> AgentView:
+    """The inputs of :func:`~hgpo_rllib.advantages.step_returns_and_scores` and of GiGPO / HGPO with
+    agent-wise normalisation: pass the view's ids, steps and rewards where the single-agent
+    estimators take a trajectory's (``team_rewards``: the trajectory's outcome, given on any of its
+    rows; the sub-trajectory's last row's value is used)."""
+    n = n_rows(
+        group_ids=group_ids,
+        traj_ids=traj_ids,
+        agent_ids=agent_ids,
+        step_idx=step_idx,
+        team_rewards=team_rewards,
+    )
+    outcome = finite_column(team_rewards, "team_rewards")
+    if n == 0:
+        empty = np.zeros(0, dtype=np.int64)
+        return AgentView(empty, empty.copy(), empty.copy(), outcome)
+    sub_traj = agent_group_ids(traj_ids, agent_ids, "traj_ids")
+    layout = trajectory_layout(sub_traj, step_idx)
+    sub_step = np.empty(n, dtype=np.int64)
+    sub_step[layout.order] = layout.pos
+    last = np.zeros(n, dtype=bool)
+    last[layout.order] = layout.remaining == 0
+    return AgentView(agent_group_ids(group_ids, agent_ids), sub_traj, sub_step, np.where(last, outcome, 0.0))
