@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from hgpo_rllib.cli.args import count, json_dict
+from hgpo_rllib.cli.quiet import hide_harmless_lines
 from hgpo_rllib.evaluation.protocol import DEFAULT_SEEDS, SPLIT_CHOICES, evaluate
 
 
@@ -39,6 +40,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    hide_harmless_lines()  # as `rllib train file` does (cli/quiet.py: each line with its reason)
     summary = evaluate(
         args.checkpoint,
         env=args.env,
