@@ -5,6 +5,7 @@ tests (advantages, data files) stay light."""
 from __future__ import annotations
 
 import copy
+import json
 import textwrap
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -105,16 +106,15 @@ def train_batch(prompts: dict[str, torch.Tensor], out: dict[str, Any]) -> dict[s
 
 
 # ---------------------------------------------------------------------- HGPO on KeyChest
-TINY_MODEL = {
-    "tiny_model": {
-        "hidden_size": 32,
-        "intermediate_size": 64,
-        "num_hidden_layers": 1,
-        "num_attention_heads": 2,
-        "num_key_value_heads": 1,
-    },
-    "tokenizer_vocab_size": 400,
+#: The smallest Qwen2 the tests build (policies, critics, warm starts): they check plumbing, not learning.
+MICRO = {
+    "hidden_size": 32,
+    "intermediate_size": 64,
+    "num_hidden_layers": 1,
+    "num_attention_heads": 2,
+    "num_key_value_heads": 1,
 }
+TINY_MODEL = {"tiny_model": MICRO, "tokenizer_vocab_size": 400}
 GROUP_SIZE = 2
 GROUPS = 3
 
@@ -256,6 +256,30 @@ HIPER_EXPERIMENT = textwrap.dedent(
     {extra}
     """
 )
+
+
+def sft_args(out: Path, *extra: str) -> list[str]:
+    """``rllib sft`` of a micro KeyChest warm start into ``out`` (2 episodes, 1 epoch), plus ``extra``."""
+    return [
+        "sft",
+        "--env",
+        "keychest",
+        "--episodes",
+        "2",
+        "--output",
+        str(out),
+        "--model",
+        json.dumps(MICRO),
+        "--vocab-size",
+        "300",
+        "--max-new-tokens",
+        "16",
+        "--batch-size",
+        "4",
+        "--epochs",
+        "1",
+        *extra,
+    ]
 
 
 def write_experiment(tmp_path: Path, extra: str = "", algorithm: str = "HGPO") -> Path:

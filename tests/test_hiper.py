@@ -11,6 +11,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
+from helpers import MICRO, TINY_MODEL
 from ray.rllib.core import DEFAULT_MODULE_ID
 from ray.rllib.core.rl_module.rl_module import RLModuleSpec
 from ray.rllib.env.single_agent_episode import SingleAgentEpisode
@@ -33,14 +34,7 @@ from hgpo_rllib.connectors.learner.hae_advantages import HAEAdvantages, HAESetti
 from hgpo_rllib.connectors.learner.plan_execute_spans import Spans, token_spans
 from hgpo_rllib.rl_module.critic_rl_module import LLMCriticRLModule
 
-MICRO = {
-    "hidden_size": 32,
-    "intermediate_size": 64,
-    "num_hidden_layers": 1,
-    "num_attention_heads": 2,
-    "num_key_value_heads": 1,
-}
-TINY = {"tiny_model": MICRO, "critic_tiny_model": MICRO, "tokenizer_vocab_size": 400}
+TINY = {**TINY_MODEL, "critic_tiny_model": MICRO}
 CORPUS = ["<switch>KEEP</switch><subgoal>find the key</subgoal><action>go north</action> SWITCH open chest"]
 
 
@@ -396,3 +390,22 @@ def test_heads_on_the_policys_trunk_train_with_the_policy() -> None:
         assert np.isfinite(result["value_low_loss"]) and np.isfinite(result["policy_loss"])
     finally:
         algo.stop()
+
+
+def test_a_critic_from_a_model_directory_is_its_transformer_with_three_heads(tmp_path: Path) -> None:
+    """A critic directory (e.g. a smaller model than the policy) must share the policy's tokenizer;
+    its transformer is loaded without the LM head."""
+    from hgpo_rllib.rl_module.critic import build_critic
+
+    module = critic_module()
+    lm = module.lm
+    lm.save_pretrained(tmp_path / "critic")
+    module.tokenizer.save_pretrained(tmp_path / "critic")
+    critic = build_critic(str(tmp_path / "critic"), actor_tokenizer=module.tokenizer, tiny_model={}, seed=0)
+    expected = lm.model.state_dict()
+    assert critic.trunk.state_dict().keys() == expected.keys()
+    assert all(torch.equal(v, expected[k]) for k, v in critic.trunk.state_dict().items())
+    other = critic_module().tokenizer
+    other.add_tokens(["<a token the policy lacks>"])
+    with pytest.raises(ValueError, match="another tokenizer than the policy's"):
+        build_critic(str(tmp_path / "critic"), actor_tokenizer=other, tiny_model={}, seed=0)

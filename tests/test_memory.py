@@ -156,7 +156,8 @@ def test_vllm_share_too_small_for_one_sequence_is_refused() -> None:
 
 
 def test_memory_cli_prints_each_role_and_says_it_fits(capsys: pytest.CaptureFixture[str]) -> None:
-    os.environ.pop("HGPO_MODEL", None)
+    for var in ("HGPO_MODEL", "HGPO_CRITIC"):
+        os.environ.pop(var, None)
     try:
         assert memory_main(["tuned_examples/hgpo_alfworld.py", "--preset", "paper-7b"]) == 0
         out = capsys.readouterr().out
@@ -166,7 +167,7 @@ def test_memory_cli_prints_each_role_and_says_it_fits(capsys: pytest.CaptureFixt
         assert memory_main(small) == 1
         assert "DOES NOT FIT" in capsys.readouterr().out
     finally:
-        for var in ("HGPO_PRESET", "HGPO_MODEL"):
+        for var in ("HGPO_PRESET", "HGPO_MODEL", "HGPO_CRITIC"):
             os.environ.pop(var, None)
 
 

@@ -14,7 +14,8 @@ from typing import Any
 import pandas as pd
 import pytest
 import torch
-from helpers import TUNED
+from helpers import MICRO, TUNED
+from helpers import sft_args as micro_sft_args
 from safetensors.torch import load_file
 
 import envs
@@ -37,15 +38,6 @@ from hgpo_rllib.warm_start.phases import BuildClock
 from hgpo_rllib.warm_start.shipping import ship_warm_start
 from hgpo_rllib.warm_start.trainer import IGNORE_INDEX, SFTSettings, tokenize_examples, train_warm_start
 
-MICRO = {
-    "hidden_size": 32,
-    "intermediate_size": 64,
-    "num_hidden_layers": 1,
-    "num_attention_heads": 2,
-    "num_key_value_heads": 1,
-}
-
-
 MICRO_RECIPE = {
     "env": "keychest",
     "episodes": 2,
@@ -58,28 +50,8 @@ MICRO_RECIPE = {
 
 
 def sft_args(out: Path, *extra: str) -> list[str]:
-    return [
-        "sft",
-        "--env",
-        "keychest",
-        "--episodes",
-        "2",
-        "--output",
-        str(out),
-        "--model",
-        json.dumps(MICRO),
-        "--vocab-size",
-        "300",
-        "--max-new-tokens",
-        "16",
-        "--batch-size",
-        "4",
-        "--epochs",
-        "1",
-        "--save-steps",
-        "1",
-        *extra,
-    ]
+    """helpers.sft_args with a Trainer checkpoint after every optimiser step (the resume tests)."""
+    return micro_sft_args(out, "--save-steps", "1", *extra)
 
 
 @pytest.fixture(scope="module")

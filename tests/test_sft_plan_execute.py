@@ -9,6 +9,7 @@ import re
 from pathlib import Path
 
 import pytest
+from helpers import sft_args
 
 import envs
 from envs.keychest.prompts import PLAN_TAG_INSTRUCTION
@@ -26,42 +27,11 @@ from hgpo_rllib.warm_start.demonstrations import (
 from hgpo_rllib.warm_start.format import DEMONSTRATIONS, SFT_CONFIG
 
 PLAN_EXECUTE = {"answer_format": "plan_execute"}
-#: A micro model, as tests/test_sft.py's: the tests check the data, not what the model learns.
-MICRO = {
-    "hidden_size": 32,
-    "intermediate_size": 64,
-    "num_hidden_layers": 1,
-    "num_attention_heads": 2,
-    "num_key_value_heads": 1,
-}
 #: The ALFWorld searcher's phases as subgoals (envs/alfworld/searcher.py ``next_step``).
 SEARCHER_SUBGOAL = re.compile(
     r"find the \w+|take the \w+ \d+|(clean|heat|cool) the \w+ \d+ with the \w+|put the \w+ \d+ in the \w+"
     r"|use the \w+ \d+"
 )
-
-
-def sft_args(out: Path, *extra: str) -> list[str]:
-    return [
-        "sft",
-        "--env",
-        "keychest",
-        "--episodes",
-        "2",
-        "--output",
-        str(out),
-        "--model",
-        json.dumps(MICRO),
-        "--vocab-size",
-        "300",
-        "--max-new-tokens",
-        "16",
-        "--batch-size",
-        "4",
-        "--epochs",
-        "1",
-        *extra,
-    ]
 
 
 def check_answers(responses: list[str], shown: list[str | None]) -> list[str]:

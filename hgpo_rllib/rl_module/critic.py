@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerBase
+from transformers import AutoModel, AutoTokenizer, PreTrainedTokenizerBase
 
 from hgpo_rllib.rl_module.config import TINY_PRESET, read_model_config
 from hgpo_rllib.rl_module.generation import trim_left_padding
@@ -87,12 +87,14 @@ def build_critic(
     random-init Qwen2 sized by ``tiny_model`` on the actor's tokenizer)."""
     if critic == TINY_PRESET:
         lm = build_tiny_model(actor_tokenizer, tiny_model, seed + 1)  # not the actor's init
+        trunk = trunk_of(lm)
     else:
         check_critic_tokenizer(critic, actor_tokenizer)
-        lm = AutoModelForCausalLM.from_pretrained(
+        # The transformer alone: a causal-LM checkpoint's LM head is never loaded.
+        trunk = AutoModel.from_pretrained(
             Path(critic).expanduser(), local_files_only=True, dtype=dtype, use_safetensors=True
         )
-    return ThreeHeadCritic(trunk_of(lm), lm.config.hidden_size, seed).to(dtype)
+    return ThreeHeadCritic(trunk, trunk.config.hidden_size, seed).to(dtype)
 
 
 def check_critic_tokenizer(critic: str, actor_tokenizer: PreTrainedTokenizerBase) -> None:

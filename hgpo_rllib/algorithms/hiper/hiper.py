@@ -180,22 +180,21 @@ class HiPERConfig(TextAgentConfig):
                 f"expected {PLAN_EXECUTE!r} (the policy writes a switch, a subgoal and an action each turn)"
             )
         user = self.user_model_config()
-        if user.get("model", TINY_PRESET) != TINY_PRESET and not user.get("critic"):
+        model, critic = user.get("model", TINY_PRESET), user.get("critic")
+        critic_dir = critic not in (None, TINY_PRESET, POLICY_TRUNK)  # a model directory of its own
+        if model != TINY_PRESET and not critic:
             errors.add(
                 "model_config['critic'] is missing: HiPER needs a critic, a local model directory with the "
                 "policy's tokenizer (the authors ran Qwen2.5-1.5B-Instruct for a 7B policy)"
             )
-        if user.get("model", TINY_PRESET) == TINY_PRESET and user.get("critic", TINY_PRESET) not in (
-            TINY_PRESET,
-            POLICY_TRUNK,
-        ):
+        if model == TINY_PRESET and critic_dir:
             errors.add(
-                f"model_config['critic']={user['critic']!r} is invalid with the tiny policy: expected "
+                f"model_config['critic']={critic!r} is invalid with the tiny policy: expected "
                 f"{TINY_PRESET!r} (the tiny policy's tokenizer is built at run time; a critic must share it)"
             )
-        elif user.get("critic", TINY_PRESET) not in (TINY_PRESET, POLICY_TRUNK):
+        elif critic_dir:
             try:
-                check_critic_tokenizer(user["critic"], AutoTokenizer.from_pretrained(user["model"]))
+                check_critic_tokenizer(critic, AutoTokenizer.from_pretrained(model))
             except (OSError, ValueError) as exc:
                 errors.add(str(exc))
         return super().setting_errors() + errors.messages

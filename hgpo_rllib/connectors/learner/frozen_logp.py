@@ -27,7 +27,8 @@ from hgpo_rllib.columns import OLD_LOGP, OPTIONAL_TOKEN_COLUMNS, REF_LOGP, SAMPL
 def logp_in_chunks(
     score: Callable[[dict[str, Any]], torch.Tensor], rows: dict[str, Any], chunk_rows: int | None
 ) -> torch.Tensor:
-    """``score`` (token rows -> [n, T] log-probs) over ``rows`` in chunks, without gradients, as float32."""
+    """``score`` (token rows -> per-row tensors: [n, T] log-probs, or a critic's [n, T, 3] values) over
+    ``rows`` in chunks, without gradients, as float32."""
     n = len(rows[TOKEN_COLUMNS[0]])
     chunk = chunk_rows or n
     columns = [*TOKEN_COLUMNS, *(k for k in OPTIONAL_TOKEN_COLUMNS if k in rows)]

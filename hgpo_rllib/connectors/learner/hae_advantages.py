@@ -28,14 +28,14 @@ from hgpo_rllib.columns import (
     ADVANTAGES,
     LOSS_MASK,
     OLD_VALUES,
-    PROMPT_IDS,
-    PROMPT_MASK,
     RESP_IDS,
     RESP_MASK,
     SWITCH_TEXT,
+    TOKEN_COLUMNS,
     VALUE_POSITIONS,
     VALUE_TARGETS,
 )
+from hgpo_rllib.connectors.learner.frozen_logp import logp_in_chunks
 from hgpo_rllib.connectors.learner.plan_execute_spans import Spans, token_spans
 from hgpo_rllib.connectors.learner.token_rows import token_rows
 from hgpo_rllib.rl_module.critic import VALUE_HEADS, read_values
@@ -257,18 +257,12 @@ class HAEAdvantages(ConnectorV2):
 
     def _values(self, module: Any, rows: dict[str, np.ndarray], positions: np.ndarray) -> np.ndarray:
         """The critic's values ``[N, 3]`` at ``positions`` (0 where -1), without gradient, in chunks."""
+        if not len(positions):
+            return np.zeros((0, len(VALUE_HEADS)))
         device = next(module.critic.parameters()).device
-        step = self.chunk_rows or len(positions) or 1
-        out = []
-        with torch.no_grad():
-            for begin in range(0, len(positions), step):
-                chunk = {
-                    k: torch.as_tensor(rows[k][begin : begin + step], device=device)
-                    for k in (PROMPT_IDS, PROMPT_MASK, RESP_IDS, RESP_MASK)
-                }
-                where = torch.as_tensor(positions[begin : begin + step], device=device)
-                out.append(read_values(module.compute_values(chunk), where).cpu().numpy())
-        return np.concatenate(out).astype(np.float64) if out else np.zeros((0, len(VALUE_HEADS)))
+        tokens = {k: torch.as_tensor(rows[k], device=device) for k in TOKEN_COLUMNS}
+        grid = logp_in_chunks(module.compute_values, tokens, self.chunk_rows)
+        return read_values(grid, torch.as_tensor(positions, device=device)).cpu().numpy().astype(np.float64)
 
 
 def explained_variances(values: np.ndarray, targets: np.ndarray, positions: np.ndarray) -> dict[str, float]:
