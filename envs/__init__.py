@@ -2,8 +2,16 @@
 registry that resolves a user's own (see :mod:`envs.registry`).
 
 Importing this package registers ``hgpo/ALFWorld-v0``, ``hgpo/WebShop-v0`` and ``hgpo/KeyChest-v0``
-with Gymnasium and ``alfworld``, ``webshop`` and ``keychest`` with Ray Tune / RLlib.
+with Gymnasium and ``alfworld``, ``webshop`` and ``keychest`` with Ray Tune / RLlib, and likewise their
+turn-based multi-agent teams (docs/drmas.md): ``hgpo/ALFWorldTeam-v0`` / ``alfworld_team``,
+``hgpo/WebShopTeam-v0`` / ``webshop_team`` and ``hgpo/KeyChestTeam-v0`` / ``keychest_team``.
+
+``TeamTextEnv`` and ``PlannerExecutorTeam`` (:mod:`envs.common.team_env`) are imported on first use:
+they subclass RLlib's ``MultiAgentEnv``, and importing RLlib would make every ``import envs`` seconds
+slower.
 """
+
+from typing import Any
 
 from envs.common.actions import (
     ANSWER_FORMATS,
@@ -21,6 +29,7 @@ from envs.common.spaces import TextSpace
 from envs.common.text_env import Observation, TextEnv
 from envs.registry import (
     ENV_SPECS,
+    TEAM_ENV_SPECS,
     adopt_env,
     check_env_config,
     env_class,
@@ -37,13 +46,27 @@ from envs.registry import (
 
 register_all()
 
+_TEAM_CLASSES = ("PlannerExecutorTeam", "TeamTextEnv")
+
+
+def __getattr__(name: str) -> Any:
+    if name in _TEAM_CLASSES:
+        from envs.common import team_env
+
+        return getattr(team_env, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 __all__ = [
     "ANSWER_FORMATS",
     "ENV_SPECS",
     "Observation",
     "PLAN_EXECUTE",
     "ParsedAction",
+    "PlannerExecutorTeam",
     "PromptContext",
+    "TEAM_ENV_SPECS",
+    "TeamTextEnv",
     "TextEnv",
     "THINK_ACTION",
     "TextSpace",

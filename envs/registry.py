@@ -10,6 +10,13 @@ tiny model's tokenizer text is its class's ``tokenizer_corpus()`` if it has one,
 few seeded random episodes. Tune keeps registered creators in the Ray cluster (so every worker of a
 run finds them) and pickles them by value when they come from a script or an experiment file.
 
+The built-in team envs (:data:`TEAM_ENV_SPECS`: ``webshop_team``, ``alfworld_team``, ``keychest_team``,
+docs/drmas.md) are RLlib multi-agent envs (:mod:`envs.common.team_env`) and resolve, build and
+register like the others (a ``MultiAgentEnv`` is a ``gymnasium.Env``, and RLlib itself registers its
+multi-agent envs with Gymnasium). They are kept apart from :data:`ENV_SPECS`, the single-agent text
+envs, on each of which the single-agent pipeline (SFT, the plan-execute format, the TextEnv contract)
+runs.
+
 Imports of the game engines are lazy, so ``import envs`` stays cheap on every Ray worker.
 """
 
@@ -73,6 +80,34 @@ ENV_SPECS: dict[str, EnvSpec] = {
     )
 }
 
+#: Turn-based teams of roles over the games above (:class:`~envs.common.team_env.TeamTextEnv`).
+TEAM_ENV_SPECS: dict[str, EnvSpec] = {
+    spec.name: spec
+    for spec in (
+        EnvSpec(
+            "alfworld_team",
+            "hgpo/ALFWorldTeam-v0",
+            "envs.alfworld.team:ALFWorldTeamEnv",
+            "envs.alfworld.team:render_prompt",
+            "envs.alfworld.team:tokenizer_corpus",
+        ),
+        EnvSpec(
+            "webshop_team",
+            "hgpo/WebShopTeam-v0",
+            "envs.webshop.team:WebShopTeamEnv",
+            "envs.webshop.team:render_prompt",
+            "envs.webshop.team:tokenizer_corpus",
+        ),
+        EnvSpec(
+            "keychest_team",
+            "hgpo/KeyChestTeam-v0",
+            "envs.keychest.team:KeyChestTeamEnv",
+            "envs.keychest.team:render_prompt",
+            "envs.keychest.team:tokenizer_corpus",
+        ),
+    )
+}
+
 
 #: Module names of files imported by path (experiment files, ``file.py:Class`` envs): the prefix and
 #: the file's absolute path in base32, so any process on the machine can tell the file from a class.
@@ -125,9 +160,14 @@ def _imported_file(file: Path) -> Any:
     return import_file(file)
 
 
+def builtin_specs() -> list[EnvSpec]:
+    """Every built-in env: the single-agent ones, then the teams."""
+    return [*ENV_SPECS.values(), *TEAM_ENV_SPECS.values()]
+
+
 def builtin_spec(name_or_id: str) -> EnvSpec | None:
     """The built-in env of that RLlib name or Gymnasium id, or None."""
-    for spec in ENV_SPECS.values():
+    for spec in builtin_specs():
         if name_or_id in (spec.name, spec.gym_id):
             return spec
     return None
@@ -142,7 +182,7 @@ def get_env_spec(name_or_id: str) -> EnvSpec:
 
 
 def _known() -> str:
-    builtins = ", ".join(f"{s.name} ({s.gym_id})" for s in ENV_SPECS.values())
+    builtins = ", ".join(f"{s.name} ({s.gym_id})" for s in builtin_specs())
     return (
         f"the built-in ones: {builtins}; or a name registered with ray.tune.registry.register_env or "
         "gymnasium.register, or a 'module:Class' path"
@@ -161,7 +201,7 @@ def _tune_creator(name: str) -> EnvCreator | None:
 
 
 def _make_builtin(name: str, env_config: Mapping[str, Any]) -> gym.Env:
-    return load_object(ENV_SPECS[name].entry_point)(**dict(env_config))
+    return load_object(get_env_spec(name).entry_point)(**dict(env_config))
 
 
 def _make_from_gym_spec(spec: gym.envs.registration.EnvSpec, env_config: Mapping[str, Any]) -> gym.Env:
@@ -322,12 +362,21 @@ def check_env_config(name_or_id: str, env_config: Mapping[str, Any] | None) -> N
         raise
     except Exception as exc:  # the user's creator refused the settings
         raise ValueError(f"building {name_or_id!r} failed: {type(exc).__name__}: {exc}") from exc
-    if not issubclass(cls, TextEnv):
+    if not issubclass(cls, TextEnv) and not _is_team_env(cls):
         raise ValueError(
             f"env {name_or_id!r} is a {cls.__module__}.{cls.__qualname__}, not a subclass of "
-            "envs.common.text_env.TextEnv (the contract the prompt connector and runners rely on)"
+            "envs.common.text_env.TextEnv (the contract the prompt connector and runners rely on) or "
+            "of envs.common.team_env.TeamTextEnv"
         )
     cls.check_config(dict(env_config or {}))
+
+
+def _is_team_env(cls: type) -> bool:
+    """Whether ``cls`` is a team env (imported here: the team layer loads RLlib, which single-agent
+    use of this package does not need)."""
+    from envs.common.team_env import TeamTextEnv
+
+    return issubclass(cls, TeamTextEnv)
 
 
 def adopt_env(name: str, class_path: str | None) -> None:
@@ -359,12 +408,12 @@ def register_with_tune(name_or_id: str) -> None:
 
 def register_all() -> None:
     """Register every built-in env with Gymnasium and with Tune (for RLlib); safe to call repeatedly."""
-    for spec in ENV_SPECS.values():
+    for spec in builtin_specs():
         if spec.gym_id not in gym.registry:
             gym.register(id=spec.gym_id, entry_point=spec.entry_point, disable_env_checker=True)
     try:
         from ray.tune.registry import register_env
     except ImportError:  # Ray is optional for plain Gymnasium use
         return
-    for spec in ENV_SPECS.values():
+    for spec in builtin_specs():
         register_env(spec.name, functools.partial(_make_builtin, spec.name))

@@ -15,6 +15,9 @@ from typing import Any, Protocol
 #: Keys the env runner adds to the reset ``info`` of every episode.
 GROUP_ID = "group_id"
 TASK_SEED = "task_seed"
+#: Multi-agent episodes: the team episode's turn (env step) at which an agent acted, stamped by
+#: the runner into each agent step's extra model outputs, so the team's turn order can be rebuilt.
+TURN = "turn"
 #: Per-step ``info`` keys of an env playing HiPER's plan-execute answer format (``envs.TextEnv``
 #: writes them; ``envs.common.actions.SWITCH_INFO`` / ``SUBGOAL_INFO``): the text inside ``<switch>``
 #: (HAE's SWITCH flag is ``hgpo_rllib.advantages.hae.parse_switch`` of it) and inside ``<subgoal>``,
@@ -94,5 +97,9 @@ class _Episode(Protocol):
 
 
 def group_id_of(episode: _Episode) -> str:
-    """The rollout-group id the env runner stamped into the episode's reset info."""
+    """The rollout-group id the env runner stamped into the episode's reset info (of a multi-agent
+    episode: into each agent's first info)."""
+    agent_episodes = getattr(episode, "agent_episodes", None)
+    if agent_episodes is not None:
+        episode = next(iter(agent_episodes.values()))
     return episode.get_infos(0)[GROUP_ID]

@@ -330,14 +330,16 @@ def test_prompt_history_pairs_each_observation_with_the_command_executed_on_it()
         commands=["go north", "take key", "open chest"],
     )
     assert episode_prompt_text(episode, render, 2, {"require_tags": True}) == "prompt"
-    task, history, observation, admissible, step_index, k, subgoal, kw = calls[0]
-    assert (task, observation, admissible, step_index, k, subgoal, kw) == (
+    task, history, observation, admissible, step_index, k, subgoal, role, team, kw = calls[0]
+    assert (task, observation, admissible, step_index, k, subgoal, role, team, kw) == (
         "the task",
         "o3",
         ["a", "b"],
         3,
         2,
         None,  # no plan-execute infos, no subgoal
+        None,  # a single-agent env: no role, no team context
+        (),
         {"require_tags": True},
     )
     assert history == [("o0", "go north"), ("o1", "take key"), ("o2", "open chest")]

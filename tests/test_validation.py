@@ -191,7 +191,19 @@ def test_validate_names_the_bad_setting(settings: dict[str, Any], name: str) -> 
         (lambda c: c.learners(num_learners=3), "minibatch_size"),
         (lambda c: c.evaluation(evaluation_duration_unit="timesteps"), "evaluation_duration_unit"),
         (lambda c: c.learners(num_learners=2).training(groups_per_iteration=1), "groups_per_iteration"),
-        (lambda c: c.multi_agent(policies={"a", "b"}, policy_mapping_fn=lambda *a, **k: "a"), "multi-agent"),
+        (
+            lambda c: c.multi_agent(policies={"a", "b"}, policy_mapping_fn=lambda *a, **k: "a"),
+            r"multi_agent\(policies=\['a', 'b'\]\) is invalid with env='keychest': it has one agent",
+        ),
+        (lambda c: c.environment("keychest_team"), "env='keychest_team' is a multi-agent system"),
+        (
+            lambda c: (
+                c.environment("keychest_team")
+                .multi_agent(policies={"shared"}, policy_mapping_fn=lambda *a, **k: "shared")
+                .learners(num_learners=2)
+            ),
+            "num_learners=2 is not supported with multi_agent",
+        ),
         (lambda c: c.rl_module(model_config={"temperature": 0.7}), "model_config"),
         (
             lambda c: c.rl_module(model_config={"model": QWEN_1_5B}).evaluation(evaluation_interval=5),

@@ -21,8 +21,8 @@ class PromptContext:
     """Everything a prompt template may show for one step (the history-window connector builds it).
 
     An env's template is a function of this one argument (``render_prompt(context)``), so new fields
-    (``current_subgoal``, later a multi-agent role) are added, with defaults, without breaking existing
-    templates.
+    (``current_subgoal``, a team's ``role`` and ``team_context``) are added, with defaults, without
+    breaking existing templates.
     """
 
     task: str
@@ -32,8 +32,15 @@ class PromptContext:
     step: int  #: steps already taken (0 at the first prompt)
     history_length: int  #: K: how many of the latest records the template shows
     #: The plan-execute format's subgoal in force (:func:`~envs.common.actions.current_subgoal`);
-    #: None before there is one. Think-action templates ignore it.
+    #: None before there is one. Think-action templates ignore it. A planner/executor team shows its
+    #: subgoal in force here (``info["subgoal"]``).
     current_subgoal: str | None = None
+    #: The role that acts in a team env (:mod:`envs.common.team_env`, its ``info["role"]``); a team's
+    #: template picks the role's own prompt by it. None for single-agent envs.
+    role: str | None = None
+    #: What the role's teammates said since the last game step, as ``(role, text)`` pairs (a team env's
+    #: ``info["team_context"]``); empty for single-agent envs.
+    team_context: Sequence[tuple[str, str]] = ()
 
 
 DEFAULT_TEMPLATE_INSTRUCTION = (

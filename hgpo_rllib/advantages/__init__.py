@@ -17,6 +17,7 @@ tested and reused alone.
 """
 
 from hgpo_rllib.advantages.estimators import (
+    NORMALIZE_BY,
     HGPOLevels,
     gigpo_advantages,
     grpo_advantages,
@@ -41,6 +42,7 @@ __all__ = [
     "ESTIMATORS",
     "HAEResult",
     "HGPOLevels",
+    "NORMALIZE_BY",
     "WEIGHTINGS",
     "agent_turn_rewards",
     "agent_wise_advantages",

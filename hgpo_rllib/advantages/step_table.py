@@ -8,7 +8,7 @@ neither Ray nor torch: the learner connector, the benchmarks and the tests share
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -16,14 +16,21 @@ import numpy as np
 import numpy.typing as npt
 
 from hgpo_rllib.advantages.estimators import (
+    NORMALIZE_BY,
     HGPOLevels,
     gigpo_advantages,
     grpo_advantages,
     hgpo_level_stats,
 )
-from hgpo_rllib.advantages.grouping import FloatArray
+from hgpo_rllib.advantages.grouping import FloatArray, check_option
+from hgpo_rllib.advantages.multi_agent import (
+    agent_turn_rewards,
+    agent_wise_advantages,
+    multi_agent_grpo_advantages,
+    per_agent_view,
+)
 from hgpo_rllib.advantages.returns import step_returns_and_scores
-from hgpo_rllib.columns import group_id_of
+from hgpo_rllib.columns import TURN, group_id_of
 
 #: The advantage estimators of HGPOConfig.training(estimator=...).
 ESTIMATORS = ("hgpo", "gigpo", "grpo")
@@ -42,6 +49,32 @@ class Episode(Protocol):
     def get_infos(self, indices: Any = None) -> Any: ...
 
 
+class AgentEpisode(Episode, Protocol):
+    """One agent's turns inside a multi-agent episode (RLlib's ``SingleAgentEpisode`` there)."""
+
+    agent_id: str
+    module_id: str
+
+    def get_extra_model_outputs(self, key: str) -> Sequence[Any]: ...
+
+
+class TeamEpisode(Protocol):
+    """What :meth:`StepTable.from_episodes` reads of an RLlib ``MultiAgentEpisode``."""
+
+    id_: str
+    is_done: bool
+    agent_episodes: Mapping[str, AgentEpisode]
+
+
+def team_agent_episodes(episodes: Sequence[TeamEpisode]) -> list[tuple[TeamEpisode, AgentEpisode]]:
+    """Each team episode's agent episodes, agent by agent: the row order of a team :class:`StepTable`."""
+    return [
+        (team, agent)
+        for team in episodes
+        for agent in sorted(team.agent_episodes.values(), key=lambda a: str(a.agent_id))
+    ]
+
+
 @dataclass(frozen=True)
 class EstimatorSettings:
     """The advantage options of ``HGPOConfig.training()`` (docs/hgpo_algorithm.md §2-§4)."""
@@ -55,11 +88,20 @@ class EstimatorSettings:
     base_group: bool = False
     weighting: str = "reference"
     step_advantage_w: float = 1.0
+    #: Multi-agent batches: "trajectory" (one baseline for all agents) or "agent" (Dr. MAS).
+    normalize_by: str = "trajectory"
 
 
 @dataclass
 class StepTable:
-    """Estimator inputs, one row per environment step; each episode's rows are contiguous, in order."""
+    """Estimator inputs, one row per environment step; each episode's rows are contiguous, in order.
+
+    From multi-agent (team) episodes, one row per agent turn: the rows of an episode are its agents'
+    turns, agent by agent, ``step_idx`` is the team's turn at which the agent acted (its place in
+    the team trajectory), ``agent_ids`` / ``module_ids`` name the agent and the module that acted,
+    and the team outcome is on each agent's last turn (RLlib adds the rewards an agent receives
+    while others act to its last step).
+    """
 
     group_ids: list[str]
     traj_ids: list[str]
@@ -67,9 +109,13 @@ class StepTable:
     obs: list[str]
     rewards: npt.NDArray[np.float64]
     is_action_valid: npt.NDArray[np.bool_]
+    agent_ids: list[str] | None = None
+    module_ids: list[str] | None = None
 
     @classmethod
-    def from_episodes(cls, episodes: Sequence[Episode]) -> StepTable:
+    def from_episodes(cls, episodes: Sequence[Episode] | Sequence[TeamEpisode]) -> StepTable:
+        if episodes and hasattr(episodes[0], "agent_episodes"):
+            return cls._from_team_episodes(episodes)  # type: ignore[arg-type]
         group_ids: list[str] = []
         traj_ids: list[str] = []
         steps: list[range] = []
@@ -98,6 +144,24 @@ class StepTable:
             np.asarray(valid, dtype=bool),
         )
 
+    @classmethod
+    def _from_team_episodes(cls, episodes: Sequence[TeamEpisode]) -> StepTable:
+        agent_turns = team_agent_episodes(episodes)
+        for team, agent in agent_turns:
+            if not team.is_done or agent.t_started != 0:
+                raise ValueError(
+                    f"episode {team.id_} is not a complete episode; the estimators need whole "
+                    "episodes from GroupedMultiAgentEnvRunner"
+                )
+        table = cls.from_episodes([agent for _, agent in agent_turns])
+        table.traj_ids = [team.id_ for team, agent in agent_turns for _ in range(len(agent))]
+        table.step_idx = np.asarray(
+            [t for _, agent in agent_turns for t in agent.get_extra_model_outputs(TURN)], dtype=np.int64
+        )
+        table.agent_ids = [str(agent.agent_id) for _, agent in agent_turns for _ in range(len(agent))]
+        table.module_ids = [str(agent.module_id) for _, agent in agent_turns for _ in range(len(agent))]
+        return table
+
 
 @dataclass(frozen=True)
 class Estimate:
@@ -111,7 +175,19 @@ class Estimate:
 
 
 def estimate_advantages(table: StepTable, settings: EstimatorSettings) -> Estimate:
-    """Step returns and episode scores (§1.1), then the configured estimator (§2-§4), each computed once."""
+    """Step returns and episode scores (§1.1), then the configured estimator (§2-§4), each computed once.
+
+    A multi-agent table (docs/drmas.md) is first re-keyed: with ``normalize_by="agent"`` each agent's
+    turns of a trajectory form their own sub-trajectory, whose groups are per agent; with
+    ``"trajectory"`` the team trajectory is one trajectory of all agents' turns in order, its outcome
+    on the last turn. GRPO takes Dr. MAS's per-turn rules instead (every turn rewarded with the team
+    outcome less its own penalty; agent-wise or the authors' vanilla multi-agent GRPO).
+    """
+    if table.agent_ids is not None:
+        check_option(settings.normalize_by, NORMALIZE_BY, "normalize_by")
+        if settings.estimator == "grpo":
+            return _team_grpo(table, settings)
+        table = _team_view(table, settings)
     returns, scores = step_returns_and_scores(
         table.traj_ids,
         table.step_idx,
@@ -153,6 +229,53 @@ def estimate_advantages(table: StepTable, settings: EstimatorSettings) -> Estima
         step_advantage_w=settings.step_advantage_w,
     )
     return Estimate(returns, scores, advantages, levels)
+
+
+def _team_outcomes(table: StepTable) -> FloatArray:
+    """Each row's team outcome: the sum of its agent's rewards in its trajectory (the outcome sits on
+    the agent's last turn)."""
+    keys = list(zip(table.traj_ids, table.agent_ids or [], strict=True))
+    totals: dict[tuple[str, str], float] = {}
+    for key, reward in zip(keys, table.rewards, strict=True):
+        totals[key] = totals.get(key, 0.0) + float(reward)
+    return np.asarray([totals[key] for key in keys], dtype=np.float64)
+
+
+def _team_view(table: StepTable, settings: EstimatorSettings) -> StepTable:
+    """The table the single-agent estimators run on for ``settings.normalize_by``."""
+    outcomes = _team_outcomes(table)
+    if settings.normalize_by == "agent":
+        view = per_agent_view(
+            table.group_ids, table.traj_ids, table.agent_ids or [], table.step_idx, outcomes
+        )
+        group_ids, traj_ids, step_idx, rewards = view.group_ids, view.traj_ids, view.step_idx, view.rewards
+    else:  # one trajectory of all turns; the outcome once, on its last turn
+        group_ids, traj_ids, step_idx = table.group_ids, table.traj_ids, table.step_idx
+        last_turn: dict[str, int] = {}
+        for traj, turn in zip(traj_ids, step_idx, strict=True):
+            last_turn[traj] = max(last_turn.get(traj, -1), int(turn))
+        last = np.asarray([last_turn[t] == s for t, s in zip(traj_ids, step_idx, strict=True)])
+        rewards = np.where(last, outcomes, 0.0)
+    return StepTable(
+        list(group_ids), list(traj_ids), np.asarray(step_idx), table.obs, rewards, table.is_action_valid
+    )
+
+
+def _team_grpo(table: StepTable, settings: EstimatorSettings) -> Estimate:
+    """Dr. MAS's GRPO rules on per-turn rewards (team outcome less the turn's invalid penalty)."""
+    turn_rewards = agent_turn_rewards(
+        _team_outcomes(table), table.is_action_valid, invalid_penalty=settings.invalid_action_penalty
+    )
+    by_std = settings.adv_mode == "mean_std_norm"
+    if settings.normalize_by == "agent":
+        advantages = agent_wise_advantages(
+            table.group_ids, table.agent_ids or [], turn_rewards, norm_by_std=by_std
+        )
+    else:
+        advantages = multi_agent_grpo_advantages(
+            table.group_ids, table.traj_ids, turn_rewards, norm_by_std=by_std
+        )
+    return Estimate(turn_rewards, turn_rewards, advantages, None)
 
 
 def _mean(values: npt.NDArray[Any]) -> float:

@@ -48,6 +48,7 @@ from hgpo_rllib.columns import ITERATION_SECONDS, NUM_GROUPS_SAMPLED, TASK_GENER
 from hgpo_rllib.connectors.env_to_module.history_window import HistoryWindowPrompt, prompt_connector
 from hgpo_rllib.connectors.module_to_env.text_actions import TextActionsToEnv
 from hgpo_rllib.env_runner.grouped_env_runner import GroupedEnvRunner
+from hgpo_rllib.env_runner.grouped_multi_agent_env_runner import GroupedMultiAgentEnvRunner
 from hgpo_rllib.env_runner.metrics_callback import EpisodeMetricsCallback
 from hgpo_rllib.orphans import owner_tag, remove_orphans
 from hgpo_rllib.rl_module.config import ALGORITHM_OWNED_KEYS, TINY_PRESET
@@ -224,6 +225,18 @@ class TextAgentConfig(AlgorithmConfig):
         super().env_runners(**kwargs)
         if num_env_workers is not NotProvided:
             self.num_env_workers = num_env_workers
+        return self
+
+    @override(AlgorithmConfig)
+    def multi_agent(self, **kwargs: Any) -> TextAgentConfig:
+        """RLlib's multi-agent settings (``policies``, ``policy_mapping_fn``, ...) for a multi-agent
+        text system (a team env, docs/drmas.md): roles map to modules, one shared LLM or one per role.
+        A multi-agent config samples with :class:`GroupedMultiAgentEnvRunner` (unless another runner
+        class was chosen); per-module settings go through ``.rl_module(rl_module_spec=...)`` (model,
+        size) and ``algorithm_config_overrides_per_module`` (``lr``, ``micro_batch_size``)."""
+        super().multi_agent(**kwargs)
+        if self.is_multi_agent and self.env_runner_cls is GroupedEnvRunner:
+            self.env_runner_cls = GroupedMultiAgentEnvRunner
         return self
 
     # ------------------------------------------------------------------------- RLlib wiring

@@ -14,12 +14,14 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from ray.rllib.env.multi_agent_env import MultiAgentEnv
 from safetensors import safe_open
 from transformers import Qwen2Config
 
 import envs
 from hgpo_rllib.checks import is_bool, is_int, is_lr, is_number
 from hgpo_rllib.env_runner.grouped_env_runner import GroupedEnvRunner
+from hgpo_rllib.env_runner.grouped_multi_agent_env_runner import GroupedMultiAgentEnvRunner
 from hgpo_rllib.experiments import memory_plan
 from hgpo_rllib.rl_module.config import (
     ALGORITHM_OWNED_KEYS,
@@ -47,6 +49,29 @@ class SettingErrors:
 
     def add(self, message: str) -> None:
         self.messages.append(message)
+
+
+def _multi_agent_errors(errors: SettingErrors) -> None:
+    """A team env (a ``MultiAgentEnv``, docs/drmas.md) needs RLlib's multi-agent settings, and they a
+    team env; several learners are not supported yet for teams (a learner whose share of groups has
+    no turn of some role would skip that module's gradient all-reduce and hang the others)."""
+    c = errors.config
+    team_env = issubclass(envs.env_class(c.envs_name(), c.env_config), MultiAgentEnv)
+    if team_env and not c.is_multi_agent:
+        errors.add(
+            f"env={c.env!r} is a multi-agent system: map its roles to modules with "
+            ".multi_agent(policies={...}, policy_mapping_fn=lambda agent_id, episode, **kw: ...) "
+            "(one shared module or one per role)"
+        )
+    if c.is_multi_agent and not team_env:
+        errors.add(
+            f"multi_agent(policies={sorted(c.policies)}) is invalid with env={c.env!r}: it has one agent"
+        )
+    if c.is_multi_agent and c.num_learners > 1:
+        errors.add(
+            f"num_learners={c.num_learners} is not supported with multi_agent() yet: use one learner "
+            "(num_learners=0 or 1) for multi-agent systems"
+        )
 
 
 def text_agent_errors(config: Any) -> list[str]:
@@ -141,6 +166,8 @@ def text_agent_errors(config: Any) -> list[str]:
             envs.check_env_config(c.envs_name(), c.env_config)
         except ValueError as exc:
             errors.add(f"env_config={dict(c.env_config)!r} is invalid for {c.envs_name()}: {exc}")
+        else:
+            _multi_agent_errors(errors)
     vocabulary = c.user_model_config().get("action_vocabulary") or ()
     if (
         isinstance(c.env_config, Mapping)
@@ -209,10 +236,11 @@ def _rllib_plumbing_errors(errors: SettingErrors) -> None:
             "num_envs_per_env_runner",
             f"a multiple of group_size={c.group_size} (each runner steps whole groups in lock-step)",
         )
+    runner = GroupedMultiAgentEnvRunner if c.is_multi_agent else GroupedEnvRunner
     need(
-        isinstance(c.env_runner_cls, type) and issubclass(c.env_runner_cls, GroupedEnvRunner),
+        isinstance(c.env_runner_cls, type) and issubclass(c.env_runner_cls, runner),
         "env_runner_cls",
-        "GroupedEnvRunner or a subclass (the estimators need complete rollout groups)",
+        f"{runner.__name__} or a subclass (the estimators need complete rollout groups)",
     )
     mode = str(c.gym_env_vectorize_mode).lower()
     need(
@@ -232,10 +260,6 @@ def _rllib_plumbing_errors(errors: SettingErrors) -> None:
         "evaluation_duration_unit",
         "'episodes' (GroupedEnvRunner samples whole episodes)",
     )
-    if c.is_multi_agent:
-        errors.add(
-            "multi-agent setups are invalid here: this algorithm trains one policy (single-agent text envs)"
-        )
     need(
         c.num_aggregator_actors_per_learner == 0,
         "num_aggregator_actors_per_learner",

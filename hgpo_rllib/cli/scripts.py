@@ -6,9 +6,9 @@ import argparse
 import os
 from collections.abc import Sequence
 
-from hgpo_rllib.advantages import ESTIMATORS
+from hgpo_rllib.advantages import ESTIMATORS, NORMALIZE_BY
 from hgpo_rllib.cli import main
-from hgpo_rllib.experiments.presets import ENV_VARS, PRESETS
+from hgpo_rllib.experiments.presets import ENV_VARS, LLM_SHARING, PRESETS
 
 
 def run_as_script(example_file: str, argv: Sequence[str] | None = None) -> int:
@@ -25,8 +25,21 @@ def run_as_script(example_file: str, argv: Sequence[str] | None = None) -> int:
         "--warm-start", help="an `rllib sft` model directory, or 'none' for the random-init demo"
     )
     parser.add_argument("--critic", help="HiPER's critic: a local model directory (paper presets)")
+    parser.add_argument("--llm-sharing", choices=LLM_SHARING, help="multi-agent systems: LLMs per role")
+    parser.add_argument("--normalize-by", choices=NORMALIZE_BY, help="multi-agent systems: baselines")
     args, rest = parser.parse_known_args(argv)
-    fields = ("preset", "model", "estimator", "history_length", "alpha", "base_group", "warm_start", "critic")
+    fields = (
+        "preset",
+        "model",
+        "estimator",
+        "history_length",
+        "alpha",
+        "base_group",
+        "warm_start",
+        "critic",
+        "llm_sharing",
+        "normalize_by",
+    )
     for field in fields:
         value = getattr(args, field)
         if value is not None:

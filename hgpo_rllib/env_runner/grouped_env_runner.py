@@ -11,7 +11,6 @@ base runner's env construction, connector pipelines, callbacks and metrics.
 from __future__ import annotations
 
 import time
-import uuid
 from collections.abc import Sequence
 from typing import Any
 
@@ -21,7 +20,6 @@ from ray.rllib.core.columns import Columns
 from ray.rllib.env.single_agent_env_runner import SingleAgentEnvRunner
 from ray.rllib.env.single_agent_episode import SingleAgentEpisode
 from ray.rllib.utils.annotations import override
-from ray.rllib.utils.checkpoints import Checkpointable
 from ray.rllib.utils.metrics import (
     ENV_RESET_TIMER,
     ENV_STEP_TIMER,
@@ -39,18 +37,16 @@ from hgpo_rllib.columns import (
     PROMPT_IDS,
     PROMPT_MASK,
     RESP_MASK,
-    TASK_GENERATOR,
     TASK_SEED,
 )
 from hgpo_rllib.env_runner.env_pool import EnvCrash, EnvWorkerPool
+from hgpo_rllib.env_runner.rollout_groups import RolloutGroupsMixin
 
 #: The Gymnasium id RLlib's env runners register their env under (SingleAgentEnvRunner.make_env).
 RLLIB_GYM_ID = "rllib-single-agent-env-v0"
 
-_MAX_TASK_SEED = 2**31 - 1
 
-
-class GroupedEnvRunner(SingleAgentEnvRunner):
+class GroupedEnvRunner(RolloutGroupsMixin, SingleAgentEnvRunner):
     """Samples complete rollout groups; every episode's reset info carries its group id.
 
     ``sample(num_episodes=n)`` runs ``n / group_size`` groups, ``num_envs_per_env_runner /
@@ -65,38 +61,8 @@ class GroupedEnvRunner(SingleAgentEnvRunner):
         # Tune retries) the package's env names must be registered again before make_env looks them up.
         envs.register_all()
         super().__init__(config=config, **kwargs)
-        # self._seed is config.seed + worker_index (+ 1e6 on evaluation runners), or None.
-        self._task_rng = np.random.default_rng(self._seed)
-        # A fresh nonce per runner process keeps group ids unique across runner restarts.
-        self._group_prefix = f"r{self.worker_index or 0}-{uuid.uuid4().hex[:8]}"
-        self._num_groups_started = 0
+        self._init_rollout_groups()
         self._pool: EnvWorkerPool | None = None  # sub-env worker processes (num_env_workers > 0)
-
-    @override(SingleAgentEnvRunner)
-    def get_state(
-        self, components: Any = None, *, not_components: Any = None, **kwargs: Any
-    ) -> dict[str, Any]:
-        """RLlib's runner state plus the task-seed generator, so that a restarted or restored
-        runner goes on with new tasks instead of replaying the ones it already played."""
-        state = super().get_state(components, not_components=not_components, **kwargs)
-        if self._check_component(TASK_GENERATOR, components, not_components):
-            state[TASK_GENERATOR] = {
-                "bit_generator": self._task_rng.bit_generator.state,
-                "num_groups_started": self._num_groups_started,
-            }
-        return state
-
-    @override(Checkpointable)
-    def set_state(self, state: dict[str, Any]) -> None:
-        super().set_state(state)
-        if TASK_GENERATOR in state:
-            self._task_rng.bit_generator.state = state[TASK_GENERATOR]["bit_generator"]
-            self._num_groups_started = int(state[TASK_GENERATOR]["num_groups_started"])
-
-    @property
-    def group_size(self) -> int:
-        """Episodes per rollout group: ``config.group_size``, or 1 on evaluation runners."""
-        return 1 if self.config.in_evaluation else int(self.config.group_size)
 
     @override(SingleAgentEnvRunner)
     def _sample(
@@ -110,16 +76,7 @@ class GroupedEnvRunner(SingleAgentEnvRunner):
     ) -> list[SingleAgentEpisode]:
         """Run ``num_episodes / group_size`` complete groups (the base ``sample()`` wraps this)."""
         del force_reset  # every group starts from fresh resets anyway
-        if num_timesteps is not None or num_episodes is None:
-            raise ValueError(
-                "GroupedEnvRunner samples whole rollout groups: call sample(num_episodes=...) "
-                "(batch_mode='complete_episodes', evaluation_duration_unit='episodes')"
-            )
-        if random_actions:
-            raise ValueError("GroupedEnvRunner does not support random_actions: actions are LLM text")
-        if num_episodes % self.group_size:
-            raise ValueError(f"num_episodes={num_episodes} is not a multiple of group_size={self.group_size}")
-        num_groups = num_episodes // self.group_size
+        num_groups = self._check_sample_request(num_timesteps, num_episodes, random_actions)
         groups_per_wave = self.num_envs // self.group_size
         episodes: list[SingleAgentEpisode] = []
         num_steps = 0
@@ -132,12 +89,6 @@ class GroupedEnvRunner(SingleAgentEnvRunner):
         self._log_env_steps(metric=self._metrics_num_env_steps_sampled, num_steps=num_steps)
         self._increase_sampled_metrics(num_steps, len(episodes))
         return episodes
-
-    def _new_group_seeds(self, num_groups: int) -> tuple[list[str], list[int]]:
-        seeds = [int(s) for s in self._task_rng.integers(0, _MAX_TASK_SEED, size=num_groups)]
-        ids = [f"{self._group_prefix}-g{self._num_groups_started + k}" for k in range(num_groups)]
-        self._num_groups_started += num_groups
-        return ids, seeds
 
     def _run_wave(self, num_groups: int, explore: bool) -> tuple[list[SingleAgentEpisode], int]:
         """Reset ``num_groups * group_size`` sub-envs (same seed within a group) and run them out."""

@@ -22,7 +22,6 @@ from typing import Any
 
 import numpy as np
 from ray.rllib.callbacks.callbacks import RLlibCallback
-from ray.rllib.env.single_agent_episode import SingleAgentEpisode
 from ray.rllib.utils.metrics import ENV_RUNNER_RESULTS, NUM_EPISODES
 
 from hgpo_rllib.columns import ENV_ERROR_RATE, INVALID_ACTION_RATE, SCORE, SMOOTHED_SUFFIX, SUCCESS_RATE
@@ -51,6 +50,10 @@ def episode_weighted_means(iterations: Sequence[tuple[int, Mapping[str, float]]]
     return {key: weighted / episodes for key, (weighted, episodes) in totals.items() if episodes}
 
 
+def _invalid_rate(step_infos: Sequence[Mapping[str, Any]]) -> float:
+    return sum(not info.get("is_action_valid", True) for info in step_infos) / len(step_infos)
+
+
 class EpisodeMetricsCallback(RLlibCallback):
     """Logs success, invalid-action rate, env-error rate and score of every finished episode (means over
     the iteration) and, after each iteration, the smoothed means of those and of return and length.
@@ -64,23 +67,34 @@ class EpisodeMetricsCallback(RLlibCallback):
         # (episodes, per-episode means) of the latest iterations, oldest first.
         self._recent_iterations: deque[tuple[int, dict[str, float]]] = deque()
 
-    def on_episode_end(
-        self, *, episode: SingleAgentEpisode, metrics_logger: Any = None, **kwargs: Any
-    ) -> None:
-        infos = list(episode.get_infos())
-        last = infos[-1]
-        won = float(bool(last.get("won", False)))
-        steps = infos[1:]
+    def on_episode_end(self, *, episode: Any, metrics_logger: Any = None, **kwargs: Any) -> None:
+        """A single-agent episode, or a team episode (multi-agent; docs/drmas.md): team success,
+        score and env errors from its last infos, invalid answers over all agents' turns and per agent
+        (``invalid_action_rate_by_agent``)."""
         window = kwargs["env_runner"].config.metrics_num_episodes_for_smoothing
+        agent_episodes = getattr(episode, "agent_episodes", None)
+        if agent_episodes is None:
+            per_agent = {None: list(episode.get_infos())}
+        else:
+            per_agent = {agent: list(ep.get_infos()) for agent, ep in agent_episodes.items()}
+        lasts = [infos[-1] for infos in per_agent.values()]
+        last = max(lasts, key=lambda info: bool(info.get("won", False)))
+        won = float(bool(last.get("won", False)))
         metrics_logger.log_value(SUCCESS_RATE, won, window=window)
-        env_error = float(any("env_error" in info for info in steps))
+        steps = {agent: infos[1:] for agent, infos in per_agent.items()}
+        env_error = float(any("env_error" in info for turns in steps.values() for info in turns))
         metrics_logger.log_value(ENV_ERROR_RATE, env_error, window=window)
-        task_type = last.get("task_type") or infos[0].get("task_type")
+        task_type = last.get("task_type") or next(iter(per_agent.values()))[0].get("task_type")
         if task_type:
             metrics_logger.log_value((f"{SUCCESS_RATE}_by_task", str(task_type)), won, window=window)
-        if steps:
-            invalid = sum(not info.get("is_action_valid", True) for info in steps) / len(steps)
-            metrics_logger.log_value(INVALID_ACTION_RATE, invalid, window=window)
+        all_steps = [info for turns in steps.values() for info in turns]
+        if all_steps:
+            metrics_logger.log_value(INVALID_ACTION_RATE, _invalid_rate(all_steps), window=window)
+        if agent_episodes is not None:
+            for agent, turns in steps.items():
+                if turns:
+                    key = (f"{INVALID_ACTION_RATE}_by_agent", str(agent))
+                    metrics_logger.log_value(key, _invalid_rate(turns), window=window)
         if "score" in last:
             metrics_logger.log_value(SCORE, float(last["score"]), window=window)
 

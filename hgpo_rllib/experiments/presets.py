@@ -3,17 +3,18 @@
 A tuned example is a Python file that ``rllib train file`` imports, so its knobs come from
 environment variables (:data:`ENV_VARS`: ``HGPO_PRESET``, ``HGPO_MODEL``, ``HGPO_ESTIMATOR``,
 ``HGPO_K``, ``HGPO_ALPHA``, ``HGPO_BASE_GROUP``, ``HGPO_WARM_START``, ``HGPO_CACHE``,
-``HGPO_CRITIC``), read in one place, :meth:`RunSettings.from_env`; ``python
-tuned_examples/<file>.py --flags`` sets the same variables from flags and then runs the file
-through the same CLI. The paper's presets follow docs/hgpo_algorithm.md §5 and §7
-(Qwen2.5-1.5B-Instruct on 2 GPUs, 7B on 4 GPUs, 16 groups x 8 rollouts, 160 iterations, lr 1e-6,
-K = 2 or 4), plus one GPU for an evaluation env runner; HiPER's (docs/hiper.md §Hyperparameters)
-keep that layout with the authors' own settings.
+``HGPO_CRITIC``, and for multi-agent systems ``HGPO_LLM_SHARING`` and ``HGPO_NORMALIZE_BY``),
+read in one place, :meth:`RunSettings.from_env`; ``python tuned_examples/<file>.py --flags`` sets
+the same variables from flags and then runs the file through the same CLI. The paper's presets
+follow docs/hgpo_algorithm.md §5 and §7 (Qwen2.5-1.5B-Instruct on 2 GPUs, 7B on 4 GPUs, 16 groups
+x 8 rollouts, 160 iterations, lr 1e-6, K = 2 or 4), plus one GPU for an evaluation env runner;
+HiPER's (docs/hiper.md §Hyperparameters) keep that layout with the authors' own settings.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import importlib.util
 import os
 import sys
@@ -22,7 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hgpo_rllib.advantages import ESTIMATORS
+import envs
+from hgpo_rllib.advantages import ESTIMATORS, NORMALIZE_BY
 from hgpo_rllib.algorithms.hgpo.hgpo import HGPOConfig
 from hgpo_rllib.algorithms.hiper.hiper import HiPERConfig
 from hgpo_rllib.evaluation.policy_loading import config_for_warm_start
@@ -39,7 +41,13 @@ ENV_VARS = {
     "warm_start": "HGPO_WARM_START",
     "cache_dir": "HGPO_CACHE",
     "critic": "HGPO_CRITIC",
+    "llm_sharing": "HGPO_LLM_SHARING",
+    "normalize_by": "HGPO_NORMALIZE_BY",
 }
+#: Multi-agent examples (docs/drmas.md): one LLM for all roles, or one per role.
+LLM_SHARING = ("separate", "shared")
+#: The module id of the one LLM all roles share (``HGPO_LLM_SHARING=shared``).
+SHARED_MODULE_ID = "shared_llm"
 _TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off", "")
 # GPU layout per preset: (env runners, GPUs per runner, learners, GPUs per learner), plus one GPU for
 # the evaluation env runner: paper-1.5b takes 3 GPUs, paper-7b 5.
@@ -103,6 +111,10 @@ class RunSettings:
     cache_dir: str | None = None
     #: HiPER's critic: a local model directory with the policy's tokenizer (paper presets).
     critic: str | None = None
+    #: Multi-agent systems (docs/drmas.md): "separate" (one LLM per role) or "shared" (one for all).
+    llm_sharing: str = "separate"
+    #: Multi-agent systems: "agent" (Dr. MAS) or "trajectory" (one baseline for all agents).
+    normalize_by: str = "agent"
 
     def __post_init__(self) -> None:
         if self.preset not in PRESETS:
@@ -111,6 +123,10 @@ class RunSettings:
             raise ValueError(
                 f"HGPO_ESTIMATOR / --estimator must be one of {ESTIMATORS}, got {self.estimator!r}"
             )
+        if self.llm_sharing not in LLM_SHARING:
+            raise ValueError(f"HGPO_LLM_SHARING must be one of {LLM_SHARING}, got {self.llm_sharing!r}")
+        if self.normalize_by not in NORMALIZE_BY:
+            raise ValueError(f"HGPO_NORMALIZE_BY must be one of {NORMALIZE_BY}, got {self.normalize_by!r}")
         if self.preset.startswith("paper") and not self.model:
             raise ValueError(
                 f"preset {self.preset!r} needs a local model directory: set HGPO_MODEL or pass --model "
@@ -132,6 +148,8 @@ class RunSettings:
                 warm_start=env.get("HGPO_WARM_START") or None,
                 cache_dir=env.get("HGPO_CACHE") or None,
                 critic=env.get("HGPO_CRITIC") or None,
+                llm_sharing=env.get("HGPO_LLM_SHARING", "separate"),
+                normalize_by=env.get("HGPO_NORMALIZE_BY", "agent"),
             )
         except ValueError as exc:
             raise ValueError(f"bad HGPO_* environment variable: {exc}") from exc
@@ -200,6 +218,50 @@ def tiny_cpu_config(env_name: str, env_config: dict[str, Any], settings: RunSett
                 "minibatch_size": 64,
                 "micro_batch_size": 16,
                 "max_prompt_tokens": 1024,
+                "kl_coeff": 0.0,
+                **training,
+            }
+        )
+        .debugging(seed=0)
+    )
+
+
+def role_module(shared: bool, agent_id: str, episode: Any = None, **kwargs: Any) -> str:
+    """A multi-agent system's ``policy_mapping_fn`` (bind ``shared`` with functools.partial): every
+    role to the module ``"shared_llm"``, or each role to a module of its own name."""
+    return SHARED_MODULE_ID if shared else str(agent_id)
+
+
+def team_cpu_config(env_name: str, env_config: dict[str, Any], settings: RunSettings, **training: Any) -> Any:
+    """The CPU pipeline demo of a multi-agent system (docs/drmas.md): a tiny random-init LLM per role
+    (``HGPO_LLM_SHARING=separate``, the default) or one for all roles (``shared``), 2 groups of 4 team
+    episodes, Dr. MAS's agent-wise normalisation unless ``HGPO_NORMALIZE_BY=trajectory``. A random
+    model rarely writes its role's tags; the demo shows the whole multi-agent pipeline, not learning."""
+    if settings.preset != "cpu":
+        raise ValueError(
+            f"HGPO_PRESET={settings.preset!r}: multi-agent systems have the CPU preset only so far "
+            "(docs/drmas.md)"
+        )
+    roles = envs.env_class(env_name, env_config).ROLES
+    shared = settings.llm_sharing == "shared"
+    modules = {SHARED_MODULE_ID} if shared else set(roles)
+    group_size, groups = 4, 2
+    return (
+        HGPOConfig()
+        .environment(env_name, env_config=env_config)
+        .env_runners(num_env_runners=1, num_envs_per_env_runner=group_size * groups)
+        .multi_agent(policies=modules, policy_mapping_fn=functools.partial(role_module, shared))
+        .training(
+            **{
+                **settings.training(),
+                "normalize_by": settings.normalize_by,
+                "group_size": group_size,
+                "groups_per_iteration": groups,
+                "lr": 1e-3,
+                "minibatch_size": 64,
+                "micro_batch_size": 16,
+                "max_prompt_tokens": 1024,
+                "max_new_tokens": 24,
                 "kl_coeff": 0.0,
                 **training,
             }

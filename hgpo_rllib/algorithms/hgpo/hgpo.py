@@ -44,7 +44,7 @@ from ray.rllib.algorithms.algorithm_config import NotProvided
 from ray.rllib.utils.annotations import override
 from ray.tune.registry import register_trainable
 
-from hgpo_rllib.advantages import ADV_MODES, ESTIMATORS, WEIGHTINGS
+from hgpo_rllib.advantages import ADV_MODES, ESTIMATORS, NORMALIZE_BY, WEIGHTINGS
 from hgpo_rllib.advantages.step_table import EstimatorSettings
 from hgpo_rllib.algorithms.hgpo.torch.hgpo_torch_learner import HGPOTorchLearner
 from hgpo_rllib.algorithms.text_agent import TextAgent, TextAgentConfig
@@ -65,6 +65,7 @@ class HGPOConfig(TextAgentConfig):
         self.base_group = False
         self.weighting = "reference"
         self.step_advantage_w = 1.0
+        self.normalize_by = "trajectory"
 
     @override(TextAgentConfig)
     def training(
@@ -76,6 +77,7 @@ class HGPOConfig(TextAgentConfig):
         base_group: bool = NotProvided,
         weighting: str = NotProvided,
         step_advantage_w: float = NotProvided,
+        normalize_by: str = NotProvided,
         **kwargs: Any,
     ) -> HGPOConfig:
         """Sets HGPO's estimator settings (and, through ``kwargs``, :meth:`TextAgentConfig.training`'s).
@@ -94,6 +96,11 @@ class HGPOConfig(TextAgentConfig):
                 from the batch that minimise an estimate of the baseline's error; ignores
                 length_weight_alpha, excludes base_group), see ``hgpo_advantages``.
             step_advantage_w: GiGPO's weight of the step advantage (default 1.0).
+            normalize_by: Multi-agent systems (``.multi_agent(...)``, docs/drmas.md): "trajectory"
+                (default: one baseline over all agents' turns; GRPO as the Dr. MAS authors' vanilla
+                multi-agent GRPO) or "agent" (Dr. MAS: each agent's turns normalised with its own
+                statistics in each group; GiGPO/HGPO group each agent's turns on their own).
+                Single-agent runs ignore it.
         """
         super().training(**kwargs)
         return self._set_provided(locals())
@@ -116,6 +123,7 @@ class HGPOConfig(TextAgentConfig):
             base_group=self.base_group,
             weighting=self.weighting,
             step_advantage_w=self.step_advantage_w,
+            normalize_by=self.normalize_by,
         )
 
     @override(TextAgentConfig)
@@ -136,6 +144,7 @@ class HGPOConfig(TextAgentConfig):
             "base_group",
             "False with weighting='adaptive' (the base item scores episodes, not step returns)",
         )
+        need(self.normalize_by in NORMALIZE_BY, "normalize_by", f"one of {NORMALIZE_BY}")
         need(
             is_number(self.step_advantage_w) and self.step_advantage_w >= 0,
             "step_advantage_w",

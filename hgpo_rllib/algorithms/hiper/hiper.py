@@ -173,6 +173,8 @@ class HiPERConfig(TextAgentConfig):
             need(is_number(getattr(self, name)) and getattr(self, name) > 0, name, "a number > 0")
         for name in ("high_value_coef", "term_value_coef"):
             need(is_number(getattr(self, name)) and getattr(self, name) >= 0, name, "a number >= 0")
+        if self.is_multi_agent:
+            errors.add("multi_agent() is not supported by HiPER yet: its critic and HAE serve one policy")
         env_config = self.env_config if isinstance(self.env_config, dict) else {}
         if env_config.get("answer_format") != PLAN_EXECUTE:
             errors.add(

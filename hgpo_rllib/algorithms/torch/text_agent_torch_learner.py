@@ -20,7 +20,6 @@ from typing import Any
 
 import torch
 import tree
-from ray.rllib.core import DEFAULT_MODULE_ID
 from ray.rllib.core.learner.learner import ENTROPY_KEY, POLICY_LOSS_KEY
 from ray.rllib.core.learner.torch.torch_learner import TorchLearner
 from ray.rllib.core.rl_module.multi_rl_module import MultiRLModule
@@ -47,6 +46,9 @@ from hgpo_rllib.columns import (
     SAMPLER_LOGP,
 )
 
+#: The loss terms reported as token means over an update.
+_TOKEN_MEAN_KEYS = (POLICY_LOSS_KEY, ENTROPY_KEY, KL_KEY, CLIP_FRAC_KEY, DUAL_CLIP_FRAC_KEY, RATIO_MEAN_KEY)
+
 
 def loss_mask(batch: dict[str, Any]) -> torch.Tensor:
     """The tokens that get loss: ``loss_mask`` where the advantage piece sets one (HiPER trains only
@@ -68,8 +70,9 @@ class TextAgentTorchLearner(TextAgentLearner, TorchLearner):
     @override(TorchLearner)
     def build(self) -> None:
         super().build()
-        self._token_sums: dict[str, float] = defaultdict(float)
-        self._minibatch_tokens: torch.Tensor | None = None
+        # Per module (one per role of a multi-agent system; DEFAULT_MODULE_ID otherwise).
+        self._token_sums: dict[ModuleID, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+        self._minibatch_tokens: dict[ModuleID, torch.Tensor] = {}
         self._num_minibatches = 0
 
     @property
@@ -146,27 +149,27 @@ class TextAgentTorchLearner(TextAgentLearner, TorchLearner):
 
     @override(TorchLearner)
     def _uncompiled_update(self, batch: dict[str, Any], **kwargs: Any) -> tuple[Any, Any, dict]:
-        """One optimiser step on one minibatch, in micro-batches of ``micro_batch_size`` rows."""
+        """One optimiser step per module on its minibatch rows, in micro-batches of its
+        ``micro_batch_size`` rows (per-module overrides apply: Dr. MAS's per-agent micro-batches)."""
         self._compute_off_policyness(batch)
-        rows = batch[DEFAULT_MODULE_ID]
-        num_rows = len(rows[ADVANTAGES])
-        self._minibatch_tokens = loss_mask(rows).sum().clamp(min=1).float()
-        step = self.config.micro_batch_size or num_rows
-        starts = range(0, num_rows, step)
         for optim in self._optimizer_parameters:
             optim.zero_grad(set_to_none=True)
         total: dict[ModuleID, torch.Tensor] = {}
-        for start in starts:
-            micro = {mid: {k: v[start : start + step] for k, v in b.items()} for mid, b in batch.items()}
-            last = start == starts[-1]
-            with contextlib.ExitStack() as stack:
-                if self.distributed and not self.sharded and not last:  # DDP: all-reduce once, at the end
-                    for module in self.module.values():
-                        stack.enter_context(module.no_sync())
-                fwd_out = self.module.forward_train(micro)
-                losses = self.compute_losses(fwd_out=fwd_out, batch=micro)
-                sum(losses.values()).backward()
-            for mid, loss in losses.items():
+        fwd_out: dict[ModuleID, Any] = {}
+        for mid, rows in batch.items():
+            num_rows = len(rows[ADVANTAGES])
+            self._minibatch_tokens[mid] = loss_mask(rows).sum().clamp(min=1).float()
+            step = self.config.get_config_for_module(mid).micro_batch_size or num_rows
+            starts = range(0, num_rows, step)
+            for start in starts:
+                micro = {mid: {k: v[start : start + step] for k, v in rows.items()}}
+                with contextlib.ExitStack() as stack:
+                    # DDP: all-reduce once, after the module's last micro-batch.
+                    if self.distributed and not self.sharded and start != starts[-1]:
+                        stack.enter_context(self.module[mid].no_sync())
+                    fwd_out.update(self.module.forward_train(micro))
+                    loss = self.compute_losses(fwd_out={mid: fwd_out[mid]}, batch=micro)[mid]
+                    loss.backward()
                 total[mid] = total.get(mid, 0.0) + loss.detach()
         self._num_minibatches += 1
         grads = {pid: p.grad for pid, p in self._params.items() if p.grad is not None}
@@ -198,6 +201,7 @@ class TextAgentTorchLearner(TextAgentLearner, TorchLearner):
         first = self._num_minibatches == 0
         sampler_logp = batch[SAMPLER_LOGP] if SAMPLER_LOGP in batch else batch[OLD_LOGP]
         self._accumulate(
+            module_id,
             mask,
             {
                 POLICY_LOSS_KEY: terms.pg,
@@ -209,7 +213,7 @@ class TextAgentTorchLearner(TextAgentLearner, TorchLearner):
                 LOGP_GAP_KEY: (fwd_out["logp"] - sampler_logp).abs() if first else None,
             },
         )
-        loss = (per_token * mask).sum() / self._minibatch_tokens
+        loss = (per_token * mask).sum() / self._minibatch_tokens[module_id]
         if not torch.isfinite(loss):  # stop before backward(): no NaN/inf reaches the weights
             bad = non_finite_terms(
                 mask,
@@ -236,26 +240,29 @@ class TextAgentTorchLearner(TextAgentLearner, TorchLearner):
             )
         return loss
 
-    def _accumulate(self, mask: torch.Tensor, values: dict[str, torch.Tensor | None]) -> None:
-        """Token-weighted sums over the whole update, reported as token means at its end."""
+    def _accumulate(
+        self, module_id: ModuleID, mask: torch.Tensor, values: dict[str, torch.Tensor | None]
+    ) -> None:
+        """Token-weighted sums over the whole update, per module, reported as token means at its end."""
+        sums = self._token_sums[module_id]
         with torch.no_grad():
             tokens = float(mask.sum())
-            self._token_sums["tokens"] += tokens
+            sums["tokens"] += tokens
             if self._num_minibatches == 0:
-                self._token_sums["first_minibatch_tokens"] += tokens
+                sums["first_minibatch_tokens"] += tokens
             for key, value in values.items():
                 if value is not None:
-                    self._token_sums[key] += float((value * mask).sum())
+                    sums[key] += float((value * mask).sum())
 
     @override(TorchLearner)
     def after_gradient_based_update(self, *, timesteps: dict[str, Any]) -> None:
         super().after_gradient_based_update(timesteps=timesteps)
-        sums = self._token_sums
-        tokens = max(sums["tokens"], 1.0)
-        for key in (POLICY_LOSS_KEY, ENTROPY_KEY, KL_KEY, CLIP_FRAC_KEY, DUAL_CLIP_FRAC_KEY, RATIO_MEAN_KEY):
-            if key in sums:
-                self.metrics.log_value((DEFAULT_MODULE_ID, key), sums[key] / tokens, window=1)
-        if LOGP_GAP_KEY in sums:
-            gap = sums[LOGP_GAP_KEY] / max(sums["first_minibatch_tokens"], 1.0)
-            self.metrics.log_value((DEFAULT_MODULE_ID, LOGP_GAP_KEY), gap, window=1)
-        self.metrics.log_value((DEFAULT_MODULE_ID, NUM_OPTIMIZER_STEPS), self._num_minibatches, window=1)
+        for module_id, sums in self._token_sums.items():
+            tokens = max(sums["tokens"], 1.0)
+            for key in _TOKEN_MEAN_KEYS:
+                if key in sums:
+                    self.metrics.log_value((module_id, key), sums[key] / tokens, window=1)
+            if LOGP_GAP_KEY in sums:
+                gap = sums[LOGP_GAP_KEY] / max(sums["first_minibatch_tokens"], 1.0)
+                self.metrics.log_value((module_id, LOGP_GAP_KEY), gap, window=1)
+            self.metrics.log_value((module_id, NUM_OPTIMIZER_STEPS), self._num_minibatches, window=1)

@@ -5,9 +5,11 @@ The prompt is the env's own template (``envs.get_prompt_renderer``) over one
 template shows the last ``history_length`` = K of them), the current raw observation and the
 admissible actions, as verl-agent's memory manager builds it, and, for HiPER's plan-execute answer
 format, the subgoal in force (the latest valid turn's ``<subgoal>``, read back from the episode's
-infos; docs/hiper.md). The rendered text goes through the model's chat template and tokenizer
-(``TokenPolicyAPI.encode_prompts``), which left-truncates to ``max_prompt_tokens`` and left-pads the
-batch.
+infos; docs/hiper.md), and in a team env (docs/drmas.md) the acting role and what its teammates said
+since the last game step. In a team env each role's episode is its own turns, so the history window
+shows the role's own (observation, command) records. The rendered text goes through the model's
+chat template and tokenizer (``TokenPolicyAPI.encode_prompts``), which left-truncates to
+``max_prompt_tokens`` and left-pads the batch.
 """
 
 from __future__ import annotations
@@ -53,6 +55,8 @@ def episode_prompt_text(
         steps,
         history_length,
         current_subgoal=current_subgoal(infos),
+        role=info.get("role"),
+        team_context=tuple(info.get("team_context", ())),
     )
     return render_prompt(context, **(render_kwargs or {}))
 

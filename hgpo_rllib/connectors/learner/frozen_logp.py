@@ -18,7 +18,6 @@ from typing import Any
 
 import torch
 from ray.rllib.connectors.connector_v2 import ConnectorV2
-from ray.rllib.core import DEFAULT_MODULE_ID
 from ray.rllib.utils.annotations import override
 
 from hgpo_rllib.columns import OLD_LOGP, OPTIONAL_TOKEN_COLUMNS, REF_LOGP, SAMPLER_LOGP, TOKEN_COLUMNS
@@ -38,7 +37,7 @@ def logp_in_chunks(
 
 
 class _ChunkedLogp(ConnectorV2):
-    """Base of the two: one timed no-grad pass over the module's rows; subclasses fill the columns."""
+    """Base of the two: one timed no-grad pass over each module's rows; subclasses fill the columns."""
 
     #: Learner metric (seconds of this pass).
     timer_key: str = ""
@@ -58,10 +57,11 @@ class _ChunkedLogp(ConnectorV2):
     def __call__(
         self, *, rl_module: Any, batch: dict[str, Any], episodes: Any, metrics: Any = None, **kwargs: Any
     ) -> dict:
-        start = time.perf_counter()
-        self.fill(rl_module[DEFAULT_MODULE_ID].unwrapped(), batch[DEFAULT_MODULE_ID])
-        if metrics is not None:
-            metrics.log_value((DEFAULT_MODULE_ID, self.timer_key), time.perf_counter() - start, window=1)
+        for module_id, rows in batch.items():  # one module, or one per role of a multi-agent system
+            start = time.perf_counter()
+            self.fill(rl_module[module_id].unwrapped(), rows)
+            if metrics is not None:
+                metrics.log_value((module_id, self.timer_key), time.perf_counter() - start, window=1)
         return batch
 
     def fill(self, module: Any, rows: dict[str, Any]) -> None:

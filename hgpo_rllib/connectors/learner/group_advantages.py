@@ -15,8 +15,7 @@ from typing import Any
 
 import numpy as np
 from ray.rllib.connectors.connector_v2 import ConnectorV2
-from ray.rllib.core import DEFAULT_MODULE_ID
-from ray.rllib.env.single_agent_episode import SingleAgentEpisode
+from ray.rllib.core import ALL_MODULES, DEFAULT_MODULE_ID
 from ray.rllib.utils.annotations import override
 
 from hgpo_rllib.advantages.step_table import (
@@ -25,6 +24,7 @@ from hgpo_rllib.advantages.step_table import (
     StepTable,
     estimate_advantages,
     level_metrics,
+    team_agent_episodes,
 )
 from hgpo_rllib.columns import ADVANTAGES, group_id_of
 from hgpo_rllib.connectors.learner.token_rows import token_rows
@@ -57,47 +57,87 @@ class GroupAdvantages(ConnectorV2):
         *,
         rl_module: Any,
         batch: dict[str, Any],
-        episodes: Sequence[SingleAgentEpisode],
+        episodes: Sequence[Any],
         metrics: Any = None,
         **kwargs: Any,
     ) -> dict[str, Any]:
         start = time.perf_counter()
-        estimate = estimate_advantages(StepTable.from_episodes(episodes), self.settings)
+        table = StepTable.from_episodes(episodes)
+        estimate = estimate_advantages(table, self.settings)
         estimator_s = time.perf_counter() - start
-        module: TokenPolicyAPI = rl_module[DEFAULT_MODULE_ID].unwrapped()
-        rows = token_rows(episodes, module.pad_token_id)
-        rows[ADVANTAGES] = estimate.advantages.astype(np.float32)
-        batch[DEFAULT_MODULE_ID] = rows
+        for module_id, (module_episodes, selected) in self._rows_by_module(episodes, table).items():
+            module: TokenPolicyAPI = rl_module[module_id].unwrapped()
+            rows = token_rows(module_episodes, module.pad_token_id)
+            rows[ADVANTAGES] = estimate.advantages[selected].astype(np.float32)
+            batch[module_id] = rows
         if metrics is not None:
-            self._log_stats(metrics, episodes, estimate, estimator_s)
+            self._log_stats(metrics, episodes, table, estimate, estimator_s)
             metrics.log_value(
-                (DEFAULT_MODULE_ID, "advantage_connector_s"), time.perf_counter() - start, window=1
+                (self._stats_key(table), "advantage_connector_s"), time.perf_counter() - start, window=1
             )
         return batch
 
+    @staticmethod
+    def _rows_by_module(episodes: Sequence[Any], table: StepTable) -> dict[str, tuple[list[Any], Any]]:
+        """Each module's episodes (single-agent episodes, in the table's row order) and its rows of the
+        table: every row for one module, or each role's turns for the module it maps to."""
+        if table.module_ids is None:
+            return {DEFAULT_MODULE_ID: (list(episodes), slice(None))}
+        agents = [agent for _, agent in team_agent_episodes(episodes)]
+        module_of_row = np.asarray(table.module_ids)
+        return {
+            module_id: ([a for a in agents if a.module_id == module_id], module_of_row == module_id)
+            for module_id in dict.fromkeys(table.module_ids)
+        }
+
+    @staticmethod
+    def _stats_key(table: StepTable) -> str:
+        """Where the batch-wide statistics go: the module's, or all modules' in a multi-agent batch."""
+        return DEFAULT_MODULE_ID if table.module_ids is None else ALL_MODULES
+
     def _log_stats(
-        self, metrics: Any, episodes: Sequence[SingleAgentEpisode], estimate: Estimate, estimator_s: float
+        self, metrics: Any, episodes: Sequence[Any], table: StepTable, estimate: Estimate, estimator_s: float
     ) -> None:
+        key = self._stats_key(table)
         _, per_group = np.unique([group_id_of(ep) for ep in episodes], return_counts=True)
         # Summed / min / max over learners: with several learners these show whether any of them
         # received a split rollout group.
         advantages = estimate.advantages
-        for key, value, reduce in (
+        for name, value, reduce in (
             ("num_groups", len(per_group), "sum"),
             ("num_step_rows", len(advantages), "sum"),
             ("episodes_per_group_min", int(per_group.min()), "min"),
             ("episodes_per_group_max", int(per_group.max()), "max"),
         ):
-            metrics.log_value((DEFAULT_MODULE_ID, key), value, reduce=reduce, window=1)
+            metrics.log_value((key, name), value, reduce=reduce, window=1)
         stats = {
-            "advantage_mean": float(advantages.mean()),
-            "advantage_std": float(advantages.std()),
-            "advantage_abs_mean": float(np.abs(advantages).mean()),
-            "advantage_min": float(advantages.min()),
-            "advantage_max": float(advantages.max()),
-            "advantage_zero_frac": float((advantages == 0).mean()),
+            **advantage_stats(advantages),
             "advantage_estimator_s": estimator_s,
             **level_metrics(estimate, self.settings),
         }
-        for key, value in stats.items():
-            metrics.log_value((DEFAULT_MODULE_ID, key), value, window=1)
+        for name, value in stats.items():
+            metrics.log_value((key, name), value, window=1)
+        if table.agent_ids is not None:  # Dr. MAS: each agent's rows and advantage scale (E[A^2])
+            agent_of_row = np.asarray(table.agent_ids)
+            module_of_row = np.asarray(table.module_ids)
+            for agent in dict.fromkeys(table.agent_ids):
+                mine = agent_of_row == agent
+                module_id = str(module_of_row[mine][0])
+                metrics.log_value(
+                    (module_id, f"agent_{agent}_num_step_rows"), int(mine.sum()), reduce="sum", window=1
+                )
+                for name, value in advantage_stats(advantages[mine]).items():
+                    metrics.log_value((module_id, f"agent_{agent}_{name}"), value, window=1)
+
+
+def advantage_stats(advantages: np.ndarray) -> dict[str, float]:
+    """Summary of a set of advantages (``advantage_sq_mean`` is E[A^2], the scale Dr. MAS compares)."""
+    return {
+        "advantage_mean": float(advantages.mean()),
+        "advantage_std": float(advantages.std()),
+        "advantage_abs_mean": float(np.abs(advantages).mean()),
+        "advantage_sq_mean": float((advantages**2).mean()),
+        "advantage_min": float(advantages.min()),
+        "advantage_max": float(advantages.max()),
+        "advantage_zero_frac": float((advantages == 0).mean()),
+    }

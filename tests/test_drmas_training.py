@@ -1,0 +1,103 @@
+"""Multi-agent systems train on RLlib's multi-agent API (docs/drmas.md): the KeyChest planner/executor
+team, one LLM per role or one shared, in-process (the WebShop and ALFWorld examples through the CLI
+are ``slow``)."""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+from helpers import TINY_MODEL
+
+from hgpo_rllib import HGPOConfig
+from hgpo_rllib.env_runner.grouped_multi_agent_env_runner import GroupedMultiAgentEnvRunner
+from hgpo_rllib.experiments.presets import SHARED_MODULE_ID, role_module
+
+pytestmark = pytest.mark.usefixtures("ray_session")
+
+ROLES = ("planner", "executor")
+
+
+def team_config(*, shared: bool, **training: Any) -> HGPOConfig:
+    modules = {SHARED_MODULE_ID} if shared else set(ROLES)
+    return (
+        HGPOConfig()
+        .environment("keychest_team", env_config={"max_steps": 4})
+        .env_runners(num_env_runners=0, num_envs_per_env_runner=4, create_local_env_runner=True)
+        .multi_agent(policies=modules, policy_mapping_fn=functools.partial(role_module, shared))
+        .rl_module(model_config=TINY_MODEL)
+        .training(
+            group_size=2,
+            groups_per_iteration=2,
+            max_new_tokens=8,
+            max_prompt_tokens=160,
+            minibatch_size=64,
+            micro_batch_size=8,
+            lr=1e-3,
+            normalize_by="agent",
+            **training,
+        )
+        .debugging(seed=0)
+    )
+
+
+def module_weights(algo: Any, module_id: str) -> dict[str, torch.Tensor]:
+    module = algo.learner_group._learner.module[module_id]
+    return {k: v.detach().clone() for k, v in module.state_dict().items()}
+
+
+def test_one_llm_per_role_each_trained_on_its_own_turns_and_restored(tmp_path: Path) -> None:
+    config = team_config(shared=False).rl_module(
+        algorithm_config_overrides_per_module={"planner": {"lr": 1e-4}}
+    )
+    assert config.env_runner_cls is GroupedMultiAgentEnvRunner
+    algo = config.build_algo()
+    try:
+        before = {role: module_weights(algo, role) for role in ROLES}
+        result = algo.train()
+        learners = result["learners"]
+        runners = result["env_runners"]
+        for role in ROLES:
+            # Each module updated on its own role's rows, with its own optimizer and lr.
+            assert learners[role][f"agent_{role}_num_step_rows"] > 0
+            others = [f"agent_{other}_num_step_rows" for other in ROLES if other != role]
+            assert not any(key in learners[role] for key in others)
+            assert learners[role]["num_optimizer_steps"] == 1
+            assert np.isfinite(learners[role]["gradients_default_optimizer_global_norm"])
+            after = module_weights(algo, role)
+            assert any(not torch.equal(v, after[k]) for k, v in before[role].items())
+            assert set(runners["invalid_action_rate_by_agent"]) >= {role}
+        assert learners["planner"]["default_optimizer_learning_rate"] == pytest.approx(1e-4)
+        assert learners["executor"]["default_optimizer_learning_rate"] == pytest.approx(1e-3)
+        # Whole groups of team episodes: 2 groups of 2.
+        assert learners["__all_modules__"]["num_groups"] == 2
+        algo.save_to_path(str(tmp_path / "ckpt"))
+        saved = {role: module_weights(algo, role) for role in ROLES}
+    finally:
+        algo.stop()
+    restored = team_config(shared=False).build_algo()
+    try:
+        restored.restore_from_path(str(tmp_path / "ckpt"))
+        for role in ROLES:
+            weights = module_weights(restored, role)
+            assert all(torch.equal(v, weights[k]) for k, v in saved[role].items())
+        # The restored runner samples with the restored weights and trains on.
+        assert restored.train()["learners"]["executor"]["num_optimizer_steps"] == 1
+    finally:
+        restored.stop()
+
+
+def test_one_shared_llm_serves_every_role() -> None:
+    algo = team_config(shared=True).build_algo()
+    try:
+        assert set(algo.learner_group._learner.module.keys()) == {SHARED_MODULE_ID}
+        learners = algo.train()["learners"]
+        shared = learners[SHARED_MODULE_ID]
+        assert shared["agent_planner_num_step_rows"] > 0 and shared["agent_executor_num_step_rows"] > 0
+        assert shared["num_optimizer_steps"] == 1
+    finally:
+        algo.stop()

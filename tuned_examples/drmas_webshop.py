@@ -1,0 +1,24 @@
+"""Dr. MAS on WebShop: a verifier, a searcher and a buyer (three LLM agents) on RLlib's multi-agent API.
+
+    rllib train file tuned_examples/drmas_webshop.py
+    HGPO_LLM_SHARING=shared rllib train file tuned_examples/drmas_webshop.py
+    python tuned_examples/drmas_webshop.py --llm-sharing shared --normalize-by trajectory --estimator grpo
+
+Every game turn the verifier says whether there is enough information to buy (``<verify>yes|no``);
+"no" lets the searcher search or look at items, "yes" lets the buyer choose and buy (docs/drmas.md).
+The team's reward is the WebShop reward. Roles map to modules with ``policy_mapping_fn``: one LLM
+per role (default) or one shared; advantages are normalised per agent (Dr. MAS) unless
+``HGPO_NORMALIZE_BY=trajectory``. The CPU default is the pipeline demo with tiny random-init LLMs.
+"""
+
+from hgpo_rllib.cli.scripts import run_as_script
+from hgpo_rllib.experiments.presets import RunSettings, team_cpu_config
+
+settings = RunSettings.from_env()
+config = team_cpu_config("webshop_team", {"max_steps": 6}, settings, adv_mode="mean_norm")
+stop = {"training_iteration": settings.iterations}
+checkpoint_freq = settings.checkpoint_freq
+name = f"drmas_webshop_{settings.llm_sharing}_{settings.normalize_by}_{settings.run_name}"
+
+if __name__ == "__main__":
+    raise SystemExit(run_as_script(__file__))
