@@ -53,7 +53,11 @@ def test_learner_trains_adapters_only_and_the_reference_is_the_base() -> None:
     merged = module.get_state(inference_only=True)
     assert set(merged) == set(runner.state_dict())
     runner.set_state(merged)
-    torch.testing.assert_close(runner._forward_train(batch)["logp"], module.forward_train(batch)["logp"])
+    # W + BA rounds differently from W x + B(A x): float32 log-probs of ~-6 agree to a few 1e-5 (the
+    # suite once measured 2.9e-5 under load), far below the 1e-3 the adapters moved them above.
+    torch.testing.assert_close(
+        runner._forward_train(batch)["logp"], module.forward_train(batch)["logp"], atol=1e-4, rtol=1e-5
+    )
     # Checkpoint state: the adapters only, which an inference-only module folds into its base.
     adapters = module.get_state()
     assert adapters and all("lora_" in k for k in adapters)

@@ -120,6 +120,8 @@ def test_run_settings_read_every_documented_variable(monkeypatch: pytest.MonkeyP
         "HGPO_WARM_START": "/ws",
         "HGPO_CACHE": "/cache",
         "HGPO_CRITIC": "/models/c",
+        "HGPO_LLM_SHARING": "shared",
+        "HGPO_NORMALIZE_BY": "trajectory",
     }
     assert sorted(ENV_VARS.values()) == sorted(values)
     assert set(ENV_VARS) == {f.name for f in dataclasses.fields(RunSettings)}
@@ -136,6 +138,8 @@ def test_run_settings_read_every_documented_variable(monkeypatch: pytest.MonkeyP
         warm_start="/ws",
         cache_dir="/cache",
         critic="/models/c",
+        llm_sharing="shared",
+        normalize_by="trajectory",
     )
     assert settings.run_name == "rehearsal_k4_grpo_alpha0.5_base1"
     for var in values:
@@ -153,6 +157,8 @@ def test_run_settings_read_every_documented_variable(monkeypatch: pytest.MonkeyP
         ("HGPO_ALPHA", "high", r"could not convert string to float"),
         ("HGPO_ESTIMATOR", "ppo", r"HGPO_ESTIMATOR / --estimator must be one of"),
         ("HGPO_PRESET", "paper-3b", r"HGPO_PRESET / --preset must be one of"),
+        ("HGPO_LLM_SHARING", "some", r"HGPO_LLM_SHARING must be one of \('separate', 'shared'\)"),
+        ("HGPO_NORMALIZE_BY", "group", r"HGPO_NORMALIZE_BY must be one of \('trajectory', 'agent'\)"),
     ],
 )
 def test_bad_switch_values_are_refused_naming_the_variable(
