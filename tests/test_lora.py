@@ -53,8 +53,8 @@ def test_learner_trains_adapters_only_and_the_reference_is_the_base() -> None:
     merged = module.get_state(inference_only=True)
     assert set(merged) == set(runner.state_dict())
     runner.set_state(merged)
-    # W + BA rounds differently from W x + B(A x): float32 log-probs of ~-6 agree to a few 1e-5 (the
-    # suite once measured 2.9e-5 under load), far below the 1e-3 the adapters moved them above.
+    # W + BA rounds differently from W x + B(A x): float32 log-probs of ~-6 agree to a few 1e-5 (in
+    # the full suite 2.9e-5, alone exactly), far below the 1e-3 the adapters moved them above.
     torch.testing.assert_close(
         runner._forward_train(batch)["logp"], module.forward_train(batch)["logp"], atol=1e-4, rtol=1e-5
     )
@@ -63,7 +63,9 @@ def test_learner_trains_adapters_only_and_the_reference_is_the_base() -> None:
     assert adapters and all("lora_" in k for k in adapters)
     fresh = build(inference_only=True, lora={"r": 4}, kl_coeff=0.01)
     fresh.set_state(adapters)
-    torch.testing.assert_close(fresh._forward_train(batch)["logp"], module.forward_train(batch)["logp"])
+    torch.testing.assert_close(
+        fresh._forward_train(batch)["logp"], module.forward_train(batch)["logp"], atol=1e-4, rtol=1e-5
+    )
 
 
 def _weights(algo: Any) -> dict[str, np.ndarray]:
