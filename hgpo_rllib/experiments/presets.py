@@ -196,6 +196,16 @@ def _parse_bool(text: str, name: str) -> bool:
     return value in _TRUE
 
 
+#: Training settings of the tiny-model CPU demos (single-agent and team): fast lr, no KL reference.
+CPU_DEMO_TRAINING = {
+    "lr": 1e-3,
+    "minibatch_size": 64,
+    "micro_batch_size": 16,
+    "max_prompt_tokens": 1024,
+    "kl_coeff": 0.0,
+}
+
+
 def tiny_cpu_config(env_name: str, env_config: dict[str, Any], settings: RunSettings, **training: Any) -> Any:
     """The CPU default of the ALFWorld and WebShop examples: a tiny random-init model, 2 groups of 4.
 
@@ -214,11 +224,7 @@ def tiny_cpu_config(env_name: str, env_config: dict[str, Any], settings: RunSett
                 **settings.training(),
                 "group_size": group_size,
                 "groups_per_iteration": groups,
-                "lr": 1e-3,
-                "minibatch_size": 64,
-                "micro_batch_size": 16,
-                "max_prompt_tokens": 1024,
-                "kl_coeff": 0.0,
+                **CPU_DEMO_TRAINING,
                 **training,
             }
         )
@@ -257,12 +263,8 @@ def team_cpu_config(env_name: str, env_config: dict[str, Any], settings: RunSett
                 "normalize_by": settings.normalize_by,
                 "group_size": group_size,
                 "groups_per_iteration": groups,
-                "lr": 1e-3,
-                "minibatch_size": 64,
-                "micro_batch_size": 16,
-                "max_prompt_tokens": 1024,
+                **CPU_DEMO_TRAINING,
                 "max_new_tokens": 24,
-                "kl_coeff": 0.0,
                 **training,
             }
         )
