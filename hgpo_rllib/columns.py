@@ -80,6 +80,9 @@ KL_KEY = "kl"
 CLIP_FRAC_KEY = "clip_frac"
 DUAL_CLIP_FRAC_KEY = "dual_clip_frac"
 RATIO_MEAN_KEY = "ratio_mean"
+#: Every optimiser step's pre-clip global gradient norm in the update (a list), and their maximum.
+GRAD_NORM_PER_STEP_KEY = "grad_norm_per_step"
+GRAD_NORM_MAX_KEY = "grad_norm_max"
 #: Mean |logp_learner - sampler's logp| over the first minibatch of the first epoch: before any update
 #: the learner must reproduce the sampler's log-probs, so this checks weight sync and token alignment.
 LOGP_GAP_KEY = "logp_gap_vs_sampler"

@@ -9,11 +9,12 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 from helpers import TINY_MODEL
 
-from hgpo_rllib import HGPOConfig
+from hgpo_rllib import HGPOConfig, cli
 from hgpo_rllib.env_runner.grouped_multi_agent_env_runner import GroupedMultiAgentEnvRunner
 from hgpo_rllib.experiments.presets import SHARED_MODULE_ID, role_module
 
@@ -89,6 +90,22 @@ def test_one_llm_per_role_each_trained_on_its_own_turns_and_restored(tmp_path: P
         assert restored.train()["learners"]["executor"]["num_optimizer_steps"] == 1
     finally:
         restored.stop()
+    # `rllib evaluate` plays the team: 3 tasks, 2 samples each, with its own per-role prompts.
+    out = tmp_path / "eval"
+    args = [str(tmp_path / "ckpt"), "--seeds", "5", "--episodes", "3", "--samples", "2", "--output", str(out)]
+    assert cli.main(["evaluate", *args, "--batch-size", "4"]) == 0
+    episodes = pd.read_csv(out / "episodes.csv")
+    assert (
+        len(episodes) == 6 and episodes.groupby("task_seed")["sample"].apply(sorted).tolist() == [[0, 1]] * 3
+    )
+    assert episodes["task_seed"].tolist() == sorted(episodes["task_seed"])
+    for role in ROLES:
+        assert (episodes[f"turns_{role}"] > 0).all()
+        assert episodes[f"invalid_rate_{role}"].between(0, 1).all()
+    (row,) = pd.read_csv(out / "per_seed.csv").to_dict("records")
+    assert row["success"] == 100 * episodes["won"].mean()
+    assert row["pass_at_k"] == 100 * episodes.groupby("task_seed")["won"].max().mean()
+    assert cli.main(["evaluate", *args]) == 0  # a rerun finds everything played
 
 
 def test_one_shared_llm_serves_every_role() -> None:

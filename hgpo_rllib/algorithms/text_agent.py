@@ -111,6 +111,7 @@ class TextAgentConfig(AlgorithmConfig):
         self.entropy_coeff = 0.001
         self.weight_decay = 0.01
         self.recompute_old_logp = True
+        self.share_prompt_prefixes = False
         self.lr = 1e-6
         self.grad_clip = 1.0
         self.grad_clip_by = "global_norm"
@@ -157,6 +158,7 @@ class TextAgentConfig(AlgorithmConfig):
         weight_decay: float = NotProvided,
         micro_batch_size: int | None = NotProvided,
         recompute_old_logp: bool = NotProvided,
+        share_prompt_prefixes: bool = NotProvided,
         max_prompt_tokens: int = NotProvided,
         max_new_tokens: int = NotProvided,
         temperature: float = NotProvided,
@@ -186,6 +188,10 @@ class TextAgentConfig(AlgorithmConfig):
                 whole batch before the update (default True, as verl); False uses the sampler's,
                 which differ slightly with vLLM or bf16 and so clip spuriously. The sampler's are
                 compared with the learner's in ``logp_gap_vs_sampler`` either way.
+            share_prompt_prefixes: The learner sorts the batch's rows by their tokens and, in each
+                pass over a micro-batch, computes every prompt prefix its rows share once (prefix
+                trees with a tree attention mask, :mod:`hgpo_rllib.rl_module.prefix_sharing`); the
+                log-probs and gradients equal the unshared pass's (default False).
             max_prompt_tokens: Prompt budget in tokens (default 4096); longer prompts lose their
                 beginning (left truncation).
             max_new_tokens: Longest response in tokens (default 512).
@@ -408,11 +414,18 @@ class TextAgent(Algorithm):
         self.metrics.aggregate(learner_results, key=LEARNER_RESULTS)
 
         with self._phase("weight_sync", SYNCH_WORKER_WEIGHTS_TIMER):
-            state = self.learner_group.get_state(
-                components=f"{COMPONENT_LEARNER}/{COMPONENT_RL_MODULE}", inference_only=True
-            )[COMPONENT_LEARNER]
-            state = {k: v for k, v in state.items() if k in (COMPONENT_RL_MODULE, WEIGHTS_SEQ_NO)}
-            self.runner_pool.sync_weights(self.env_runner_group, state, self.metrics)
+            self._sync_runner_weights()
+
+    def _sync_runner_weights(self, *, force: bool = False) -> None:
+        """The learner's inference weights to every training runner. ``force``: load them even where
+        a runner holds weights of a later version (after a restore to an earlier checkpoint)."""
+        state = self.learner_group.get_state(
+            components=f"{COMPONENT_LEARNER}/{COMPONENT_RL_MODULE}", inference_only=True
+        )[COMPONENT_LEARNER]
+        state = {k: v for k, v in state.items() if k in (COMPONENT_RL_MODULE, WEIGHTS_SEQ_NO)}
+        if force:
+            state[WEIGHTS_SEQ_NO] = 0  # RLlib's runners load version 0 unconditionally
+        self.runner_pool.sync_weights(self.env_runner_group, state, self.metrics)
 
     @contextlib.contextmanager
     def _phase(self, name: str, rllib_timer: str) -> Iterator[None]:
@@ -467,6 +480,14 @@ class TextAgent(Algorithm):
         if generators and self._check_component(TASK_GENERATORS, components, not_components):
             state[TASK_GENERATORS] = dict(generators)
         return state
+
+    @override(Algorithm)
+    def restore_from_path(self, path: Any, *args: Any, **kwargs: Any) -> None:
+        """RLlib's restore, then the restored weights forced onto the training runners: RLlib sends
+        them with the checkpoint's weights version, which runners already past it (a live algorithm
+        restored to an earlier checkpoint) take as their version without loading the weights."""
+        super().restore_from_path(path, *args, **kwargs)
+        self._sync_runner_weights(force=True)
 
     @override(Algorithm)
     def set_state(self, state: dict) -> None:

@@ -6,15 +6,18 @@ As PPO appends its GAE piece in ``PPOLearner.build()``, a text-agent learner app
 1. the algorithm's advantage piece (:meth:`TextAgentLearner.advantage_connector`): complete rollout
    groups -> token rows + advantages (numpy), computed on the learner's whole batch before RLlib
    minibatches it (docs/hgpo_algorithm.md §1.1 step 6);
-2. RLlib's ``NumpyToTensor`` (onto the learner's device);
-3. :class:`RecomputeOldLogp` when ``recompute_old_logp`` (the default): the learner's own log-probs
+2. :class:`PromptSharing`: how much the batch's prompts share (metrics) and, with
+   ``share_prompt_prefixes``, the rows in token order so that micro-batches share prompts;
+3. RLlib's ``NumpyToTensor`` (onto the learner's device);
+4. :class:`RecomputeOldLogp` when ``recompute_old_logp`` (the default): the learner's own log-probs
    before the update as the PPO ratio's denominator, no gradient;
-4. :class:`ReferenceLogp` when ``kl_coeff > 0``: frozen reference log-probs, no gradient.
+5. :class:`ReferenceLogp` when ``kl_coeff > 0``: frozen reference log-probs, no gradient.
 """
 
 from __future__ import annotations
 
 import abc
+import math
 
 from ray.rllib.connectors.common.numpy_to_tensor import NumpyToTensor
 from ray.rllib.connectors.connector_v2 import ConnectorV2
@@ -22,6 +25,7 @@ from ray.rllib.core.learner.learner import Learner
 from ray.rllib.utils.annotations import OverrideToImplementCustomLogic, override
 
 from hgpo_rllib.connectors.learner.frozen_logp import RecomputeOldLogp, ReferenceLogp
+from hgpo_rllib.connectors.learner.prompt_sharing import PromptSharing
 
 
 class TextAgentLearner(Learner, abc.ABC):
@@ -36,9 +40,24 @@ class TextAgentLearner(Learner, abc.ABC):
                 "a text-agent learner needs the Learner's connector pipeline (no aggregator actors)"
             )
         self._learner_connector.append(self.advantage_connector())
+        self._learner_connector.append(
+            PromptSharing(
+                micro_batch_size={
+                    mid: self.config.get_config_for_module(mid).micro_batch_size for mid in self.module.keys()
+                },
+                reorder=self.config.share_prompt_prefixes,
+            )
+        )
         self._learner_connector.append(NumpyToTensor(as_learner_connector=True, device=self._device))
         if self.config.recompute_old_logp:
-            self._learner_connector.append(RecomputeOldLogp(chunk_rows=self.config.micro_batch_size))
+            # One epoch over one minibatch is one optimiser step: its forward is the old policy's.
+            # Sharded learners always run the pass: its all-gathers must happen on every learner,
+            # and each would decide by its own row count.
+            single_step = self.config.num_epochs == 1 and self.config.learner_sharding != "fsdp"
+            single_step_rows = (self.config.minibatch_size_per_learner or math.inf) if single_step else 0
+            self._learner_connector.append(
+                RecomputeOldLogp(chunk_rows=self.config.micro_batch_size, single_step_rows=single_step_rows)
+            )
         if self.config.kl_coeff > 0:
             self._learner_connector.append(ReferenceLogp(chunk_rows=self.config.micro_batch_size))
 

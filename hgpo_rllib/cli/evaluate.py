@@ -37,6 +37,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--env-config", type=json_dict, default={}, help="env settings as JSON")
     parser.add_argument("--batch-size", type=count(1), default=16, help="episodes played in lock-step")
+    parser.add_argument(
+        "--samples",
+        type=count(1),
+        default=1,
+        help="team checkpoints: episodes per task (k of avg@k and pass@k; default 1)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -51,6 +57,7 @@ def run(args: argparse.Namespace) -> int:
         baselines=None if args.baselines is None else [b for b in args.baselines if b],
         env_config=args.env_config,
         batch_size=args.batch_size,
+        samples=args.samples,
     )
     print(summary.to_markdown(index=False))
     print(f"Tables written to {args.output}")

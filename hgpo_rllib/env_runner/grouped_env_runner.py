@@ -10,7 +10,6 @@ base runner's env construction, connector pipelines, callbacks and metrics.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -23,20 +22,13 @@ from ray.rllib.utils.annotations import override
 from ray.rllib.utils.metrics import (
     ENV_RESET_TIMER,
     ENV_STEP_TIMER,
-    ENV_TO_MODULE_CONNECTOR,
-    MODULE_TO_ENV_CONNECTOR,
-    RLMODULE_INFERENCE_TIMER,
     WEIGHTS_SEQ_NO,
 )
 
 import envs
 from hgpo_rllib.columns import (
-    GENERATED_TOKENS_PER_S,
     GROUP_ID,
-    NUM_GENERATED_TOKENS,
     PROMPT_IDS,
-    PROMPT_MASK,
-    RESP_MASK,
     TASK_SEED,
 )
 from hgpo_rllib.env_runner.env_pool import EnvCrash, EnvWorkerPool
@@ -196,39 +188,5 @@ class GroupedEnvRunner(RolloutGroupsMixin, SingleAgentEnvRunner):
         super().stop()
 
     def _act(self, episodes: Sequence[SingleAgentEpisode], explore: bool) -> tuple[dict, list[np.ndarray]]:
-        """One batched generation for the given episodes through the connector pipelines.
-
-        Returns the module-to-env output and each prompt's token ids without padding.
-        """
-        to_module = self._env_to_module(
-            episodes=list(episodes),
-            batch={},
-            explore=explore,
-            rl_module=self.module,
-            shared_data=self._shared_data,
-            metrics=self.metrics,
-            metrics_prefix_key=(ENV_TO_MODULE_CONNECTOR,),
-        )
-        start = time.perf_counter()
-        with self.metrics.log_time(RLMODULE_INFERENCE_TIMER):
-            if explore:
-                to_env = self.module.forward_exploration(to_module, t=self.num_env_steps_sampled_lifetime)
-            else:
-                to_env = self.module.forward_inference(to_module)
-        elapsed = time.perf_counter() - start
-        to_env = self._module_to_env(
-            rl_module=self.module,
-            batch=to_env,
-            episodes=list(episodes),
-            explore=explore,
-            shared_data=self._shared_data,
-            metrics=self.metrics,
-            metrics_prefix_key=(MODULE_TO_ENV_CONNECTOR,),
-        )
-        num_tokens = int(np.asarray(to_env[RESP_MASK]).sum())
-        self.metrics.log_value(NUM_GENERATED_TOKENS, num_tokens, reduce="sum")
-        self.metrics.log_value(GENERATED_TOKENS_PER_S, num_tokens / max(elapsed, 1e-9), window=20)
-        ids = np.asarray(to_module[PROMPT_IDS].cpu())
-        mask = np.asarray(to_module[PROMPT_MASK].cpu()).astype(bool)
-        prompts = [row[keep].astype(np.int32) for row, keep in zip(ids, mask, strict=True)]
-        return to_env, prompts
+        """One batched generation for the given episodes (:meth:`RolloutGroupsMixin._generate`)."""
+        return self._generate(self.module, episodes, explore)

@@ -13,13 +13,11 @@ Every info carries the group id and task seed.
 
 from __future__ import annotations
 
-import time
 from collections import defaultdict
 from collections.abc import Sequence
 from typing import Any
 
 import gymnasium as gym
-import numpy as np
 from ray.rllib.core.columns import Columns
 from ray.rllib.env.multi_agent_env_runner import MultiAgentEnvRunner
 from ray.rllib.env.multi_agent_episode import MultiAgentEpisode
@@ -27,20 +25,13 @@ from ray.rllib.utils.annotations import override
 from ray.rllib.utils.metrics import (
     ENV_RESET_TIMER,
     ENV_STEP_TIMER,
-    ENV_TO_MODULE_CONNECTOR,
-    MODULE_TO_ENV_CONNECTOR,
-    RLMODULE_INFERENCE_TIMER,
     WEIGHTS_SEQ_NO,
 )
 
 import envs
 from hgpo_rllib.columns import (
-    GENERATED_TOKENS_PER_S,
     GROUP_ID,
-    NUM_GENERATED_TOKENS,
     PROMPT_IDS,
-    PROMPT_MASK,
-    RESP_MASK,
     TASK_SEED,
     TURN,
 )
@@ -97,22 +88,41 @@ class GroupedMultiAgentEnvRunner(RolloutGroupsMixin, MultiAgentEnvRunner):
         groups_per_wave = self.num_envs // self.group_size
         episodes: list[MultiAgentEpisode] = []
         while num_groups > 0:
-            wave = self._run_wave(min(groups_per_wave, num_groups), explore)
-            num_groups -= len(wave) // self.group_size
-            episodes += wave
+            group_ids, seeds = self._new_group_seeds(min(groups_per_wave, num_groups))
+            episodes += self._run_wave(group_ids, seeds, self.group_size, explore)
+            num_groups -= len(seeds)
         self._done_episodes_for_metrics.extend(episodes)
+        return episodes
+
+    def play_tasks(
+        self, task_seeds: Sequence[int], samples_per_task: int = 1, *, explore: bool = False
+    ) -> list[MultiAgentEpisode]:
+        """Play each of ``task_seeds`` ``samples_per_task`` times (the evaluation protocol's tasks and
+        its k samples per task for avg@k / pass@k), as many at once as the runner has sub-envs; the
+        episodes come back in task order, a task's samples together, group id ``task-<seed>``."""
+        per_wave = max(1, self.num_envs // samples_per_task)
+        episodes: list[MultiAgentEpisode] = []
+        for start in range(0, len(task_seeds), per_wave):
+            seeds = [int(seed) for seed in task_seeds[start : start + per_wave]]
+            episodes += self._run_wave([f"task-{seed}" for seed in seeds], seeds, samples_per_task, explore)
         return episodes
 
     def _sub_env(self, index: int) -> Any:
         return self.env.envs[index].unwrapped
 
-    def _run_wave(self, num_groups: int, explore: bool) -> list[MultiAgentEpisode]:
-        """Reset ``num_groups * group_size`` sub-envs (same seed within a group) and play them out."""
-        episodes: list[Any] = [None] * (num_groups * self.group_size)
+    def _run_wave(
+        self, group_ids: Sequence[str], seeds: Sequence[int], group_size: int, explore: bool
+    ) -> list[MultiAgentEpisode]:
+        """Reset ``group_size`` sub-envs per group (the group's seed) and play them out."""
+        episodes: list[Any] = [None] * (len(seeds) * group_size)
+        if len(episodes) > self.num_envs:
+            raise ValueError(
+                f"{len(seeds)} groups of {group_size} episodes need {len(episodes)} sub-envs; the "
+                f"runner has {self.num_envs} (num_envs_per_env_runner)"
+            )
         self._shared_data = {}
-        group_ids, seeds = self._new_group_seeds(num_groups)
         stamps = [
-            {GROUP_ID: group_ids[i // self.group_size], TASK_SEED: seeds[i // self.group_size]}
+            {GROUP_ID: group_ids[i // group_size], TASK_SEED: seeds[i // group_size]}
             for i in range(len(episodes))
         ]
         for index in range(len(episodes)):
@@ -170,44 +180,10 @@ class GroupedMultiAgentEnvRunner(RolloutGroupsMixin, MultiAgentEnvRunner):
             by_module[episodes[index].module_for(agent)].append((index, agent))
         outputs: dict[AgentTurn, dict[str, Any]] = {}
         for module_id, module_turns in by_module.items():
-            module = self.module[module_id]
             agent_episodes = [episodes[i].agent_episodes[agent] for i, agent in module_turns]
-            to_module = self._env_to_module(
-                episodes=agent_episodes,
-                batch={},
-                explore=explore,
-                rl_module=module,
-                shared_data=self._shared_data,
-                metrics=self.metrics,
-                metrics_prefix_key=(ENV_TO_MODULE_CONNECTOR,),
-            )
-            start = time.perf_counter()
-            with self.metrics.log_time(RLMODULE_INFERENCE_TIMER):
-                if explore:
-                    to_env = module.forward_exploration(to_module, t=self.num_env_steps_sampled_lifetime)
-                else:
-                    to_env = module.forward_inference(to_module)
-            elapsed = time.perf_counter() - start
-            to_env = self._module_to_env(
-                rl_module=module,
-                batch=to_env,
-                episodes=agent_episodes,
-                explore=explore,
-                shared_data=self._shared_data,
-                metrics=self.metrics,
-                metrics_prefix_key=(MODULE_TO_ENV_CONNECTOR,),
-            )
-            num_tokens = int(np.asarray(to_env[RESP_MASK]).sum())
-            self.metrics.log_value((module_id, NUM_GENERATED_TOKENS), num_tokens, reduce="sum")
-            self.metrics.log_value(
-                (module_id, GENERATED_TOKENS_PER_S), num_tokens / max(elapsed, 1e-9), window=20
-            )
-            ids = np.asarray(to_module[PROMPT_IDS].cpu())
-            mask = np.asarray(to_module[PROMPT_MASK].cpu()).astype(bool)
+            to_env, prompts = self._generate(self.module[module_id], agent_episodes, explore, (module_id,))
             for k, turn in enumerate(module_turns):
-                row = {key: value[k] for key, value in to_env.items()}
-                row[PROMPT_IDS] = ids[k][mask[k]].astype(np.int32)
-                outputs[turn] = row
+                outputs[turn] = {**{key: value[k] for key, value in to_env.items()}, PROMPT_IDS: prompts[k]}
         return outputs
 
 

@@ -16,6 +16,7 @@ documented window across iterations; the Tune progress table shows them.
 
 from __future__ import annotations
 
+import dataclasses
 from collections import deque
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -50,8 +51,48 @@ def episode_weighted_means(iterations: Sequence[tuple[int, Mapping[str, float]]]
     return {key: weighted / episodes for key, (weighted, episodes) in totals.items() if episodes}
 
 
-def _invalid_rate(step_infos: Sequence[Mapping[str, Any]]) -> float:
-    return sum(not info.get("is_action_valid", True) for info in step_infos) / len(step_infos)
+@dataclasses.dataclass(frozen=True)
+class EpisodeOutcome:
+    """What a finished episode's infos say: the (team's) success and score, its task type, whether the
+    env failed, and each agent's turns and invalid answers (one agent, ``None``, in a single-agent
+    episode)."""
+
+    won: bool
+    score: float | None
+    task_type: str | None
+    env_error: bool
+    turns: dict[str | None, int]
+    invalid: dict[str | None, int]
+
+    @property
+    def invalid_rate(self) -> float | None:
+        """Invalid answers over all agents' turns (None without a turn)."""
+        turns = sum(self.turns.values())
+        return sum(self.invalid.values()) / turns if turns else None
+
+
+def episode_outcome(episode: Any) -> EpisodeOutcome:
+    """The outcome of a finished single-agent or team (multi-agent) episode: a turn's info, after its
+    action, says whether the answer was valid; the last infos carry the team's result."""
+    agent_episodes = getattr(episode, "agent_episodes", None)
+    if agent_episodes is None:
+        per_agent = {None: list(episode.get_infos())}
+    else:
+        per_agent = {agent: list(ep.get_infos()) for agent, ep in agent_episodes.items()}
+    lasts = [infos[-1] for infos in per_agent.values()]
+    last = max(lasts, key=lambda info: bool(info.get("won", False)))
+    steps = {agent: infos[1:] for agent, infos in per_agent.items()}
+    return EpisodeOutcome(
+        won=bool(last.get("won", False)),
+        score=float(last["score"]) if "score" in last else None,
+        task_type=last.get("task_type") or next(iter(per_agent.values()))[0].get("task_type"),
+        env_error=any("env_error" in info for turns in steps.values() for info in turns),
+        turns={agent: len(turns) for agent, turns in steps.items()},
+        invalid={
+            agent: sum(not info.get("is_action_valid", True) for info in turns)
+            for agent, turns in steps.items()
+        },
+    )
 
 
 class EpisodeMetricsCallback(RLlibCallback):
@@ -72,31 +113,21 @@ class EpisodeMetricsCallback(RLlibCallback):
         score and env errors from its last infos, invalid answers over all agents' turns and per agent
         (``invalid_action_rate_by_agent``)."""
         window = kwargs["env_runner"].config.metrics_num_episodes_for_smoothing
-        agent_episodes = getattr(episode, "agent_episodes", None)
-        if agent_episodes is None:
-            per_agent = {None: list(episode.get_infos())}
-        else:
-            per_agent = {agent: list(ep.get_infos()) for agent, ep in agent_episodes.items()}
-        lasts = [infos[-1] for infos in per_agent.values()]
-        last = max(lasts, key=lambda info: bool(info.get("won", False)))
-        won = float(bool(last.get("won", False)))
+        outcome = episode_outcome(episode)
+        won = float(outcome.won)
         metrics_logger.log_value(SUCCESS_RATE, won, window=window)
-        steps = {agent: infos[1:] for agent, infos in per_agent.items()}
-        env_error = float(any("env_error" in info for turns in steps.values() for info in turns))
-        metrics_logger.log_value(ENV_ERROR_RATE, env_error, window=window)
-        task_type = last.get("task_type") or next(iter(per_agent.values()))[0].get("task_type")
-        if task_type:
-            metrics_logger.log_value((f"{SUCCESS_RATE}_by_task", str(task_type)), won, window=window)
-        all_steps = [info for turns in steps.values() for info in turns]
-        if all_steps:
-            metrics_logger.log_value(INVALID_ACTION_RATE, _invalid_rate(all_steps), window=window)
-        if agent_episodes is not None:
-            for agent, turns in steps.items():
+        metrics_logger.log_value(ENV_ERROR_RATE, float(outcome.env_error), window=window)
+        if outcome.task_type:
+            metrics_logger.log_value((f"{SUCCESS_RATE}_by_task", str(outcome.task_type)), won, window=window)
+        if outcome.invalid_rate is not None:
+            metrics_logger.log_value(INVALID_ACTION_RATE, outcome.invalid_rate, window=window)
+        if getattr(episode, "agent_episodes", None) is not None:
+            for agent, turns in outcome.turns.items():
                 if turns:
                     key = (f"{INVALID_ACTION_RATE}_by_agent", str(agent))
-                    metrics_logger.log_value(key, _invalid_rate(turns), window=window)
-        if "score" in last:
-            metrics_logger.log_value(SCORE, float(last["score"]), window=window)
+                    metrics_logger.log_value(key, outcome.invalid[agent] / turns, window=window)
+        if outcome.score is not None:
+            metrics_logger.log_value(SCORE, outcome.score, window=window)
 
     def on_train_result(self, *, algorithm: Any, result: dict[str, Any], **kwargs: Any) -> None:
         """Adds ``<metric>_smoothed``: the mean over the last ``metrics_num_episodes_for_smoothing``

@@ -8,12 +8,26 @@ replaying the ones it already played.
 
 from __future__ import annotations
 
+import time
 import uuid
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+from ray.rllib.utils.metrics import (
+    ENV_TO_MODULE_CONNECTOR,
+    MODULE_TO_ENV_CONNECTOR,
+    RLMODULE_INFERENCE_TIMER,
+)
 
-from hgpo_rllib.columns import TASK_GENERATOR
+from hgpo_rllib.columns import (
+    GENERATED_TOKENS_PER_S,
+    NUM_GENERATED_TOKENS,
+    PROMPT_IDS,
+    PROMPT_MASK,
+    RESP_MASK,
+    TASK_GENERATOR,
+)
 
 _MAX_TASK_SEED = 2**31 - 1
 
@@ -25,6 +39,11 @@ class RolloutGroupsMixin:
     config: Any
     worker_index: int
     _seed: int | None
+    metrics: Any
+    num_env_steps_sampled_lifetime: int
+    _env_to_module: Any
+    _module_to_env: Any
+    _shared_data: dict
 
     def _init_rollout_groups(self) -> None:
         # self._seed is config.seed + worker_index (+ 1e6 on evaluation runners), or None.
@@ -78,3 +97,39 @@ class RolloutGroupsMixin:
         if TASK_GENERATOR in state:
             self._task_rng.bit_generator.state = state[TASK_GENERATOR]["bit_generator"]
             self._num_groups_started = int(state[TASK_GENERATOR]["num_groups_started"])
+
+    def _generate(
+        self, module: Any, episodes: Sequence[Any], explore: bool, metrics_key: tuple[str, ...] = ()
+    ) -> tuple[dict, list[np.ndarray]]:
+        """One batched generation by ``module`` for ``episodes`` (single-agent episodes) through the
+        connector pipelines; its token counts are logged under ``metrics_key`` (a module id or none).
+
+        Returns the module-to-env output and each prompt's token ids without padding.
+        """
+        common = {
+            "explore": explore,
+            "rl_module": module,
+            "shared_data": self._shared_data,
+            "metrics": self.metrics,
+        }
+        to_module = self._env_to_module(
+            episodes=list(episodes), batch={}, metrics_prefix_key=(ENV_TO_MODULE_CONNECTOR,), **common
+        )
+        start = time.perf_counter()
+        with self.metrics.log_time(RLMODULE_INFERENCE_TIMER):
+            if explore:
+                to_env = module.forward_exploration(to_module, t=self.num_env_steps_sampled_lifetime)
+            else:
+                to_env = module.forward_inference(to_module)
+        elapsed = time.perf_counter() - start
+        to_env = self._module_to_env(
+            episodes=list(episodes), batch=to_env, metrics_prefix_key=(MODULE_TO_ENV_CONNECTOR,), **common
+        )
+        num_tokens = int(np.asarray(to_env[RESP_MASK]).sum())
+        self.metrics.log_value((*metrics_key, NUM_GENERATED_TOKENS), num_tokens, reduce="sum")
+        self.metrics.log_value(
+            (*metrics_key, GENERATED_TOKENS_PER_S), num_tokens / max(elapsed, 1e-9), window=20
+        )
+        ids = np.asarray(to_module[PROMPT_IDS].cpu())
+        mask = np.asarray(to_module[PROMPT_MASK].cpu()).astype(bool)
+        return to_env, [row[keep].astype(np.int32) for row, keep in zip(ids, mask, strict=True)]

@@ -122,22 +122,40 @@ def say_pickle_trust_once() -> None:
     )
 
 
-def _load_rllib_checkpoint(path: Path, ctor_file: Path, module_dir: Path) -> tuple[AlgorithmConfig, RLModule]:
-    """The config and inference module of an algorithm checkpoint. A truncated or corrupt file is one
-    ValueError naming the checkpoint, not a traceback from deep inside pickle or torch."""
+def _unreadable(path: Path, exc: Exception) -> ValueError:
+    return ValueError(
+        f"{path} cannot be loaded ({type(exc).__name__}: {exc}); the checkpoint is truncated or "
+        "corrupt: evaluate an earlier checkpoint_* of the same run"
+    )
+
+
+#: What a truncated or corrupt checkpoint raises while loading (pickle, torch, missing files).
+_DAMAGE = (pickle.UnpicklingError, EOFError, KeyError, AttributeError, RuntimeError, OSError)
+
+
+def load_checkpoint_config(path: Path) -> AlgorithmConfig:
+    """The algorithm config of the checkpoint at ``path``, its env made known to this process. A
+    truncated or corrupt file is one ValueError naming the checkpoint, not a traceback from deep
+    inside pickle."""
     say_pickle_trust_once()
     try:
-        with ctor_file.open("rb") as f:
+        with (path / CTOR_FILE).open("rb") as f:
             config = _config_from_ctor_args(pickle.load(f)["ctor_args_and_kwargs"])
-        module = RLModule.from_checkpoint(module_dir, inference_only=True)
-    except (pickle.UnpicklingError, EOFError, KeyError, AttributeError, RuntimeError, OSError) as exc:
-        raise ValueError(
-            f"{path} cannot be loaded ({type(exc).__name__}: {exc}); the checkpoint is truncated or "
-            "corrupt: evaluate an earlier checkpoint_* of the same run"
-        ) from None
+    except _DAMAGE as exc:
+        raise _unreadable(path, exc) from None
     if (path / ENV_RECORD).is_file():  # checkpoints of 0.1.0 have none (built-in envs only)
         record = read_record(path / ENV_RECORD)
         envs.adopt_env(record["env"], record.get("env_class"))
+    return config
+
+
+def _load_rllib_checkpoint(path: Path, module_dir: Path) -> tuple[AlgorithmConfig, RLModule]:
+    """The config and inference module of an algorithm checkpoint."""
+    config = load_checkpoint_config(path)
+    try:
+        module = RLModule.from_checkpoint(module_dir, inference_only=True)
+    except _DAMAGE as exc:
+        raise _unreadable(path, exc) from None
     return config, module.eval()
 
 
@@ -159,7 +177,7 @@ class CheckpointPolicy:
                     f"{path} is not an algorithm checkpoint (no {CTOR_FILE}) nor a policy folder "
                     f"(no {POLICY_RECORD} or {SFT_CONFIG})"
                 )
-            config, module = _load_rllib_checkpoint(path, ctor_file, module_dir)
+            config, module = _load_rllib_checkpoint(path, module_dir)
         self.env_config = {**dict(config.env_config), **(env_config or {})}
         self.config = config.copy(copy_frozen=False).environment(env_config=self.env_config)
         self.module = module

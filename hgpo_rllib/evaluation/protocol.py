@@ -20,8 +20,9 @@ import numpy as np
 import pandas as pd
 
 import envs
-from hgpo_rllib.evaluation.policy_loading import CheckpointPolicy
+from hgpo_rllib.evaluation.policy_loading import CTOR_FILE, CheckpointPolicy, load_checkpoint_config
 from hgpo_rllib.evaluation.rollout import Policy, expert_policy, play, random_policy, task_seeds
+from hgpo_rllib.evaluation.team import MODULES_DIR, play_team, summarize_team, team_runner
 from hgpo_rllib.run_records import changed_settings, read_record, write_atomically, write_record
 
 DEFAULT_SEEDS = (123, 456, 789)
@@ -59,6 +60,10 @@ def summarize(episodes: pd.DataFrame, env_name: str) -> tuple[pd.DataFrame, pd.D
     return per_seed.round(3), summary.reset_index()
 
 
+#: A policy's player: (the split's env config, evaluation seed, episodes) -> one record per episode.
+Player = Callable[[dict[str, Any], int, int], list[dict[str, Any]]]
+
+
 def evaluate(
     checkpoint: str | Path | None,
     *,
@@ -70,6 +75,7 @@ def evaluate(
     baselines: Sequence[str] | None = None,
     env_config: dict[str, Any] | None = None,
     batch_size: int = 16,
+    samples: int = 1,
 ) -> pd.DataFrame:
     """Evaluate a checkpoint (and/or the baselines) and write tables to ``output``.
 
@@ -80,10 +86,11 @@ def evaluate(
     whole split for ALFWorld, else 32) is per seed and split. WebShop plays its ``test`` goals unless
     ``env_config`` says otherwise. Each finished (split, policy, seed) is written at once
     (atomically) to ``episodes.csv``; a rerun of the same evaluation into the same ``output`` skips
-    what is already there and plays the rest.
+    what is already there and plays the rest. A checkpoint of a multi-agent team (docs/drmas.md) plays
+    each task ``samples`` times (avg@k and pass@k; :mod:`hgpo_rllib.evaluation.team`), without baselines.
     """
-    if (episodes is not None and episodes < 1) or not seeds or batch_size < 1:
-        raise ValueError("episodes and batch_size must be >= 1 and at least one seed is needed")
+    if (episodes is not None and episodes < 1) or not seeds or batch_size < 1 or samples < 1:
+        raise ValueError("episodes, batch_size and samples must be >= 1 and at least one seed is needed")
     if any(seed < 0 for seed in seeds) or len(set(seeds)) < len(seeds):
         raise ValueError(f"seeds must be distinct and >= 0, got {list(seeds)}")
     unknown = sorted(set(baselines or ()) - {"expert", "random"})
@@ -91,14 +98,29 @@ def evaluate(
         raise ValueError(f"unknown baselines {unknown}; choose from ['expert', 'random']")
     if checkpoint is None and (env is None or (baselines is not None and not baselines)):
         raise ValueError("nothing to evaluate: give a checkpoint, or an env and at least one baseline")
+    if checkpoint is not None and is_team_checkpoint(Path(checkpoint).expanduser()):
+        if baselines:
+            raise ValueError("a team checkpoint is evaluated without baselines (--baselines '')")
+        return _evaluate_team(
+            Path(checkpoint).expanduser().resolve(),
+            env=env,
+            split=split,
+            seeds=seeds,
+            episodes=episodes,
+            output=output,
+            env_config=env_config or {},
+            batch_size=batch_size,
+            samples=samples,
+        )
+    if samples != 1:
+        raise ValueError("samples (k per task, avg@k / pass@k) applies to team checkpoints only")
     config = dict(env_config or {})
     policies: dict[str, Callable[[int], Policy]] = {}
     if checkpoint is not None:
         trained = CheckpointPolicy(checkpoint, env_config=config)
         trained_on = envs.env_name(str(trained.config.env))
         env = trained_on if env is None else env
-        if envs.env_name(env) != trained_on and env != envs.env_class_path(trained_on, trained.env_config):
-            raise ValueError(f"{checkpoint} was trained on {trained_on}; evaluate it with --env {trained_on}")
+        _check_env(checkpoint, env, trained_on, trained.env_config)
         env = trained_on
         config = trained.env_config
         policies["checkpoint"] = trained.reseed
@@ -117,49 +139,138 @@ def evaluate(
         policies["expert"] = lambda seed: expert_policy
     if "random" in baselines:
         policies["random"] = random_policy
+
+    def player(name: str, make_policy: Callable[[int], Policy]) -> Player:
+        def play_split(split_config: dict[str, Any], seed: int, n: int) -> list[dict[str, Any]]:
+            desc = f"{name} seed {seed}" + (f" {split_config['split']}" if "split" in split_config else "")
+            policy = make_policy(seed)
+            return play(env_name, split_config, policy, task_seeds(seed, n), batch_size=batch_size, desc=desc)
+
+        return play_split
+
+    checkpoint_path = None if checkpoint is None else str(Path(checkpoint).expanduser().resolve())
+    settings = {"env": env_name, "episodes": episodes, "env_config": config, "checkpoint": checkpoint_path}
+    players = {name: player(name, make_policy) for name, make_policy in policies.items()}
+    table, lines = _play_all(players, env_name, splits, config, seeds, episodes, output, settings)
+    return _write_tables(Path(output).expanduser(), env_name, lines, seeds, *summarize(table, env_name))
+
+
+def is_team_checkpoint(path: Path) -> bool:
+    """An algorithm checkpoint of a multi-agent team (its modules are not just ``default_policy``)."""
+    modules = path / MODULES_DIR
+    return (path / CTOR_FILE).is_file() and modules.is_dir() and not (modules / "default_policy").is_dir()
+
+
+def _check_env(checkpoint: str | Path, env: str, trained_on: str, env_config: dict[str, Any]) -> None:
+    if envs.env_name(env) != trained_on and env != envs.env_class_path(trained_on, env_config):
+        raise ValueError(f"{checkpoint} was trained on {trained_on}; evaluate it with --env {trained_on}")
+
+
+def _evaluate_team(
+    checkpoint: Path,
+    *,
+    env: str | None,
+    split: str | None,
+    seeds: Sequence[int],
+    episodes: int | None,
+    output: str | Path,
+    env_config: dict[str, Any],
+    batch_size: int,
+    samples: int,
+) -> pd.DataFrame:
+    """:func:`evaluate` for a team checkpoint: the team plays every task ``samples`` times."""
+    config = load_checkpoint_config(checkpoint)
+    env_name = envs.env_name(str(config.env))
+    _check_env(checkpoint, env or env_name, env_name, dict(config.env_config))
+    merged = {**dict(config.env_config), **env_config}
+    envs.check_env_config(env_name, merged)
+    team_class = envs.env_class(env_name, merged)
+    game = env_name.removesuffix("_team")  # the built-in teams' games: their splits and split sizes
+    splits = _eval_splits(game, split, merged)
+    game_config = {k: v for k, v in merged.items() if k not in team_class.team_settings()}
+    runners: dict[str | None, Any] = {}
+
+    def play_split(split_config: dict[str, Any], seed: int, n: int) -> list[dict[str, Any]]:
+        key = split_config.get("split")
+        if key not in runners:
+            runners[key] = team_runner(config.environment(env_config=split_config), checkpoint, batch_size)
+        return play_team(runners[key], task_seeds(seed, n), samples, seed)
+
     settings = {
         "env": env_name,
-        "splits": list(splits),
         "episodes": episodes,
-        "env_config": config,
-        "checkpoint": None if checkpoint is None else str(Path(checkpoint).expanduser().resolve()),
+        "samples": samples,
+        "env_config": merged,
+        "checkpoint": str(checkpoint),
     }
+    players = {"checkpoint": play_split}
+    try:
+        table, lines = _play_all(
+            players, game, splits, merged, seeds, episodes, output, settings, game_config
+        )
+    finally:
+        for runner in runners.values():
+            runner.stop()
+    return _write_tables(Path(output).expanduser(), env_name, lines, seeds, *summarize_team(table))
+
+
+def _play_all(
+    players: dict[str, Player],
+    game: str,
+    splits: tuple[str | None, ...],
+    config: dict[str, Any],
+    seeds: Sequence[int],
+    episodes: int | None,
+    output: str | Path,
+    settings: dict[str, Any],
+    game_config: dict[str, Any] | None = None,
+) -> tuple[pd.DataFrame, list[str]]:
+    """Every (split, player, seed) not already in ``output``'s ``episodes.csv``, each written there
+    as it finishes; returns the table of the requested players and seeds, and a line per split
+    (``game`` names the env whose splits these are, ``game_config`` its settings when ``config`` also
+    holds others)."""
     out_dir = Path(output).expanduser()
-    table = _open_output(out_dir, settings)
+    table = _open_output(out_dir, {**settings, "splits": list(splits)})
     if splits != (None,) and "split" not in table:
         table["split"] = pd.Series(dtype=object)  # a new output: no episodes yet
     lines = []
     for split_name in splits:
         split_config = config if split_name is None else {**config, "split": split_name}
-        size = _split_size(env_name, split_config)
+        size = _split_size(game, {**(game_config or config), **({"split": split_name} if split_name else {})})
         n = episodes or size or DEFAULT_EPISODES
         if split_name is not None:
             games = f" ({size} games{', all played' if size == n else ''})" if size else ""
             lines.append(f"- split `{split_name}`{games}: {n} episodes per seed and policy")
         label = {} if split_name is None else {"split": split_name}
-        for name, make_policy in policies.items():
+        for name, play_split in players.items():
             for seed in seeds:
                 done = (table["policy"] == name) & (table["seed"] == seed)
                 if label:
                     done &= table["split"] == split_name
                 if done.any():
                     continue  # finished by an earlier run into the same directory
-                policy = make_policy(seed)
-                desc = f"{name} seed {seed}" + (f" {split_name}" if split_name else "")
-                records = play(
-                    env_name, split_config, policy, task_seeds(seed, n), batch_size=batch_size, desc=desc
-                )
+                records = play_split(split_config, seed, n)
                 rows = pd.DataFrame([{**label, "policy": name, "seed": seed, **record} for record in records])
                 table = rows if table.empty else pd.concat([table, rows], ignore_index=True)
                 write_atomically(out_dir / "episodes.csv", table.to_csv(index=False))
-    wanted = table["policy"].isin(list(policies)) & table["seed"].isin(list(seeds))
-    per_seed, summary = summarize(table[wanted], env_name)
+    return table[table["policy"].isin(list(players)) & table["seed"].isin(list(seeds))], lines
+
+
+def _write_tables(
+    out_dir: Path,
+    env_name: str,
+    lines: list[str],
+    seeds: Sequence[int],
+    per_seed: pd.DataFrame,
+    summary: pd.DataFrame,
+) -> pd.DataFrame:
+    """``per_seed.csv``, ``summary.csv`` and ``summary.md`` (headed by ``lines``); returns ``summary``."""
     write_atomically(out_dir / "per_seed.csv", per_seed.to_csv(index=False))
     write_atomically(out_dir / "summary.csv", summary.to_csv(index=False))
-    header = "".join(f"{line}\n" for line in lines)
+    played = "".join(f"{line}\n" for line in lines)
     write_atomically(
         out_dir / "summary.md",
-        f"# {env_name} evaluation\n\n{header}\n## Mean ± std over seeds {list(seeds)}\n\n"
+        f"# {env_name} evaluation\n\n{played}\n## Mean ± std over seeds {list(seeds)}\n\n"
         f"{summary.to_markdown(index=False)}\n\n## Per seed\n\n{per_seed.to_markdown(index=False)}\n",
     )
     return summary

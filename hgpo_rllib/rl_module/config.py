@@ -42,6 +42,7 @@ ALGORITHM_OWNED_KEYS = (
     "eval_temperature",
     "kl_coeff",
     "seed",
+    "share_prompt_prefixes",
 )
 #: The tiny preset's Qwen2 architecture (``tiny_model`` overrides it). Qwen2 attention needs
 #: head_dim % 8 == 0 on GPU kernels (vLLM): 128 / 4 heads = 32.
@@ -135,6 +136,8 @@ class LLMModuleConfig:
     gradient_checkpointing: bool = False
     logprob_chunk_tokens: int | None = 1024
     reference_on_cpu: bool = False
+    # The learner's passes compute each shared prompt prefix once (rl_module/prefix_sharing.py).
+    share_prompt_prefixes: bool = False
     # HiPER's critic (rl_module/critic.py; only LLMCriticRLModule reads these): a local model
     # directory with the policy's tokenizer, "tiny-qwen2" sized by critic_tiny_model, or "policy"
     # (heads on the policy's own trunk).
@@ -226,6 +229,7 @@ class LLMModuleConfig:
                 "None or an int > 0",
             ),
             ("reference_on_cpu", isinstance(self.reference_on_cpu, bool), "a bool"),
+            ("share_prompt_prefixes", isinstance(self.share_prompt_prefixes, bool), "a bool"),
             (
                 "critic",
                 self.critic != POLICY_TRUNK or not self.lora,

@@ -42,6 +42,11 @@ from hgpo_rllib.rl_module.lora import (
     merged_state_dict,
 )
 from hgpo_rllib.rl_module.models import TORCH_DTYPES, chat_prompt, load_lm, resolve_inference_backend
+from hgpo_rllib.rl_module.prefix_sharing import PrefixPacking, attention_pair_cost, pack_shared_prefixes
+
+#: Attention implementations that take a custom [N, 1, L, L] mask (the prefix trees'); flash
+#: attention does not, so there the learner runs the unshared rows.
+TREE_MASK_ATTENTION = ("sdpa", "eager")
 
 
 class WeightGatherer(Protocol):
@@ -277,31 +282,80 @@ class LLMRLModule(TorchRLModule, InferenceOnlyAPI, TokenPolicyAPI):
         ``generate``. The backbone gives hidden states; the LM head runs only on valid response
         positions, ``logprob_chunk_tokens`` at a time (:mod:`hgpo_rllib.rl_module.logprobs`).
         """
+        resp_ids, resp_mask = batch[RESP_IDS], batch[RESP_MASK]
+        model = lm.get_base_model() if isinstance(lm, PeftModel) else lm
+        backbone = getattr(model, model.base_model_prefix)
+        device = resp_ids.device  # the batch's, not the model's: offloaded shards sit on the CPU
+        packing = self._prefix_packing(model, batch)
+        # Learners: float32 master weights, the forward in the compute dtype (no-op for float32).
+        mixed = self.compute_dtype != torch.float32
+        with torch.autocast(device.type, dtype=self.compute_dtype, enabled=mixed):
+            if packing is None:
+                states = self._row_states(backbone, batch)
+            else:
+                states = self._packed_states(backbone, packing, device)
+            return token_logp_entropy(
+                states,
+                model.get_output_embeddings(),
+                resp_ids,
+                resp_mask,
+                temperature=self.llm_config.temperature,
+                allowed=self._logit_mask(batch, states.device),
+                chunk_tokens=self.llm_config.logprob_chunk_tokens,
+                with_entropy=with_entropy,
+            )
+
+    @staticmethod
+    def _row_states(backbone: torch.nn.Module, batch: dict[str, Any]) -> torch.Tensor:
+        """[N, T, H] states predicting ``resp_ids``, one padded row per step (the unshared pass)."""
         prompt_ids, prompt_mask = trim_left_padding(batch[PROMPT_IDS], batch[PROMPT_MASK])
         resp_ids, resp_mask = batch[RESP_IDS], batch[RESP_MASK]
         input_ids = torch.cat([prompt_ids.long(), resp_ids.long()], dim=1)
         attention_mask = torch.cat([prompt_mask.long(), resp_mask.long()], dim=1)
         position_ids = (attention_mask.cumsum(dim=1) - 1).clamp(min=0)
-        model = lm.get_base_model() if isinstance(lm, PeftModel) else lm
-        backbone = getattr(model, model.base_model_prefix)
-        width = resp_ids.shape[1]
-        # Learners: float32 master weights, the forward in the compute dtype (no-op for float32).
-        mixed = self.compute_dtype != torch.float32
-        # The batch's device, not the model's: offloaded shards (learner_offload) sit on the CPU.
-        with torch.autocast(input_ids.device.type, dtype=self.compute_dtype, enabled=mixed):
-            hidden = backbone(
-                input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False
-            ).last_hidden_state
-            return token_logp_entropy(
-                hidden[:, -(width + 1) : -1],
-                model.get_output_embeddings(),
-                resp_ids,
-                resp_mask,
-                temperature=self.llm_config.temperature,
-                allowed=self._logit_mask(batch, hidden.device),
-                chunk_tokens=self.llm_config.logprob_chunk_tokens,
-                with_entropy=with_entropy,
-            )
+        hidden = backbone(
+            input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False
+        ).last_hidden_state
+        return hidden[:, -(resp_ids.shape[1] + 1) : -1]
+
+    def _prefix_packing(self, model: torch.nn.Module, batch: dict[str, Any]) -> PrefixPacking | None:
+        """The rows as prefix trees when ``share_prompt_prefixes`` is on, the model's attention takes a
+        custom mask (sdpa, eager) and the rows share anything; else None (the unshared pass)."""
+        if not self.llm_config.share_prompt_prefixes:
+            return None
+        if model.config._attn_implementation not in TREE_MASK_ATTENTION:
+            return None
+        columns = (PROMPT_IDS, PROMPT_MASK, RESP_IDS, RESP_MASK)
+        return pack_shared_prefixes(*(batch[k].cpu().numpy() for k in columns), self.attention_pair_cost)
+
+    @property
+    def attention_pair_cost(self) -> float:
+        """The model's attention cost per (query, key) pair relative to a token's linear layers
+        (what :mod:`~hgpo_rllib.rl_module.prefix_sharing` weighs a longer packed sequence by)."""
+        config = self.lm.config
+        heads = config.num_attention_heads
+        return attention_pair_cost(
+            config.hidden_size, config.intermediate_size, heads, getattr(config, "num_key_value_heads", heads)
+        )
+
+    @staticmethod
+    def _packed_states(
+        backbone: torch.nn.Module, packing: PrefixPacking, device: torch.device
+    ) -> torch.Tensor:
+        """[N, T, H] states predicting ``resp_ids``, gathered from one forward over the prefix trees;
+        the gather's backward adds up the gradients of rows that share a state."""
+        attend = torch.from_numpy(packing.attend).to(device).unsqueeze(1)
+        if backbone.config._attn_implementation == "eager":  # eager adds the mask to the scores
+            attend = torch.zeros(attend.shape, device=device).masked_fill(~attend, torch.finfo().min)
+        hidden = backbone(
+            input_ids=torch.from_numpy(packing.input_ids).to(device),
+            attention_mask=attend,
+            position_ids=torch.from_numpy(packing.position_ids).to(device),
+            use_cache=False,
+        ).last_hidden_state
+        predictor = torch.from_numpy(packing.predictor).to(device)
+        flat = hidden.reshape(-1, hidden.shape[-1]).index_select(0, predictor.reshape(-1))
+        return flat.reshape(*predictor.shape, hidden.shape[-1])
 
     def _forward_train(self, batch: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
         """Per-token log-probs and entropies of ``resp_ids`` (0 where ``resp_mask`` is 0)."""

@@ -35,6 +35,8 @@ from hgpo_rllib.columns import (
     ADVANTAGES,
     CLIP_FRAC_KEY,
     DUAL_CLIP_FRAC_KEY,
+    GRAD_NORM_MAX_KEY,
+    GRAD_NORM_PER_STEP_KEY,
     KL_KEY,
     LOGP_GAP_KEY,
     LOSS_MASK,
@@ -74,6 +76,7 @@ class TextAgentTorchLearner(TextAgentLearner, TorchLearner):
         self._token_sums: dict[ModuleID, dict[str, float]] = defaultdict(lambda: defaultdict(float))
         self._minibatch_tokens: dict[ModuleID, torch.Tensor] = {}
         self._num_minibatches = 0
+        self._grad_norms: dict[ModuleID, list[float]] = defaultdict(list)
 
     @property
     def sharded(self) -> bool:
@@ -145,7 +148,23 @@ class TextAgentTorchLearner(TextAgentLearner, TorchLearner):
     def before_gradient_based_update(self, *, timesteps: dict[str, Any]) -> None:
         super().before_gradient_based_update(timesteps=timesteps)
         self._token_sums.clear()
+        self._grad_norms.clear()
         self._num_minibatches = 0
+
+    @override(TorchLearner)
+    def postprocess_gradients_for_module(
+        self, *, module_id: ModuleID, config: Any = None, module_gradients_dict: dict[str, Any]
+    ) -> dict[str, Any]:
+        """RLlib's clipping, which logs the last step's pre-clip global norm only; every step's is
+        kept for ``grad_norm_per_step`` and ``grad_norm_max`` (Dr. MAS's stability measure, §2)."""
+        grads = super().postprocess_gradients_for_module(
+            module_id=module_id, config=config, module_gradients_dict=module_gradients_dict
+        )
+        for name, _ in self.get_optimizers_for_module(module_id):
+            norm = self.metrics.peek((module_id, f"gradients_{name}_global_norm"), default=None)
+            if norm is not None:
+                self._grad_norms[module_id].append(float(norm))
+        return grads
 
     @override(TorchLearner)
     def _uncompiled_update(self, batch: dict[str, Any], **kwargs: Any) -> tuple[Any, Any, dict]:
@@ -186,9 +205,11 @@ class TextAgentTorchLearner(TextAgentLearner, TorchLearner):
         fwd_out: dict[str, torch.Tensor],
     ) -> torch.Tensor:
         mask = loss_mask(batch).to(torch.float32)
+        # Without OLD_LOGP the update is one optimiser step and this forward is the old policy's.
+        old_logp = batch[OLD_LOGP] if OLD_LOGP in batch else fwd_out["logp"].detach()
         terms = token_loss_terms(
             logp=fwd_out["logp"],
-            old_logp=batch[OLD_LOGP],
+            old_logp=old_logp,
             advantages=batch[ADVANTAGES],
             ref_logp=batch[REF_LOGP] if config.kl_coeff > 0 else None,
             clip_param=config.clip_param,
@@ -199,7 +220,7 @@ class TextAgentTorchLearner(TextAgentLearner, TorchLearner):
         if terms.kl is not None:
             per_token = per_token + config.kl_coeff * terms.kl
         first = self._num_minibatches == 0
-        sampler_logp = batch[SAMPLER_LOGP] if SAMPLER_LOGP in batch else batch[OLD_LOGP]
+        sampler_logp = batch[SAMPLER_LOGP] if SAMPLER_LOGP in batch else old_logp
         self._accumulate(
             module_id,
             mask,
@@ -226,7 +247,7 @@ class TextAgentTorchLearner(TextAgentLearner, TorchLearner):
                         config.entropy_coeff * entropy
                     ),
                     "logp (the learner's log-probs)": fwd_out["logp"],
-                    "old_logp": batch[OLD_LOGP],
+                    "old_logp": old_logp,
                     "ref_logp": batch[REF_LOGP] if config.kl_coeff > 0 else None,
                     "advantages": batch[ADVANTAGES],
                 },
@@ -266,3 +287,10 @@ class TextAgentTorchLearner(TextAgentLearner, TorchLearner):
                 gap = sums[LOGP_GAP_KEY] / max(sums["first_minibatch_tokens"], 1.0)
                 self.metrics.log_value((module_id, LOGP_GAP_KEY), gap, window=1)
             self.metrics.log_value((module_id, NUM_OPTIMIZER_STEPS), self._num_minibatches, window=1)
+        # Every learner's norms are the same (computed after the gradient all-reduce, or over the
+        # full sharded gradient); RLlib cannot merge one list per learner, so the first one reports it.
+        first_learner = not self.distributed or torch.distributed.get_rank() == 0
+        for module_id, norms in self._grad_norms.items():
+            for norm in norms if first_learner else ():
+                self.metrics.log_value((module_id, GRAD_NORM_PER_STEP_KEY), norm, reduce="item_series")
+            self.metrics.log_value((module_id, GRAD_NORM_MAX_KEY), max(norms), window=1)

@@ -59,12 +59,13 @@ class _ChunkedLogp(ConnectorV2):
     ) -> dict:
         for module_id, rows in batch.items():  # one module, or one per role of a multi-agent system
             start = time.perf_counter()
-            self.fill(rl_module[module_id].unwrapped(), rows)
-            if metrics is not None:
+            ran = self.fill(rl_module[module_id].unwrapped(), rows)
+            if ran and metrics is not None:
                 metrics.log_value((module_id, self.timer_key), time.perf_counter() - start, window=1)
         return batch
 
-    def fill(self, module: Any, rows: dict[str, Any]) -> None:
+    def fill(self, module: Any, rows: dict[str, Any]) -> bool:
+        """Add the pass's columns to ``rows``; False where the pass was not needed (no timer then)."""
         raise NotImplementedError
 
 
@@ -73,19 +74,30 @@ class ReferenceLogp(_ChunkedLogp):
 
     timer_key = "reference_logp_s"
 
-    def fill(self, module: Any, rows: dict[str, Any]) -> None:
+    def fill(self, module: Any, rows: dict[str, Any]) -> bool:
         rows[REF_LOGP] = logp_in_chunks(module.compute_ref_logp, rows, self.chunk_rows)
+        return True
 
 
 class RecomputeOldLogp(_ChunkedLogp):
     """Moves the sampler's ``old_logp`` to ``sampler_logp`` and puts the learner's own in its place.
 
     They come from the same forward as training's (same chunks of ``chunk_rows`` = the micro-batch
-    size, same compute dtype), so before the first optimiser step the ratio is exactly 1.
+    size, same compute dtype), so before the first optimiser step the ratio is exactly 1. Where the
+    update is a single optimiser step (one epoch over at most ``single_step_rows`` rows: one
+    minibatch), the training forward itself runs on the old policy: the pass is skipped and the loss
+    takes its own log-probs, detached, as the old ones (``old_logp`` is left out of the batch).
     """
 
     timer_key = "old_logp_s"
 
-    def fill(self, module: Any, rows: dict[str, Any]) -> None:
-        rows[SAMPLER_LOGP] = rows[OLD_LOGP]
+    def __init__(self, *args: Any, single_step_rows: float = 0, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.single_step_rows = single_step_rows
+
+    def fill(self, module: Any, rows: dict[str, Any]) -> bool:
+        rows[SAMPLER_LOGP] = rows.pop(OLD_LOGP)
+        if len(rows[SAMPLER_LOGP]) <= self.single_step_rows:
+            return False
         rows[OLD_LOGP] = logp_in_chunks(lambda b: module.forward_train(b)["logp"], rows, self.chunk_rows)
+        return True

@@ -1,0 +1,90 @@
+"""Evaluating a multi-agent text system (a team of LLM roles, docs/drmas.md) from its checkpoint.
+
+The team plays through the runner it was trained with (:class:`GroupedMultiAgentEnvRunner`: the same
+roles-to-modules mapping, per-role prompts and connectors), at each module's ``eval_temperature``, on
+the protocol's task seeds; each task ``samples`` times. Reported per split and seed: team success
+(avg@k: the mean over all samples), pass@k (the share of tasks with at least one success among their
+k samples; Dr. MAS reports both), WebShop's score where the env reports one, turns, and each agent's
+invalid-answer rate.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import torch
+from ray.rllib.algorithms.algorithm_config import AlgorithmConfig
+from ray.rllib.core.rl_module.multi_rl_module import MultiRLModule
+
+from hgpo_rllib.columns import TASK_SEED
+from hgpo_rllib.env_runner.grouped_multi_agent_env_runner import GroupedMultiAgentEnvRunner
+from hgpo_rllib.env_runner.metrics_callback import episode_outcome
+
+#: Where an algorithm checkpoint keeps all modules (RLlib's checkpoint layout).
+MODULES_DIR = Path("learner_group") / "learner" / "rl_module"
+
+
+def team_runner(config: AlgorithmConfig, checkpoint: Path, batch_size: int) -> GroupedMultiAgentEnvRunner:
+    """A local runner of ``config`` with ``batch_size`` sub-envs, sampling with the checkpoint's
+    modules (their inference parts: no reference model)."""
+    config = config.copy(copy_frozen=False).env_runners(num_envs_per_env_runner=batch_size, num_env_runners=0)
+    runner = GroupedMultiAgentEnvRunner(config=config)
+    trained = MultiRLModule.from_checkpoint(checkpoint / MODULES_DIR)
+    runner.module.set_state(
+        {mid: trained[mid].get_state(inference_only=True) for mid in runner.module.keys()}
+    )
+    return runner
+
+
+def team_records(episodes: Sequence[Any], samples: int) -> list[dict[str, Any]]:
+    """One record per episode: task seed, sample index, team outcome, each agent's turns and invalid
+    rate (episodes in :meth:`GroupedMultiAgentEnvRunner.play_tasks`' order)."""
+    records = []
+    for index, episode in enumerate(episodes):
+        outcome = episode_outcome(episode)
+        first = next(iter(episode.agent_episodes.values())).get_infos()[0]
+        record = {
+            "task_seed": int(first[TASK_SEED]),
+            "sample": index % samples,
+            "task_type": outcome.task_type,
+            "won": outcome.won,
+            "score": outcome.won if outcome.score is None else outcome.score,
+            "steps": sum(outcome.turns.values()),
+            "invalid_rate": outcome.invalid_rate or 0.0,
+        }
+        for agent, turns in outcome.turns.items():
+            record[f"turns_{agent}"] = turns
+            record[f"invalid_rate_{agent}"] = outcome.invalid[agent] / turns if turns else float("nan")
+        records.append(record)
+    return records
+
+
+def play_team(
+    runner: GroupedMultiAgentEnvRunner, task_seeds: Sequence[int], samples: int, seed: int
+) -> list[dict[str, Any]]:
+    """The team's records on ``task_seeds``, ``samples`` episodes each, the sampler seeded by ``seed``."""
+    torch.manual_seed(seed)
+    return team_records(runner.play_tasks(task_seeds, samples, explore=False), samples)
+
+
+def summarize_team(episodes: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Per (split, policy, seed): avg@k (success), pass@k, score, turns, invalid rates; and their
+    mean ± std over seeds."""
+    keys = [k for k in ("split", "policy", "seed") if k in episodes]
+    invalid = [c for c in episodes if c.startswith("invalid_rate")]
+    per_task = episodes.groupby([*keys, "task_seed"])["won"].max().groupby(keys).mean()
+    per_seed = episodes.groupby(keys).agg(
+        success=("won", "mean"),
+        score=("score", "mean"),
+        steps=("steps", "mean"),
+        **{c: (c, "mean") for c in invalid},
+    )
+    per_seed.insert(1, "pass_at_k", per_task)
+    per_seed[["success", "pass_at_k", "score"]] *= 100
+    per_seed = per_seed.reset_index()
+    grouped = per_seed.drop(columns="seed").groupby(keys[:-1], sort=False)
+    summary = grouped.mean().round(2).astype(str) + " ± " + grouped.std(ddof=0).round(2).astype(str)
+    return per_seed.round(3), summary.reset_index()
