@@ -87,6 +87,10 @@ GRAD_NORM_MAX_KEY = "grad_norm_max"
 #: the learner must reproduce the sampler's log-probs, so this checks weight sync and token alignment.
 LOGP_GAP_KEY = "logp_gap_vs_sampler"
 NUM_OPTIMIZER_STEPS = "num_optimizer_steps"
+#: Real (unpadded) prompt and response tokens of a module's rows, and all modules' per second of the
+#: learner update (``learners/__all_modules__/learner_tokens_per_s``).
+NUM_ROW_TOKENS = "num_row_tokens"
+LEARNER_TOKENS_PER_S = "learner_tokens_per_s"
 
 # ----------------------------------------------------------------------------- state keys
 #: Env runner state key of its task-seed generator (its position and the count of groups started).

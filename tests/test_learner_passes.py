@@ -51,10 +51,13 @@ def test_every_optimizer_steps_gradient_norm_is_reported():
     algo = keychest_config(remote_runners=0, kl_coeff=0.0).build_algo()
     try:
         algo.train()
-        learner = algo.train()["learners"]["default_policy"]  # the second iteration's steps only
+        result = algo.train()  # the second iteration's steps only
+        learner = result["learners"]["default_policy"]
     finally:
         algo.stop()
     norms = learner["grad_norm_per_step"]
     assert len(norms) == learner["num_optimizer_steps"] > 1
     assert norms[-1] == pytest.approx(learner["gradients_default_optimizer_global_norm"])
     assert learner["grad_norm_max"] == max(norms) and len(set(norms)) == len(norms)
+    # The rows' real tokens, and their rate over the update (logged by the algorithm).
+    assert learner["num_row_tokens"] > 0 and result["learners"]["__all_modules__"]["learner_tokens_per_s"] > 0

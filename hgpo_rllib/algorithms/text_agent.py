@@ -25,7 +25,7 @@ from typing import Any
 from ray.rllib.algorithms.algorithm import Algorithm
 from ray.rllib.algorithms.algorithm_config import AlgorithmConfig, NotProvided
 from ray.rllib.connectors.common.tensor_to_numpy import TensorToNumpy
-from ray.rllib.core import COMPONENT_LEARNER, COMPONENT_RL_MODULE
+from ray.rllib.core import ALL_MODULES, COMPONENT_LEARNER, COMPONENT_RL_MODULE
 from ray.rllib.core.rl_module.rl_module import RLModuleSpec
 from ray.rllib.utils.annotations import override
 from ray.rllib.utils.metrics import (
@@ -44,7 +44,13 @@ import envs
 from hgpo_rllib.algorithms import validation
 from hgpo_rllib.algorithms.learner_group import GroupShardingLearnerGroup
 from hgpo_rllib.algorithms.runner_pool import RunnerPool
-from hgpo_rllib.columns import ITERATION_SECONDS, NUM_GROUPS_SAMPLED, TASK_GENERATORS
+from hgpo_rllib.columns import (
+    ITERATION_SECONDS,
+    LEARNER_TOKENS_PER_S,
+    NUM_GROUPS_SAMPLED,
+    NUM_ROW_TOKENS,
+    TASK_GENERATORS,
+)
 from hgpo_rllib.connectors.env_to_module.history_window import HistoryWindowPrompt, prompt_connector
 from hgpo_rllib.connectors.module_to_env.text_actions import TextActionsToEnv
 from hgpo_rllib.env_runner.grouped_env_runner import GroupedEnvRunner
@@ -412,9 +418,20 @@ class TextAgent(Algorithm):
                 **update_kwargs,
             )
         self.metrics.aggregate(learner_results, key=LEARNER_RESULTS)
+        self._log_learner_tokens_per_s()
 
         with self._phase("weight_sync", SYNCH_WORKER_WEIGHTS_TIMER):
             self._sync_runner_weights()
+
+    def _log_learner_tokens_per_s(self) -> None:
+        """The rows' real tokens (all modules, all learners) per second of this learner update."""
+        seconds = self.metrics.peek((ITERATION_SECONDS, "learner_update"), default=0.0)
+        modules = self.metrics.peek(LEARNER_RESULTS, default={})
+        tokens = sum(values.get(NUM_ROW_TOKENS, 0) for values in modules.values() if isinstance(values, dict))
+        if seconds > 0:
+            self.metrics.log_value(
+                (LEARNER_RESULTS, ALL_MODULES, LEARNER_TOKENS_PER_S), tokens / seconds, window=1
+            )
 
     def _sync_runner_weights(self, *, force: bool = False) -> None:
         """The learner's inference weights to every training runner. ``force``: load them even where

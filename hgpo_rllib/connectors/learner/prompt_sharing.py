@@ -16,13 +16,14 @@ import numpy as np
 from ray.rllib.connectors.connector_v2 import ConnectorV2
 from ray.rllib.utils.annotations import override
 
-from hgpo_rllib.columns import PROMPT_IDS, PROMPT_MASK, RESP_IDS, RESP_MASK
+from hgpo_rllib.columns import NUM_ROW_TOKENS, PROMPT_IDS, PROMPT_MASK, RESP_IDS, RESP_MASK
 from hgpo_rllib.rl_module.prefix_sharing import real_sequences, sharing_stats, token_order
 
 
 class PromptSharing(ConnectorV2):
-    """Logs each module's :func:`~hgpo_rllib.rl_module.prefix_sharing.sharing_stats`; with
-    ``reorder`` first puts its rows in token order."""
+    """Logs each module's :func:`~hgpo_rllib.rl_module.prefix_sharing.sharing_stats` and its rows'
+    real tokens (``num_row_tokens``, for the algorithm's ``learner_tokens_per_s``); with ``reorder``
+    first puts its rows in token order."""
 
     def __init__(
         self,
@@ -51,4 +52,6 @@ class PromptSharing(ConnectorV2):
                 pair_cost = rl_module[module_id].unwrapped().attention_pair_cost if self.reorder else None
                 for name, value in sharing_stats(*tokens, micro, pair_cost).items():
                     metrics.log_value((module_id, name), value, window=1)
+                real = int(np.asarray(tokens[1]).sum() + np.asarray(tokens[3]).sum())
+                metrics.log_value((module_id, NUM_ROW_TOKENS), real, reduce="sum", window=1)
         return batch
