@@ -11,9 +11,10 @@ node per distinct prefix, its position id is its depth, and it attends to the no
 so its log-prob and gradient equal the unshared row's: the same keys, values and positions, only
 computed once (tests/test_prefix_sharing.py checks 1e-5 in float32).
 
-A row joins the tree of its lexicographic predecessor only where that costs no more attention than
-the unshared rows would (tree length squared at most the sum of its rows' squared lengths), so a tree
-is never a long sequence of unrelated rows that share little more than the template's opening.
+A tree is one sequence, and a dense attention kernel computes every (query, key) pair of it, masked
+or not; so a row joins the tree of its lexicographic predecessor only where the tree's cost (its
+tokens plus ``pair_cost`` per pair, :func:`sequence_cost`) stays below running the row alone, and
+trees are packed into sequences as long as the largest one (docs/throughput.md).
 """
 
 from __future__ import annotations
@@ -27,7 +28,8 @@ import numpy as np
 
 @dataclasses.dataclass(frozen=True)
 class PrefixPacking:
-    """Packed sequences (one prefix tree each, right-padded) and where each response token's state is.
+    """Packed sequences (prefix trees side by side, right-padded) and where each response token's
+    state is.
 
     ``predictor[n, t]`` is the flat index (``sequence * width + position``) of the state that
     predicts response token ``t`` of row ``n`` (0 where the response is padding).
