@@ -17,6 +17,7 @@ from typing import Any
 import torch
 from peft import PeftModel
 from ray.rllib.algorithms.algorithm_config import AlgorithmConfig
+from ray.rllib.core import DEFAULT_MODULE_ID
 from ray.rllib.core.rl_module.rl_module import RLModule, RLModuleSpec
 
 import envs
@@ -29,8 +30,9 @@ from hgpo_rllib.rl_module.llm_rl_module import LLMRLModule
 from hgpo_rllib.run_records import read_record
 from hgpo_rllib.warm_start.format import PLAY_SETTINGS, SFT_CONFIG, is_warm_start, read_settings
 
-#: Where an algorithm checkpoint keeps the policy module (RLlib's checkpoint layout).
-MODULE_DIR = Path("learner_group") / "learner" / "rl_module" / "default_policy"
+#: Where an algorithm checkpoint keeps its modules, and the single-agent policy's (RLlib's layout).
+MODULES_DIR = Path("learner_group") / "learner" / "rl_module"
+MODULE_DIR = MODULES_DIR / DEFAULT_MODULE_ID
 CTOR_FILE = "class_and_ctor_args.pkl"
 #: The play settings of a policy folder (:mod:`~hgpo_rllib.evaluation.policy_folder`).
 POLICY_RECORD = "hgpo_policy.json"

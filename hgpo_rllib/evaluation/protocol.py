@@ -20,9 +20,15 @@ import numpy as np
 import pandas as pd
 
 import envs
-from hgpo_rllib.evaluation.policy_loading import CTOR_FILE, CheckpointPolicy, load_checkpoint_config
+from hgpo_rllib.evaluation.policy_loading import (
+    CTOR_FILE,
+    MODULE_DIR,
+    MODULES_DIR,
+    CheckpointPolicy,
+    load_checkpoint_config,
+)
 from hgpo_rllib.evaluation.rollout import Policy, expert_policy, play, random_policy, task_seeds
-from hgpo_rllib.evaluation.team import MODULES_DIR, play_team, summarize_team, team_runner
+from hgpo_rllib.evaluation.team import play_team, summarize_team, team_runner
 from hgpo_rllib.run_records import changed_settings, read_record, write_atomically, write_record
 
 DEFAULT_SEEDS = (123, 456, 789)
@@ -157,8 +163,7 @@ def evaluate(
 
 def is_team_checkpoint(path: Path) -> bool:
     """An algorithm checkpoint of a multi-agent team (its modules are not just ``default_policy``)."""
-    modules = path / MODULES_DIR
-    return (path / CTOR_FILE).is_file() and modules.is_dir() and not (modules / "default_policy").is_dir()
+    return (path / CTOR_FILE).is_file() and (path / MODULES_DIR).is_dir() and not (path / MODULE_DIR).is_dir()
 
 
 def _check_env(checkpoint: str | Path, env: str, trained_on: str, env_config: dict[str, Any]) -> None:
@@ -193,7 +198,7 @@ def _evaluate_team(
     def play_split(split_config: dict[str, Any], seed: int, n: int) -> list[dict[str, Any]]:
         key = split_config.get("split")
         if key not in runners:
-            runners[key] = team_runner(config.environment(env_config=split_config), checkpoint, batch_size)
+            runners[key] = team_runner(config, split_config, checkpoint, batch_size)
         return play_team(runners[key], task_seeds(seed, n), samples, seed)
 
     settings = {

@@ -22,15 +22,19 @@ from ray.rllib.core.rl_module.multi_rl_module import MultiRLModule
 from hgpo_rllib.columns import TASK_SEED
 from hgpo_rllib.env_runner.grouped_multi_agent_env_runner import GroupedMultiAgentEnvRunner
 from hgpo_rllib.env_runner.metrics_callback import episode_outcome
-
-#: Where an algorithm checkpoint keeps all modules (RLlib's checkpoint layout).
-MODULES_DIR = Path("learner_group") / "learner" / "rl_module"
+from hgpo_rllib.evaluation.policy_loading import MODULES_DIR
 
 
-def team_runner(config: AlgorithmConfig, checkpoint: Path, batch_size: int) -> GroupedMultiAgentEnvRunner:
-    """A local runner of ``config`` with ``batch_size`` sub-envs, sampling with the checkpoint's
-    modules (their inference parts: no reference model)."""
-    config = config.copy(copy_frozen=False).env_runners(num_envs_per_env_runner=batch_size, num_env_runners=0)
+def team_runner(
+    config: AlgorithmConfig, env_config: dict[str, Any], checkpoint: Path, batch_size: int
+) -> GroupedMultiAgentEnvRunner:
+    """A local runner of ``config`` on ``env_config`` with ``batch_size`` sub-envs, sampling with the
+    checkpoint's modules (their inference parts: no reference model)."""
+    config = (
+        config.copy(copy_frozen=False)
+        .environment(env_config=env_config)
+        .env_runners(num_envs_per_env_runner=batch_size, num_env_runners=0)
+    )
     runner = GroupedMultiAgentEnvRunner(config=config)
     trained = MultiRLModule.from_checkpoint(checkpoint / MODULES_DIR)
     runner.module.set_state(

@@ -29,6 +29,7 @@ from hgpo_rllib.columns import (
     RESP_IDS,
     RESP_LOGP,
     RESP_MASK,
+    TOKEN_COLUMNS,
 )
 from hgpo_rllib.rl_module.apis import TokenPolicyAPI
 from hgpo_rllib.rl_module.config import LLMModuleConfig
@@ -325,8 +326,8 @@ class LLMRLModule(TorchRLModule, InferenceOnlyAPI, TokenPolicyAPI):
             return None
         if model.config._attn_implementation not in TREE_MASK_ATTENTION:
             return None
-        columns = (PROMPT_IDS, PROMPT_MASK, RESP_IDS, RESP_MASK)
-        return pack_shared_prefixes(*(batch[k].cpu().numpy() for k in columns), self.attention_pair_cost)
+        tokens = (batch[k].cpu().numpy() for k in TOKEN_COLUMNS)  # the order the packing takes them in
+        return pack_shared_prefixes(*tokens, self.attention_pair_cost)
 
     @property
     def attention_pair_cost(self) -> float:

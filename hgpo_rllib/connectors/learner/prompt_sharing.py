@@ -16,7 +16,7 @@ import numpy as np
 from ray.rllib.connectors.connector_v2 import ConnectorV2
 from ray.rllib.utils.annotations import override
 
-from hgpo_rllib.columns import NUM_ROW_TOKENS, PROMPT_IDS, PROMPT_MASK, RESP_IDS, RESP_MASK
+from hgpo_rllib.columns import NUM_ROW_TOKENS, TOKEN_COLUMNS
 from hgpo_rllib.rl_module.prefix_sharing import real_sequences, sharing_stats, token_order
 
 
@@ -41,12 +41,11 @@ class PromptSharing(ConnectorV2):
     @override(ConnectorV2)
     def __call__(self, *, rl_module: Any, batch: dict[str, Any], metrics: Any = None, **kwargs: Any) -> dict:
         for module_id, rows in batch.items():
-            tokens = [rows[k] for k in (PROMPT_IDS, PROMPT_MASK, RESP_IDS, RESP_MASK)]
-            found = real_sequences(*tokens) if self.reorder else None
+            found = real_sequences(*(rows[k] for k in TOKEN_COLUMNS)) if self.reorder else None
             if found is not None:
                 order = np.asarray(token_order(found[0]))
                 batch[module_id] = rows = {key: value[order] for key, value in rows.items()}
-                tokens = [rows[k] for k in (PROMPT_IDS, PROMPT_MASK, RESP_IDS, RESP_MASK)]
+            tokens = [rows[k] for k in TOKEN_COLUMNS]
             if metrics is not None:
                 micro = self.micro_batch_size.get(module_id)
                 pair_cost = rl_module[module_id].unwrapped().attention_pair_cost if self.reorder else None
