@@ -31,6 +31,7 @@ def test_the_pass_runs_only_where_the_update_has_several_steps(rows, single_step
         assert OLD_LOGP not in batch and batch[SAMPLER_LOGP].shape == (rows, 3)
 
 
+@pytest.mark.usefixtures("ray_session")  # the session's 4-CPU Ray, not one of this machine's size
 def test_a_one_step_update_uses_its_own_forward_as_the_old_policy():
     """KeyChest, one minibatch: no old-log-prob pass, the ratio is exactly 1, and the sampler's
     log-probs still match the learner's."""
@@ -45,6 +46,7 @@ def test_a_one_step_update_uses_its_own_forward_as_the_old_policy():
     assert learner["logp_gap_vs_sampler"] < 1e-4
 
 
+@pytest.mark.usefixtures("ray_session")
 def test_every_optimizer_steps_gradient_norm_is_reported():
     """RLlib keeps the last step's pre-clip norm; the update reports each step's (Dr. MAS compares
     gradient-norm spikes per module) and their maximum."""

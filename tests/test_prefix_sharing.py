@@ -130,6 +130,7 @@ def test_log_probs_entropies_and_gradients_equal_the_unshared_pass(attention, lo
         torch.testing.assert_close(grads[1][name], grad, atol=1e-5, rtol=1e-5, msg=name)
 
 
+@pytest.mark.usefixtures("ray_session")  # the session's 4-CPU Ray, not one of this machine's size
 def test_training_with_shared_prefixes_scores_as_the_sampler_did():
     """One HGPO iteration on KeyChest with ``share_prompt_prefixes``: the group's rollouts share their
     first prompts, the learner computes fewer tokens than the rows hold, and its log-probs of the
