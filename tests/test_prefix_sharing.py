@@ -94,6 +94,20 @@ def test_computed_tokens_are_the_distinct_prefixes_of_each_tree():
     assert packing.input_ids.shape == (3, max(sizes))
 
 
+def test_the_plan_weighs_the_plain_pass_at_its_trimmed_width():
+    """The plain pass drops columns that are padding in every row, so columns of left padding (a
+    micro-batch cut from a batch with longer prompts) must not make packing look cheaper."""
+    rows = token_rows(
+        [list(range(1, 11)), [1, 2, 3, 4, 5, 6, 20, 21, 22, 23], list(range(30, 40))], [[50]] * 3
+    )
+    padded = {**rows}
+    for key in ("prompt_ids", "prompt_mask"):
+        padded[key] = np.concatenate([np.zeros((3, 3), dtype=np.int64), rows[key]], axis=1)
+    # Two rows share 6 of 11 tokens: a tree of 16 beside a row of 11 costs more than 3 rows of 11.
+    assert pack(rows) is None
+    assert pack(padded) is None
+
+
 def test_trees_fill_sequences_first_fit_decreasing():
     assert plan_sequences([5, 3, 2, 4]) == [[0], [3], [1, 2]]
 

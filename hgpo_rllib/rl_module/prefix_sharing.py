@@ -155,7 +155,8 @@ def pack_shared_prefixes(
     if found is None:
         return None
     sequences, prompt_len = found
-    plan = plan_packing(sequences, prompt_ids.shape[1] + resp_ids.shape[1], pair_cost)
+    # The plain pass drops the columns that are padding in every row (trim_left_padding).
+    plan = plan_packing(sequences, int(prompt_len.max()) + resp_ids.shape[1], pair_cost)
     if plan is None:
         return None
     trees, sizes, bins = plan
