@@ -3,6 +3,7 @@ produced it, the date and the machine, so every figure quoted in the README has 
 
 from __future__ import annotations
 
+import csv
 import datetime
 import os
 import platform
@@ -30,3 +31,13 @@ def write_result(name: str, title: str, table: str) -> Path:
     )
     print(f"written to {path}")
     return path
+
+
+def write_rows(path: Path, rows: list[dict]) -> None:
+    """Write a benchmark's rows (dicts with the same keys) to the CSV file ``path``."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    print(f"wrote {path}")

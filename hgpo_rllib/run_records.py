@@ -24,9 +24,12 @@ from filelock import FileLock, Timeout
 LOCK_FILE = ".hgpo-rllib.lock"
 
 
-def write_atomically(path: Path, text: str) -> None:
-    """Write ``text`` to a temporary file beside ``path``, then rename it over ``path``."""
-    tmp = path.with_name(f".{path.name}.partial")
+def write_atomically(path: Path, text: str, *, scratch: Path | None = None) -> None:
+    """Write ``text`` to a temporary file, then rename it over ``path``. The temporary file lies
+    beside ``path``, or in ``scratch`` (on the same filesystem) where a process copying ``path``'s
+    directory must not see it come and go."""
+    name = f".{path.name}.partial" if scratch is None else f".{path.parent.name}-{path.name}.partial"
+    tmp = (scratch or path.parent) / name
     tmp.write_text(text)
     os.replace(tmp, path)
 

@@ -2,7 +2,6 @@
 
 from hgpo_rllib._imports import warn_moved_module
 from hgpo_rllib.rl_module.vllm_generation import (  # noqa: F401
-    WEIGHTS_FILE,
     VLLMGenerator,
     WeightSyncExtension,
     engine_state,

@@ -19,6 +19,7 @@ from ray.rllib.core.columns import Columns
 from transformers import AutoTokenizer
 
 from hgpo_rllib.rl_module import llm_rl_module, models
+from hgpo_rllib.rl_module.engine_weights import ENGINE_WEIGHTS
 from hgpo_rllib.rl_module.generation import HFGenerator, _SampledLogProbs
 from hgpo_rllib.rl_module.models import resolve_inference_backend
 from hgpo_rllib.rl_module.tokenizer import IM_END, build_tiny_tokenizer
@@ -345,6 +346,26 @@ def test_state_sync_excludes_the_reference_and_round_trips() -> None:
         torch.equal(a, b)
         for a, b in zip(clone.lm.state_dict().values(), bf16.lm.state_dict().values(), strict=True)
     )
+
+
+def test_a_sync_sends_the_runners_dtype_once_per_storage_and_loads_like_the_float32_state() -> None:
+    """Issue 29 item 3: ``engine_weights`` carries 2 bytes per parameter in bfloat16 (float32 master
+    weights converted once on the learner, the tied head not sent) and leaves a runner's model
+    bit-identical to RLlib's float32 ``get_state`` route."""
+    learner = build(torch_dtype="bfloat16", kl_coeff=0.1, seed=5)
+    sent = learner.engine_weights()[ENGINE_WEIGHTS]
+    lm = learner.lm
+    assert {p.dtype for p in lm.parameters()} == {torch.float32}  # masters
+    assert sent.dtype == "bfloat16" and sent.aliases == {"lm.lm_head.weight": "lm.model.embed_tokens.weight"}
+    assert not any(k.startswith("ref_lm.") for k in sent.arrays)
+    distinct = {p.data_ptr(): p.numel() for p in lm.parameters()}
+    assert sent.nbytes == 2 * sum(distinct.values())
+    by_state, by_engine = (build(inference_only=True, torch_dtype="bfloat16", seed=s) for s in (6, 7))
+    by_state.set_state(learner.get_state(inference_only=True))
+    by_engine.set_state(learner.engine_weights())
+    loaded = zip(by_state.lm.state_dict().items(), by_engine.lm.state_dict().values(), strict=True)
+    for (name, a), b in loaded:
+        assert a.dtype == b.dtype == torch.bfloat16 and torch.equal(a, b), name
 
 
 # ---------------------------------------------------------------------- constrained generation

@@ -181,6 +181,12 @@ def test_validate_names_the_bad_setting(settings: dict[str, Any], name: str) -> 
         config.validate()
 
 
+def test_validate_names_an_unknown_weight_transfer() -> None:
+    config = _valid_config().env_runners(weight_transfer="rdt")
+    with pytest.raises(ValueError, match=r"weight_transfer='rdt' is invalid: expected one of \('engine_"):
+        config.validate()
+
+
 @pytest.mark.parametrize(
     ("change", "name"),
     [

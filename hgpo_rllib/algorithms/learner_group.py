@@ -18,6 +18,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 from typing import Any
 
+import ray
 import torch.distributed as dist
 from ray.rllib.core import COMPONENT_LEARNER
 from ray.rllib.core.learner.learner import Learner
@@ -75,6 +76,28 @@ class GroupShardingLearnerGroup(LearnerGroup):
             )
         )
         return {COMPONENT_LEARNER: next(state for rank, state in results if rank == 0)}
+
+    def runner_weights(self, *, force: bool = False) -> ray.ObjectRef:
+        """The learners' ``put_runner_weights``: a reference to the weights for the env runners,
+        put into the object store by the learner that holds them (a local learner: this process).
+        Sharded learners all gather (a collective) and rank 0's copy is sent; otherwise the first
+        learner's, as RLlib's ``get_state`` asks."""
+        if self.is_local:
+            return self._learner.put_runner_weights(force=force)
+        if not self.sharded:
+            (ref,) = self._get_results(
+                self._worker_manager.foreach_actor(
+                    lambda learner: learner.put_runner_weights(force=force),
+                    remote_actor_ids=[self._worker_manager.healthy_actor_ids()[0]],
+                )
+            )
+            return ref
+        results = self._get_results(
+            self._worker_manager.foreach_actor(
+                lambda learner: (dist.get_rank(), learner.put_runner_weights(force=force))
+            )
+        )
+        return next(ref for rank, ref in results if rank == 0)
 
     @override(LearnerGroup)
     def save_to_path(self, path: Any = None, *, state: dict[str, Any] | None = None, **kwargs: Any) -> str:

@@ -146,18 +146,19 @@ class RunnerPool:
             time.sleep(1.0)
         return []
 
-    def sync_weights(self, runners: Any, state: dict, metrics: Any) -> None:
-        """Send ``state`` to every env runner and wait for all of them. A runner that raises fails
-        the iteration with its error; one that dies or hangs is taken out of service and re-synced
-        before it samples again."""
+    def sync_weights(self, runners: Any, state: dict | ray.ObjectRef, metrics: Any) -> None:
+        """Send ``state`` (or the state an object reference holds) to every env runner and wait for
+        all of them. A runner that raises fails the iteration with its error; one that dies or hangs
+        is taken out of service and re-synced before it samples again."""
         if runners.local_env_runner is not None:
-            runners.local_env_runner.set_state(state)
+            runners.local_env_runner.set_state(ray.get(state) if isinstance(state, ray.ObjectRef) else state)
         ids = runners.healthy_env_runner_ids()
         if not ids:
             return
+        ref = state if isinstance(state, ray.ObjectRef) else ray.put(state)
         answers = runners.foreach_env_runner(
             func=set_weights_on_runner,
-            kwargs={"state": ray.put(state)},
+            kwargs={"state": ref},
             local_env_runner=False,
             remote_worker_ids=ids,
             timeout_seconds=self.config.sample_timeout_s,

@@ -118,6 +118,7 @@ class TextAgentConfig(AlgorithmConfig):
         self.weight_decay = 0.01
         self.recompute_old_logp = True
         self.share_prompt_prefixes = False
+        self.weight_transfer = "engine_dtype"
         self.lr = 1e-6
         self.grad_clip = 1.0
         self.grad_clip_by = "global_norm"
@@ -230,14 +231,26 @@ class TextAgentConfig(AlgorithmConfig):
         return self
 
     @override(AlgorithmConfig)
-    def env_runners(self, *, num_env_workers: int = NotProvided, **kwargs: Any) -> TextAgentConfig:
-        """RLlib's env-runner settings, plus ``num_env_workers``: worker processes per env runner that
-        reset and step its sub-envs concurrently (default 0: in the runner's own process).
+    def env_runners(
+        self,
+        *,
+        num_env_workers: int = NotProvided,
+        weight_transfer: str = NotProvided,
+        **kwargs: Any,
+    ) -> TextAgentConfig:
+        """RLlib's env-runner settings, plus:
+
+        Args:
+            num_env_workers: Worker processes per env runner that reset and step its sub-envs
+                concurrently (default 0: in the runner's own process).
+            weight_transfer: How the learner's weights reach the runners after each update:
+                "engine_dtype" (default: 2 bytes per parameter in bfloat16, put into the object store
+                by the learner, fetched by each runner without a driver hop, docs/throughput.md) or
+                "float32_state" (RLlib's ``get_state`` route through the driver, 4 bytes per
+                parameter; the baseline of ``benchmarks/weight_sync.py``).
         """
         super().env_runners(**kwargs)
-        if num_env_workers is not NotProvided:
-            self.num_env_workers = num_env_workers
-        return self
+        return self._set_provided({"num_env_workers": num_env_workers, "weight_transfer": weight_transfer})
 
     @override(AlgorithmConfig)
     def multi_agent(self, **kwargs: Any) -> TextAgentConfig:
@@ -421,7 +434,7 @@ class TextAgent(Algorithm):
         self._log_learner_tokens_per_s()
 
         with self._phase("weight_sync", SYNCH_WORKER_WEIGHTS_TIMER):
-            self._sync_runner_weights()
+            self.sync_runner_weights()
 
     def _log_learner_tokens_per_s(self) -> None:
         """The rows' real tokens (all modules, all learners) per second of this learner update."""
@@ -433,16 +446,25 @@ class TextAgent(Algorithm):
                 (LEARNER_RESULTS, ALL_MODULES, LEARNER_TOKENS_PER_S), tokens / seconds, window=1
             )
 
-    def _sync_runner_weights(self, *, force: bool = False) -> None:
+    def sync_runner_weights(self, *, force: bool = False) -> None:
         """The learner's inference weights to every training runner. ``force``: load them even where
-        a runner holds weights of a later version (after a restore to an earlier checkpoint)."""
-        state = self.learner_group.get_state(
-            components=f"{COMPONENT_LEARNER}/{COMPONENT_RL_MODULE}", inference_only=True
-        )[COMPONENT_LEARNER]
-        state = {k: v for k, v in state.items() if k in (COMPONENT_RL_MODULE, WEIGHTS_SEQ_NO)}
-        if force:
-            state[WEIGHTS_SEQ_NO] = 0  # RLlib's runners load version 0 unconditionally
-        self.runner_pool.sync_weights(self.env_runner_group, state, self.metrics)
+        a runner holds weights of a later version (after a restore to an earlier checkpoint).
+
+        ``weight_transfer="engine_dtype"`` (default): the learner puts the weights in the runners'
+        dtype into the object store itself and the runners fetch them from there (the driver handles
+        a reference only). ``"float32_state"``: RLlib's route, the learner's ``get_state`` as float32
+        arrays through the driver (issue 29's baseline, kept for ``benchmarks/weight_sync.py``).
+        """
+        if self.config.weight_transfer == "engine_dtype":
+            weights: Any = self.learner_group.runner_weights(force=force)
+        else:
+            state = self.learner_group.get_state(
+                components=f"{COMPONENT_LEARNER}/{COMPONENT_RL_MODULE}", inference_only=True
+            )[COMPONENT_LEARNER]
+            weights = {k: v for k, v in state.items() if k in (COMPONENT_RL_MODULE, WEIGHTS_SEQ_NO)}
+            if force:
+                weights[WEIGHTS_SEQ_NO] = 0  # RLlib's runners load version 0 unconditionally
+        self.runner_pool.sync_weights(self.env_runner_group, weights, self.metrics)
 
     @contextlib.contextmanager
     def _phase(self, name: str, rllib_timer: str) -> Iterator[None]:
@@ -504,7 +526,7 @@ class TextAgent(Algorithm):
         them with the checkpoint's weights version, which runners already past it (a live algorithm
         restored to an earlier checkpoint) take as their version without loading the weights."""
         super().restore_from_path(path, *args, **kwargs)
-        self._sync_runner_weights(force=True)
+        self.sync_runner_weights(force=True)
 
     @override(Algorithm)
     def set_state(self, state: dict) -> None:

@@ -18,14 +18,19 @@ from __future__ import annotations
 
 import abc
 import math
+from typing import Any
 
+import ray
 from ray.rllib.connectors.common.numpy_to_tensor import NumpyToTensor
 from ray.rllib.connectors.connector_v2 import ConnectorV2
+from ray.rllib.core import COMPONENT_RL_MODULE
 from ray.rllib.core.learner.learner import Learner
 from ray.rllib.utils.annotations import OverrideToImplementCustomLogic, override
+from ray.rllib.utils.metrics import WEIGHTS_SEQ_NO
 
 from hgpo_rllib.connectors.learner.frozen_logp import RecomputeOldLogp, ReferenceLogp
 from hgpo_rllib.connectors.learner.prompt_sharing import PromptSharing
+from hgpo_rllib.rl_module.apis import TokenPolicyAPI
 
 
 class TextAgentLearner(Learner, abc.ABC):
@@ -60,6 +65,26 @@ class TextAgentLearner(Learner, abc.ABC):
             )
         if self.config.kl_coeff > 0:
             self._learner_connector.append(ReferenceLogp(chunk_rows=self.config.micro_batch_size))
+
+    def runner_weights(self, *, force: bool = False) -> dict[str, Any]:
+        """What a weight sync sends the env runners, in the shape of ``get_state(inference_only=True)``
+        (modules and weights version): a text policy's weights in the runners' dtype
+        (``engine_weights``), any other module's inference state. ``force``: version 0, which runners
+        load unconditionally (after a restore to an earlier checkpoint)."""
+        modules = {}
+        for module_id, module in self.module.items():
+            module = module.unwrapped()
+            modules[module_id] = (
+                module.engine_weights()
+                if isinstance(module, TokenPolicyAPI)
+                else module.get_state(inference_only=True)
+            )
+        return {COMPONENT_RL_MODULE: modules, WEIGHTS_SEQ_NO: 0 if force else self._weights_seq_no}
+
+    def put_runner_weights(self, *, force: bool = False) -> ray.ObjectRef:
+        """:meth:`runner_weights` put into Ray's object store by this learner: the runners fetch them
+        from there (zero-copy on this node), not through the driver."""
+        return ray.put(self.runner_weights(force=force))
 
     @OverrideToImplementCustomLogic
     @abc.abstractmethod

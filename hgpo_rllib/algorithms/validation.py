@@ -32,6 +32,7 @@ from hgpo_rllib.rl_module.config import (
 )
 
 LEARNER_SHARDING = ("none", "fsdp")
+WEIGHT_TRANSFERS = ("engine_dtype", "float32_state")
 #: Upper bound on max_prompt_tokens + max_new_tokens whatever the model claims (a typo guard).
 MAX_TOKENS = 1 << 20
 
@@ -134,6 +135,7 @@ def text_agent_errors(config: Any) -> list[str]:
         )
     need(is_int(c.num_epochs) and c.num_epochs >= 1, "num_epochs", "an int >= 1")
     need(is_int(c.num_env_workers) and c.num_env_workers >= 0, "num_env_workers", "an int >= 0")
+    need(c.weight_transfer in WEIGHT_TRANSFERS, "weight_transfer", f"one of {WEIGHT_TRANSFERS}")
     _sharding_errors(errors)
     need(
         c.sample_timeout_s is None or (is_number(c.sample_timeout_s) and 0 < c.sample_timeout_s < math.inf),

@@ -7,7 +7,9 @@ other keys, so the columns no longer line up (``pandas.read_csv`` fails). These 
 the rows from the re-reported iteration on, and rewrite the CSV with the union of the columns whenever
 a new key appears. Like Tune's, they write in the trial's driver staging directory, which Tune syncs
 to the storage path, and a resumed trial first copies its files back from there. Both write through
-a temporary file and a rename, so a kill never leaves half a file.
+a temporary file and a rename, so a kill never leaves half a file; the temporary file lies outside
+the synced directory, since Tune's syncer, listing a file that is then renamed away, fails with a
+traceback (seen on Ctrl-C, whose final sync races the last iteration's write).
 """
 
 from __future__ import annotations
@@ -31,6 +33,13 @@ def _iteration(row: dict[str, Any]) -> int:
         return int(row.get(TRAINING_ITERATION) or 0)
     except (TypeError, ValueError):
         return 0
+
+
+def _outside_synced_tree(trial: Any) -> Path:
+    """The experiment's staging directory, above the ``driver_artifacts`` tree Tune uploads (a
+    trial's ``local_path`` is ``<experiment staging>/driver_artifacts/<trial>``): same filesystem,
+    never synced."""
+    return Path(trial.local_path).parent.parent
 
 
 def keep_before(rows: list[dict[str, Any]], iteration: int) -> tuple[list[dict[str, Any]], bool]:
@@ -69,7 +78,8 @@ class OneRowPerIterationJson(JsonLoggerCallback):
         self._rows[trial] = [*rows, row]
         path = Path(trial.local_path, EXPR_RESULT_FILE)
         if dropped or not path.is_file():
-            write_atomically(path, "".join(json.dumps(r) + "\n" for r in self._rows[trial]))
+            text = "".join(json.dumps(r) + "\n" for r in self._rows[trial])
+            write_atomically(path, text, scratch=_outside_synced_tree(trial))
         else:
             with path.open("a") as out:
                 out.write(json.dumps(row) + "\n")
@@ -115,7 +125,7 @@ class OneRowPerIterationCsv(CSVLoggerCallback):
             writer = csv.DictWriter(text, columns, extrasaction="ignore")
             writer.writeheader()
             writer.writerows(self._rows[trial])
-            write_atomically(path, text.getvalue())
+            write_atomically(path, text.getvalue(), scratch=_outside_synced_tree(trial))
         else:
             with path.open("a", newline="") as out:
                 csv.DictWriter(out, columns, extrasaction="ignore").writerow(flat)

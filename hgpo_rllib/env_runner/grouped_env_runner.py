@@ -182,6 +182,7 @@ class GroupedEnvRunner(RolloutGroupsMixin, SingleAgentEnvRunner):
 
     @override(SingleAgentEnvRunner)
     def stop(self) -> None:
+        self._close_generators()
         if self._pool is not None:
             self._pool.close()
             self._pool = None

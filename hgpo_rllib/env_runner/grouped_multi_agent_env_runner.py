@@ -55,6 +55,11 @@ class GroupedMultiAgentEnvRunner(RolloutGroupsMixin, MultiAgentEnvRunner):
         self._init_rollout_groups()
 
     @override(MultiAgentEnvRunner)
+    def stop(self) -> None:
+        self._close_generators()
+        super().stop()
+
+    @override(MultiAgentEnvRunner)
     def make_env(self) -> None:
         """RLlib's, without Gymnasium's "Overriding environment" warning (see GroupedEnvRunner)."""
         gym.registry.pop(RLLIB_MULTI_AGENT_GYM_ID, None)

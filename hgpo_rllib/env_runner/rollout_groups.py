@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+from ray.rllib.core.rl_module.multi_rl_module import MultiRLModule
 from ray.rllib.utils.metrics import (
     ENV_TO_MODULE_CONNECTOR,
     MODULE_TO_ENV_CONNECTOR,
@@ -41,9 +42,19 @@ class RolloutGroupsMixin:
     _seed: int | None
     metrics: Any
     num_env_steps_sampled_lifetime: int
+    module: Any
     _env_to_module: Any
     _module_to_env: Any
     _shared_data: dict
+
+    def _close_generators(self) -> None:
+        """Shut down every module's generation engine (called by the runner's ``stop``, before Ray
+        ends the process: a vLLM engine's shared memory is freed only by its own shutdown)."""
+        modules = self.module.values() if isinstance(self.module, MultiRLModule) else [self.module]
+        for module in modules:
+            close = getattr(module.unwrapped(), "close_generator", None)
+            if close is not None:
+                close()
 
     def _init_rollout_groups(self) -> None:
         # self._seed is config.seed + worker_index (+ 1e6 on evaluation runners), or None.

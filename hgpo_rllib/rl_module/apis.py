@@ -41,3 +41,7 @@ class TokenPolicyAPI(abc.ABC):
     @abc.abstractmethod
     def compute_ref_logp(self, batch: dict[str, Any]) -> Any:
         """Per-token log-probs [N, T] of ``resp_ids`` under the frozen reference (no gradient)."""
+
+    @abc.abstractmethod
+    def engine_weights(self) -> dict[str, Any]:
+        """The inference weights a weight sync sends the env runners' copy, which ``set_state`` loads."""

@@ -55,6 +55,10 @@ class Generator(abc.ABC):
     def load_weights(self, lm: PreTrainedModel) -> int:
         """Sample with ``lm``'s current weights from now on; returns the bytes copied (0 if none)."""
 
+    @abc.abstractmethod
+    def close(self) -> None:
+        """Release what the engine holds outside this process; idempotent."""
+
 
 def gather_logp(logp_all: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
     """Pick each token's log-prob; ids may arrive as int32 from numpy episodes, gather needs int64."""
@@ -120,6 +124,9 @@ class HFGenerator(Generator):
     def load_weights(self, lm: PreTrainedModel) -> int:
         self.lm = lm  # the module's model itself: nothing to copy
         return 0
+
+    def close(self) -> None:
+        """Nothing to release: generation runs in this process, on the module's own model."""
 
     @torch.inference_mode()
     def generate(

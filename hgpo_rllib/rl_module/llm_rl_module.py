@@ -33,6 +33,7 @@ from hgpo_rllib.columns import (
 )
 from hgpo_rllib.rl_module.apis import TokenPolicyAPI
 from hgpo_rllib.rl_module.config import LLMModuleConfig
+from hgpo_rllib.rl_module.engine_weights import ENGINE_WEIGHTS, EngineWeights
 from hgpo_rllib.rl_module.generation import Generator, HFGenerator, trim_left_padding
 from hgpo_rllib.rl_module.logprobs import token_logp_entropy
 from hgpo_rllib.rl_module.lora import (
@@ -273,6 +274,12 @@ class LLMRLModule(TorchRLModule, InferenceOnlyAPI, TokenPolicyAPI):
                 self._generator = HFGenerator(self.lm)
         return self._generator
 
+    def close_generator(self) -> None:
+        """Shut the generation engine down (an env runner's ``stop``); a later call starts a new one."""
+        if self._generator is not None:
+            self._generator.close()
+            self._generator = None
+
     # ---------------------------------------------------------------------------------- training
     def _token_logp(
         self, lm: torch.nn.Module, batch: dict[str, Any], with_entropy: bool
@@ -383,21 +390,11 @@ class LLMRLModule(TorchRLModule, InferenceOnlyAPI, TokenPolicyAPI):
         )
 
     # ------------------------------------------------------------------------------ state sync
-    def get_state(
-        self,
-        components: Any = None,
-        *,
-        not_components: Any = None,
-        inference_only: bool = False,
-        **kwargs: Any,
-    ) -> dict[str, Any]:
-        """TorchRLModule.get_state, but bfloat16 weights become float32 arrays (numpy has no bf16).
-
-        With ``inference_only=True`` (weight sync to env runners) the reference model is left out. With
-        LoRA, env runners get merged weights and everything else (checkpoints) the adapters only. A
-        sharded module gathers its full weights, a collective of all learners: rank 0 gets them, the
-        others an empty state.
-        """
+    def _weights(self, inference_only: bool) -> dict[str, torch.Tensor]:
+        """The module's weights by state-dict name. With ``inference_only`` (weight sync to env runners)
+        the reference model is left out and LoRA adapters are merged; otherwise (checkpoints) a LoRA
+        model gives its adapters only. A sharded module gathers its full weights, a collective of all
+        learners: rank 0 gets them, the others nothing."""
         if self.uses_lora:
             lora_state = merged_state_dict(self.lm) if inference_only else adapter_state_dict(self.lm)
             state = {f"lm.{k}": v for k, v in lora_state.items()}
@@ -408,15 +405,39 @@ class LLMRLModule(TorchRLModule, InferenceOnlyAPI, TokenPolicyAPI):
         if inference_only and not self.inference_only:
             skip = tuple(f"{attr}." for attr in self.get_non_inference_attributes())
             state = {k: v for k, v in state.items() if not k.startswith(skip)}
+        return state
+
+    def get_state(
+        self,
+        components: Any = None,
+        *,
+        not_components: Any = None,
+        inference_only: bool = False,
+        **kwargs: Any,
+    ) -> dict[str, Any]:
+        """TorchRLModule.get_state (see :meth:`_weights`), but bfloat16 weights become float32 arrays
+        (numpy has no bf16). Weight syncs send :meth:`engine_weights` instead."""
         return {
             k: (v.float() if v.dtype == torch.bfloat16 else v).detach().cpu().numpy()
-            for k, v in state.items()
+            for k, v in self._weights(inference_only).items()
         }
 
+    def engine_weights(self) -> dict[str, EngineWeights]:
+        """What a weight sync sends a runner's module (:meth:`set_state` takes it): the inference
+        weights in the runners' dtype (``torch_dtype``), 2 bytes per parameter in bfloat16, tied
+        weights once. A sharded learner of rank > 0 gets an empty one."""
+        weights = EngineWeights.from_state(self._weights(inference_only=True), self.compute_dtype)
+        return {ENGINE_WEIGHTS: weights}
+
     def set_state(self, state: dict[str, Any]) -> None:
-        """Load the weights; a running vLLM engine gets the new weights too. A plain (inference-only)
-        module given adapters only (a LoRA checkpoint) folds them into its base weights."""
-        if not self.uses_lora and any(ADAPTER_MARK in k for k in state):
+        """Load the weights (a state dict of arrays or :meth:`engine_weights`); a running vLLM engine gets
+        the new weights too. A plain (inference-only) module given adapters only (a LoRA checkpoint)
+        folds them into its base weights."""
+        if ENGINE_WEIGHTS in state:
+            # Views of the object store's copy, loaded as they are: RLlib's set_state would first
+            # turn every bfloat16 tensor into a float32 copy (convert_to_torch_tensor).
+            self.load_state_dict(state[ENGINE_WEIGHTS].tensors(), strict=self.inference_only)
+        elif not self.uses_lora and any(ADAPTER_MARK in k for k in state):
             adapters = {k.removeprefix("lm."): torch.as_tensor(v) for k, v in state.items()}
             self.lm = merge_adapter_state(self.lm, self.llm_config.lora, adapters)
         elif self.weight_gatherer is not None:  # every learner is given the full weights, keeps its shard

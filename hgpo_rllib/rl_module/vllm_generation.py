@@ -3,14 +3,17 @@ the module's :class:`~hgpo_rllib.rl_module.generation.Generator` interface.
 
 Imported only when ``inference_backend`` resolves to "vllm", which is why vllm is imported at module
 level here. vLLM's engine runs in its own process and ``collective_rpc`` serialises its arguments with
-msgpack, so tensors cannot be passed to the workers directly. New weights go through a safetensors file
-in shared memory instead, loaded by the workers' built-in ``reload_weights`` (vLLM's in-place reload:
-checkpoint names are mapped and fused, tied heads handled, post-load processing re-run).
+msgpack, so tensors cannot be passed to the workers directly. New weights go through a file in shared
+memory instead (:class:`SharedWeights`), mapped by this process and by the engine's workers: a sync
+copies the weights into it and the workers load them with vLLM's in-place reload (checkpoint names
+mapped and fused, tied heads handled, post-load processing re-run).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import glob
+import math
 import os
 import shutil
 import tempfile
@@ -20,34 +23,26 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors.torch import save_file
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from vllm import LLM, SamplingParams
 
 from hgpo_rllib.orphans import host_tag, owner_tag, remove_orphans
+from hgpo_rllib.rl_module.engine_weights import distinct_tensors
 from hgpo_rllib.rl_module.generation import Generated, Generator
 
-#: The file a weight sync writes; vLLM reloads every ``*.safetensors`` of the directory.
-WEIGHTS_FILE = "model.safetensors"
 #: The start of every weight directory's name (:func:`remove_orphaned_weight_dirs`).
 WEIGHTS_DIR_PREFIX = "hgpo-vllm-"
+#: The shared-memory file of a weight directory that syncs write (not ``*.safetensors``: vLLM never
+#: takes it for a checkpoint).
+SHARED_WEIGHTS_FILE = "sync.weights"
+#: Each tensor's offset in the shared file is a multiple of this (aligned loads in the workers).
+ALIGNMENT = 64
 
 
 def engine_state(lm: PreTrainedModel, dtype: torch.dtype) -> dict[str, torch.Tensor]:
-    """The model's HF-named tensors on CPU in ``dtype``, each storage once.
-
-    Tied weights (Qwen's ``lm_head.weight`` is ``embed_tokens.weight``) share a storage; the first name
-    is kept, as ``save_pretrained`` does, and vLLM ties the head itself.
-    """
-    seen: set[tuple[int, int, tuple[int, ...]]] = set()
-    state = {}
-    for name, tensor in lm.state_dict().items():
-        key = (tensor.untyped_storage().data_ptr(), tensor.storage_offset(), tuple(tensor.shape))
-        if key in seen:
-            continue
-        seen.add(key)
-        state[name] = tensor.detach().to("cpu", dtype).contiguous()
-    return state
+    """The model's HF-named tensors on CPU in ``dtype``, each storage once (vLLM ties a head itself)."""
+    kept, _ = distinct_tensors(lm.state_dict())
+    return {name: tensor.detach().to("cpu", dtype).contiguous() for name, tensor in kept.items()}
 
 
 def _scratch_dir(nbytes: int) -> str:
@@ -78,18 +73,77 @@ def remove_orphaned_weight_dirs(scratch: str | Path) -> list[Path]:
     return remove_orphans([(path, weight_dir_owner(path)) for path in paths])
 
 
+@dataclasses.dataclass(frozen=True)
+class TensorSlot:
+    """Where one tensor lies in the shared file (msgpack-able: the workers get it by ``collective_rpc``)."""
+
+    name: str
+    dtype: str
+    shape: list[int]
+    offset: int
+
+    @property
+    def nbytes(self) -> int:
+        return math.prod(self.shape) * getattr(torch, self.dtype).itemsize
+
+    def view(self, region: torch.Tensor) -> torch.Tensor:
+        data = region[self.offset : self.offset + self.nbytes]
+        return data.view(getattr(torch, self.dtype)).view(self.shape)
+
+
+def plan_slots(state: dict[str, torch.Tensor]) -> list[TensorSlot]:
+    """Consecutive, aligned slots for ``state``'s tensors."""
+    slots, offset = [], 0
+    for name, tensor in state.items():
+        slots.append(TensorSlot(name, str(tensor.dtype).removeprefix("torch."), list(tensor.shape), offset))
+        offset += -(-tensor.nbytes // ALIGNMENT) * ALIGNMENT
+    return slots
+
+
+def map_region(path: str | Path, nbytes: int) -> torch.Tensor:
+    """``path`` mapped shared (created or grown to ``nbytes``) as a uint8 tensor: writes reach every
+    process that maps it, with no serialisation."""
+    return torch.from_file(str(path), shared=True, size=nbytes, dtype=torch.uint8)
+
+
+class SharedWeights:
+    """The engine-side copy of the weights: a file in shared memory (/dev/shm where it has room) that
+    the runner writes and the engine's workers read. After the first sync its pages exist, so a sync
+    is one copy into memory and one load from it: no file is written, no format parsed."""
+
+    def __init__(self, directory: str | Path) -> None:
+        self.path = Path(directory) / SHARED_WEIGHTS_FILE
+        self.slots: list[TensorSlot] = []
+        self.region = torch.empty(0, dtype=torch.uint8)
+
+    def write(self, state: dict[str, torch.Tensor]) -> list[TensorSlot]:
+        """Copy ``state`` into the file (laid out anew when its shapes change); returns the slots."""
+        slots = plan_slots(state)
+        if [(s.name, s.dtype, s.shape) for s in slots] != [(s.name, s.dtype, s.shape) for s in self.slots]:
+            end = slots[-1].offset + slots[-1].nbytes if slots else 0
+            self.region = map_region(self.path, max(end, 1))
+            self.slots = slots
+        for slot in self.slots:
+            slot.view(self.region).copy_(state[slot.name])
+        return self.slots
+
+
 class WeightSyncExtension:
     """Mixed into vLLM's worker class (``worker_extension_cls``); runs in the worker process."""
 
-    def hgpo_reload_weights(self, weights_dir: str) -> None:
-        """vLLM's in-place reload from ``weights_dir``, then the tied head's post-load processing.
+    def hgpo_load_shared_weights(self, path: str, slots: list[list[Any]]) -> None:
+        """vLLM's in-place reload of the tensors in the shared file ``path``, then the tied head's
+        post-load processing.
 
         The reload re-processes each layer whose weights arrive. A head tied to the embedding gets
         none (its weight is the embedding's), so a backend that keeps a processed copy of the head
         (the CPU one packs it for its GEMM kernels) would go on computing logits with the old one.
         """
+        places = [TensorSlot(*slot) for slot in slots]
+        end = max((slot.offset + slot.nbytes for slot in places), default=1)
+        region = map_region(path, end)
         try:
-            self.reload_weights(weights_path=weights_dir)
+            self.reload_weights(weights_iterator=((slot.name, slot.view(region)) for slot in places))
         except Exception as err:
             # vLLM hands the caller only str(err), empty for its bare asserts: add the type and place.
             where = traceback.extract_tb(err.__traceback__)[-1]
@@ -125,15 +179,15 @@ class VLLMGenerator(Generator):
         engine_args: Mapping[str, Any] | None = None,
     ) -> None:
         nbytes = sum(t.nbytes for t in lm.state_dict().values())
-        # Holds the weights of every sync, and the in-memory tiny preset's checkpoint (vLLM loads
-        # only from a directory), so a sync replaces the very file the engine started from.
+        # Holds the shared file of the syncs, and the in-memory tiny preset's checkpoint (vLLM loads
+        # only from a directory); removed with the generator, or by the next engine if killed.
         scratch = _scratch_dir(nbytes)
         remove_orphaned_weight_dirs(scratch)
         self._weights_dir = tempfile.TemporaryDirectory(prefix=_weights_dir_prefix(), dir=scratch)
         if model_dir is None:
             lm.save_pretrained(self._weights_dir.name)
             tokenizer.save_pretrained(self._weights_dir.name)
-        self._llm = LLM(
+        self._llm: LLM | None = LLM(
             model=model_dir or self._weights_dir.name,
             dtype=dtype,
             gpu_memory_utilization=gpu_memory_utilization,
@@ -147,27 +201,38 @@ class VLLMGenerator(Generator):
             **(engine_args or {}),
         )
         self.dtype: torch.dtype = self._llm.llm_engine.model_config.dtype
+        self._shared = SharedWeights(self._weights_dir.name)
         if model_dir is not None:  # the module's weights may already differ from the checkpoint's
             self.load_weights(lm)
 
     def load_weights(self, lm: PreTrainedModel) -> int:
-        """Put the torch model's current weights into the engine; returns the bytes sent.
+        """Put the torch model's current weights into the engine; returns the bytes copied.
 
         Blocks until every worker has loaded them, then drops the prefix cache (KV computed with the
         old weights). A failure raises with the worker's error as the cause.
         """
-        state = engine_state(lm, self.dtype)
-        target = Path(self._weights_dir.name) / WEIGHTS_FILE
-        partial = target.with_name(f".{WEIGHTS_FILE}.partial")  # not *.safetensors: never half-read
-        save_file(state, str(partial))
-        os.replace(partial, target)  # a new inode: a reader of the old file keeps a whole file
+        slots = self._shared.write(engine_state(lm, self.dtype))
         try:
-            self._llm.collective_rpc("hgpo_reload_weights", args=(self._weights_dir.name,))
+            self._llm.collective_rpc(
+                "hgpo_load_shared_weights",
+                args=(str(self._shared.path), [dataclasses.astuple(slot) for slot in slots]),
+            )
         except Exception as err:
-            raise RuntimeError(f"vLLM weight sync failed: the engine could not load {target}") from err
+            raise RuntimeError(
+                f"vLLM weight sync failed: the engine could not load {self._shared.path}"
+            ) from err
         if not self._llm.reset_prefix_cache():
             raise RuntimeError("vLLM weight sync: the prefix cache was not reset (requests still running)")
-        return sum(t.nbytes for t in state.values())
+        return sum(slot.nbytes for slot in slots)
+
+    def close(self) -> None:
+        """Stop the engine's processes and remove the weight directory. The engine's shared-memory
+        queues (``/dev/shm/psm_*``, ~0.2 GB each) are unlinked only by a clean shutdown: a runner
+        process that ends with its engine running leaves them behind."""
+        if self._llm is not None:
+            self._llm.llm_engine.engine_core.shutdown()
+            self._llm = None
+        self._weights_dir.cleanup()
 
     def generate(
         self,
