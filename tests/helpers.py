@@ -258,6 +258,40 @@ HIPER_EXPERIMENT = textwrap.dedent(
 )
 
 
+#: Dr. MAS's counterpart: the KeyChest planner/executor team, one tiny LLM per role, agent-wise groups.
+TEAM_EXPERIMENT = textwrap.dedent(
+    """
+    import functools
+    from hgpo_rllib import HGPOConfig
+    from hgpo_rllib.experiments.presets import role_module
+
+    config = (
+        HGPOConfig()
+        .environment("keychest_team", env_config={{"max_steps": 4}})
+        .env_runners(num_env_runners=1, num_envs_per_env_runner=4)
+        .multi_agent(policies={{"planner", "executor"}},
+                     policy_mapping_fn=functools.partial(role_module, False))
+        .rl_module(model_config={{
+            "tiny_model": {{"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 1,
+                           "num_attention_heads": 2, "num_key_value_heads": 1}},
+            "tokenizer_vocab_size": 400,
+        }})
+        .training(group_size=2, groups_per_iteration=2, max_new_tokens=8, max_prompt_tokens=160,
+                  minibatch_size=64, micro_batch_size=8, lr=1e-3, kl_coeff=0.0, normalize_by="agent")
+        .debugging(seed=0)
+    )
+    stop = {{"training_iteration": 2}}
+    {extra}
+    """
+)
+#: The experiment files ``write_experiment`` writes, and the algorithm class each one trains.
+EXPERIMENTS = {
+    "HGPO": (EXPERIMENT, "HGPO"),
+    "HiPER": (HIPER_EXPERIMENT, "HiPER"),
+    "DrMAS": (TEAM_EXPERIMENT, "HGPO"),
+}
+
+
 def sft_args(out: Path, *extra: str) -> list[str]:
     """``rllib sft`` of a micro KeyChest warm start into ``out`` (2 episodes, 1 epoch), plus ``extra``."""
     return [
@@ -284,7 +318,7 @@ def sft_args(out: Path, *extra: str) -> list[str]:
 
 def write_experiment(tmp_path: Path, extra: str = "", algorithm: str = "HGPO") -> Path:
     """A tiny KeyChest experiment file for ``rllib train file`` (``extra``: more lines at the end) of
-    ``algorithm`` ("HGPO" or "HiPER")."""
+    ``algorithm``, a key of :data:`EXPERIMENTS` ("HGPO", "HiPER", or "DrMAS": the two-role team)."""
     path = tmp_path / "experiment.py"
-    path.write_text((HIPER_EXPERIMENT if algorithm == "HiPER" else EXPERIMENT).format(extra=extra))
+    path.write_text(EXPERIMENTS[algorithm][0].format(extra=extra))
     return path

@@ -2,11 +2,11 @@
 to the env runner, during each phase of an iteration (sampling, the learner update, the weight sync,
 the checkpoint write), of a real ``rllib train file`` run in a subprocess with its own Ray.
 
-The run's algorithm is HGPO (and, in the slow matrix, HiPER too) with one hook (an experiment-file
-subclass, shipped to Ray by value as any experiment file's code is): at the start of the chosen phase
-of iteration 3 (the checkpoint: the save after iteration 4) it waits 3 s (Tune records the last
-checkpoint), sends the fault, and waits 2 s more before the phase's work, so the fault lands while
-the iteration is in that phase. Checkpoints every 2 iterations, 5 in all. After each fault:
+The run's algorithm is HGPO (and, in the slow matrix, HiPER and a Dr. MAS team too) with one hook
+(an experiment-file subclass, shipped to Ray by value as any experiment file's code is): at the start
+of the chosen phase of iteration 3 (the checkpoint: the save after iteration 4) it waits 3 s (Tune
+records the last checkpoint), sends the fault, and waits 2 s more before the phase's work, so the
+fault lands while the iteration is in that phase. Checkpoints every 2 iterations, 5 in all. After each fault:
 
 - SIGINT / SIGTERM: exit 130 / 143 after a final checkpoint of the iteration under way; ``--resume``
   (the command the run printed) continues after it;
@@ -34,7 +34,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from helpers import ROOT, write_experiment
+from helpers import EXPERIMENTS, ROOT, write_experiment
 
 from hgpo_rllib import cli
 from hgpo_rllib.algorithms.text_agent import SAVING_OWNER
@@ -93,7 +93,7 @@ def run_with_fault(tmp_path: Path, fault: str, phase: str, algorithm: str) -> tu
     arguments, exit status and stderr."""
     target, signal_name = fault.split()
     code = FAULTY_ALGORITHM.format(
-        algorithm=algorithm,
+        algorithm=EXPERIMENTS[algorithm][1],
         marker=str(tmp_path / "injected"),
         phase=phase,
         iteration=FAULT_ITERATION[phase],
@@ -186,17 +186,18 @@ def test_ctrl_c_during_the_update_checkpoints_exits_130_and_resumes(tmp_path: Pa
 
 
 #: The matrix less the default run's case, for HGPO; all of it for HiPER (its critic, optimizer and
-#: HAE connector go through the same checkpoints and restarts).
+#: HAE connector go through the same checkpoints and restarts) and for a Dr. MAS team (two LLMs, a
+#: multi-agent runner, per-module optimizers and weight syncs).
 SLOW_CASES = [
     (algorithm, f, p)
-    for algorithm in ("HGPO", "HiPER")
+    for algorithm in ("HGPO", "HiPER", "DrMAS")
     for f in FAULTS
     for p in PHASES
     if (algorithm, f, p) != ("HGPO", "driver SIGINT", "learner_update")
 ]
 
 
-@pytest.mark.slow  # 31 runs of about a minute each
+@pytest.mark.slow  # 47 runs of about a minute each
 @pytest.mark.parametrize(("algorithm", "fault", "phase"), SLOW_CASES)
 def test_fault_injection_matrix(tmp_path: Path, algorithm: str, fault: str, phase: str) -> None:
     started = time.monotonic()
