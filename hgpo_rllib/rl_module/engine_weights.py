@@ -1,8 +1,9 @@
 """A model's weights as a weight sync sends them: in the inference engine's dtype, each storage once.
 
 Why (issue 29, docs/throughput.md): RLlib's ``get_state`` route turns the learner's weights into float32
-numpy arrays (numpy has no bfloat16), which the driver receives and puts into the object store again for
-the env runners: 4 bytes per parameter, copied four times before a runner sees them. Here the learner
+numpy arrays (numpy has no bfloat16), which the learner returns to the driver and the driver puts into
+the object store a second time for the env runners: 4 bytes per parameter, the tied head twice, two
+trips through the object store (each one a transfer between machines when they differ). Here the learner
 converts once to the engine's dtype and puts the raw bits (bfloat16 viewed as int16) into Ray's object
 store itself; every runner of a node maps that one copy without copying (Ray shares numpy buffers), and
 reads 2 bytes per parameter. Pure torch and numpy: no Ray, no RLlib.
