@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import copy
 import os
 import subprocess
 import sys
@@ -298,3 +299,32 @@ def test_hiper_presets_plan_the_critic_and_fit_80_gb(preset: str, env: str) -> N
         paper_config(preset, env).learners(num_learners=2).training(learner_sharding="fsdp"), 80
     )
     assert learner.total_bytes > [p for p in without_critic if p.role == "learner"][0].total_bytes
+
+
+def test_several_llms_multiply_the_held_state_but_not_one_pass_s_activations() -> None:
+    """Dr. MAS with one LLM per role (docs/drmas.md): the learner holds every module's weights,
+    gradients, AdamW state and reference, and updates the modules one after another; each runner
+    holds every module's copy and, with vLLM, an engine per module, whose GPU shares must add up."""
+    single = paper_config("paper-1.5b", "webshop")
+    team = copy.deepcopy(single).multi_agent(
+        policies={"verifier", "searcher", "buyer"}, policy_mapping_fn=lambda agent_id, *a, **k: agent_id
+    )
+    assert memory_plan.num_llms(single) == 1 and memory_plan.num_llms(team) == 3
+    (one_learner, one_runner), (team_learner, team_runner) = (
+        memory_plan.plan_for_config(c, 80) for c in (single, team)
+    )
+    one = {item.name: item.bytes for item in one_learner.items}
+    three = {item.name: item.bytes for item in team_learner.items}
+    assert one.keys() == three.keys()
+    for name in one:
+        transient = name.startswith(("activations", "log-prob", "gathered"))
+        assert three[name] == (one[name] if transient else 3 * one[name]), name
+    runner = {item.name: item.bytes for item in team_runner.items}
+    assert runner["vLLM weights"] == 3 * {i.name: i.bytes for i in one_runner.items}["vLLM weights"]
+    for share, too_much in ((0.5, True), (0.25, False)):
+        shared = copy.deepcopy(team).rl_module(
+            model_config={**team.user_model_config(), "vllm_gpu_memory_utilization": share}
+        )
+        (_, runner_plan) = memory_plan.plan_for_config(shared, 80)
+        claimed = [p for p in runner_plan.problems if "3 vLLM engines" in p and "1.50 in all" in p]
+        assert bool(claimed) == too_much

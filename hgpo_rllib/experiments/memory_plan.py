@@ -178,6 +178,10 @@ class LearnerSettings:
     #: CPU: sdpa with a mask materialises the [heads, S, S] scores, and AdamW runs tensor by tensor
     #: (two temporaries of the largest weight); on GPU the learner uses fused AdamW (none).
     on_cpu: bool = False
+    #: LLMs of this shape on the learner (a multi-agent run's modules, docs/drmas.md): each holds its
+    #: weights, gradients, AdamW state and reference; the modules update one after another, so one
+    #: module's activations (and gathered layers) are live at a time.
+    num_models: int = 1
 
 
 @dataclasses.dataclass(frozen=True)
@@ -273,6 +277,7 @@ def learner_items(shape: ModelShape, s: LearnerSettings) -> list[Item]:
             )
     elif s.reference:
         items.append(Item("reference model", 0, "the base with adapters disabled"))
+    items = [for_each_model(item, s.num_models) for item in items]
     transient = activation_items(shape, s)
     if s.on_cpu:  # the step runs after backward has freed the activations: the larger of the two counts
         largest = shape.vocab_size * shape.hidden_size if not lora else shape.intermediate_size * s.lora_r
@@ -280,6 +285,19 @@ def learner_items(shape: ModelShape, s: LearnerSettings) -> list[Item]:
         if step.bytes > sum(item.bytes for item in transient):
             transient = [step]
     return items + transient
+
+
+def for_each_model(item: Item, num_models: int) -> Item:
+    """``item`` held once per LLM: its bytes times ``num_models``, said in its note."""
+    if num_models == 1 or item.name.startswith("gathered"):  # gathered layers: one module at a time
+        return item
+    note = f"{item.note}; x {num_models} LLMs" if item.note else f"x {num_models} LLMs"
+    return Item(item.name, item.bytes * num_models, note, item.host_bytes * num_models)
+
+
+def num_llms(config: Any) -> int:
+    """The LLMs a run trains: its modules (several in a multi-agent run, one per role or shared)."""
+    return len(config.policies) if config.is_multi_agent else 1
 
 
 def activation_items(shape: ModelShape, s: LearnerSettings) -> list[Item]:
@@ -331,8 +349,11 @@ def env_runner_items(
     vllm_utilization: float,
     num_envs: int,
     seq_tokens: int,
+    num_models: int = 1,
 ) -> tuple[list[Item], list[str]]:
-    """The env runner GPU's lines, and problems (a KV cache that cannot hold one sequence)."""
+    """The env runner GPU's lines, and problems (a KV cache that cannot hold one sequence, engines
+    that together claim more than the GPU). With ``num_models`` LLMs a runner holds each one's
+    weights and, with vLLM, an engine per LLM, each claiming ``vllm_utilization`` of the GPU."""
     a = DTYPE_BYTES[torch_dtype]
     weights = shape.num_params() * a
     items = [Item("module weights (torch)", weights, "the RLModule's copy, loaded with weight syncs")]
@@ -350,13 +371,21 @@ def env_runner_items(
                 f"{max(kv, 0) // kv_per_seq} of {num_envs} full-length sequences at once",
             ),
         ]
+        items = [for_each_model(item, num_models) for item in items]
+        if num_models * vllm_utilization > 1:
+            problems.append(
+                f"{num_models} vLLM engines (one per LLM) each claim vllm_gpu_memory_utilization="
+                f"{vllm_utilization} of the GPU, {num_models * vllm_utilization:.2f} in all: set "
+                f"model_config['vllm_gpu_memory_utilization'] <= {1 / num_models:.2f} minus the torch copies"
+            )
         if kv < kv_per_seq:
             problems.append(
                 f"vLLM's share of the GPU (vllm_gpu_memory_utilization={vllm_utilization}) leaves "
                 f"{kv / GIB:.1f} GiB for the KV cache, less than one {seq_tokens}-token sequence "
                 f"({kv_per_seq / GIB:.2f} GiB): raise model_config['vllm_gpu_memory_utilization']"
             )
-    else:
+    else:  # the LLMs generate one after another: one KV cache at a time
+        items = [for_each_model(items[0], num_models)]
         items.append(Item("KV cache (HF generate)", kv_per_seq * num_envs, f"{num_envs} sequences"))
     return items, problems
 
@@ -395,6 +424,7 @@ def plan_for_config(config: Any, gpu_memory_gb: float = DEFAULT_GPU_MEMORY_GB) -
             response_tokens=config.max_new_tokens,
             num_shards=max(1, config.num_learners) if sharded else 1,
             offload=sharded and config.learner_offload,
+            num_models=num_llms(config),
         )
         levers = [
             "" if mc.lora else "model_config['lora']",
@@ -431,6 +461,7 @@ def plan_for_config(config: Any, gpu_memory_gb: float = DEFAULT_GPU_MEMORY_GB) -
             vllm_utilization=mc.vllm_gpu_memory_utilization,
             num_envs=config.num_envs_per_env_runner,
             seq_tokens=config.max_prompt_tokens + config.max_new_tokens,
+            num_models=num_llms(config),
         )
         hint = (
             "use fewer num_envs_per_env_runner, a smaller model or a lower "
