@@ -43,6 +43,15 @@ def distinct_tensors(state: Mapping[str, torch.Tensor]) -> tuple[dict[str, torch
     return kept, aliases
 
 
+def engine_tensors(
+    state: Mapping[str, torch.Tensor], dtype: torch.dtype
+) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
+    """Each distinct tensor of ``state`` on the CPU in ``dtype``, contiguous (no copy where it
+    already is), and the tied names left out (:func:`distinct_tensors`)."""
+    kept, aliases = distinct_tensors(state)
+    return {name: t.detach().to("cpu", dtype).contiguous() for name, t in kept.items()}, aliases
+
+
 @dataclasses.dataclass(frozen=True)
 class EngineWeights:
     """Named tensors of one dtype, stored as numpy arrays of their bits (pickled by Ray out of band,
@@ -58,11 +67,8 @@ class EngineWeights:
         already is), and keep its bits."""
         if dtype not in _BITS:
             raise ValueError(f"weights can be sent as {sorted(map(str, _BITS))}, not {dtype}")
-        kept, aliases = distinct_tensors(state)
-        arrays = {
-            name: tensor.detach().to("cpu", dtype).contiguous().view(_BITS[dtype]).numpy()
-            for name, tensor in kept.items()
-        }
+        tensors, aliases = engine_tensors(state, dtype)
+        arrays = {name: t.view(_BITS[dtype]).numpy() for name, t in tensors.items()}
         return cls(str(dtype).removeprefix("torch."), arrays, aliases)
 
     @property

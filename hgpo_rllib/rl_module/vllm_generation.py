@@ -27,7 +27,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from vllm import LLM, SamplingParams
 
 from hgpo_rllib.orphans import host_tag, owner_tag, remove_orphans
-from hgpo_rllib.rl_module.engine_weights import distinct_tensors
+from hgpo_rllib.rl_module.engine_weights import engine_tensors
 from hgpo_rllib.rl_module.generation import Generated, Generator
 
 #: The start of every weight directory's name (:func:`remove_orphaned_weight_dirs`).
@@ -41,8 +41,7 @@ ALIGNMENT = 64
 
 def engine_state(lm: PreTrainedModel, dtype: torch.dtype) -> dict[str, torch.Tensor]:
     """The model's HF-named tensors on CPU in ``dtype``, each storage once (vLLM ties a head itself)."""
-    kept, _ = distinct_tensors(lm.state_dict())
-    return {name: tensor.detach().to("cpu", dtype).contiguous() for name, tensor in kept.items()}
+    return engine_tensors(lm.state_dict(), dtype)[0]
 
 
 def _scratch_dir(nbytes: int) -> str:
