@@ -84,19 +84,29 @@ RATIO_MEAN_KEY = "ratio_mean"
 GRAD_NORM_PER_STEP_KEY = "grad_norm_per_step"
 GRAD_NORM_MAX_KEY = "grad_norm_max"
 #: Mean |logp_learner - sampler's logp| over the first minibatch of the first epoch: before any update
-#: the learner must reproduce the sampler's log-probs, so this checks weight sync and token alignment.
+#: the learner must reproduce the sampler's log-probs, so this checks weight sync and token alignment
+#: (with ``async_sampling`` it also measures the one version of lag between the two).
 LOGP_GAP_KEY = "logp_gap_vs_sampler"
 NUM_OPTIMIZER_STEPS = "num_optimizer_steps"
 #: Real (unpadded) prompt and response tokens of a module's rows, and all modules' per second of the
 #: learner update (``learners/__all_modules__/learner_tokens_per_s``).
 NUM_ROW_TOKENS = "num_row_tokens"
 LEARNER_TOKENS_PER_S = "learner_tokens_per_s"
+#: Overlapped sampling (``async_sampling``): policy versions between the weights that sampled a row
+#: and those the update starts from (token mean; 0 when on-policy); the truncated importance weights
+#: of the off-policy correction (token mean) and the fraction of tokens at their cap.
+POLICY_STALENESS_KEY = "policy_staleness"
+BEHAVIOUR_WEIGHT_KEY = "behaviour_weight_mean"
+BEHAVIOUR_WEIGHT_CAPPED_KEY = "behaviour_weight_capped_frac"
 
 # ----------------------------------------------------------------------------- state keys
 #: Env runner state key of its task-seed generator (its position and the count of groups started).
 TASK_GENERATOR = "task_generator"
 #: Algorithm state key: each remote env runner's task generator, by worker index.
 TASK_GENERATORS = "task_generators"
+#: Env runner state key: load the weights whatever the runner's weights version (a restore to an
+#: earlier checkpoint), and take the version sent.
+FORCE_WEIGHTS = "force_weights"
 
 
 class _Episode(Protocol):

@@ -284,9 +284,12 @@ TEAM_EXPERIMENT = textwrap.dedent(
     {extra}
     """
 )
+#: HGPO with overlapped sampling (issue 29): the runners sample during the update.
+ASYNC_EXPERIMENT = EXPERIMENT.replace("{extra}", "config.training(async_sampling=True)\n{extra}")
 #: The experiment files ``write_experiment`` writes, and the algorithm class each one trains.
 EXPERIMENTS = {
     "HGPO": (EXPERIMENT, "HGPO"),
+    "HGPO-async": (ASYNC_EXPERIMENT, "HGPO"),
     "HiPER": (HIPER_EXPERIMENT, "HiPER"),
     "DrMAS": (TEAM_EXPERIMENT, "HGPO"),
 }
@@ -318,7 +321,8 @@ def sft_args(out: Path, *extra: str) -> list[str]:
 
 def write_experiment(tmp_path: Path, extra: str = "", algorithm: str = "HGPO") -> Path:
     """A tiny KeyChest experiment file for ``rllib train file`` (``extra``: more lines at the end) of
-    ``algorithm``, a key of :data:`EXPERIMENTS` ("HGPO", "HiPER", or "DrMAS": the two-role team)."""
+    ``algorithm``, a key of :data:`EXPERIMENTS` ("HGPO", "HGPO-async", "HiPER", or "DrMAS": the
+    two-role team)."""
     path = tmp_path / "experiment.py"
     path.write_text(EXPERIMENTS[algorithm][0].format(extra=extra))
     return path

@@ -151,6 +151,7 @@ def test_a_pick_two_searcher_leaves_the_first_object_where_it_put_it() -> None:
     assert decide(view(task, window, put, admissible))[1] == "go to garbagecan 1"
 
 
+@pytest.mark.slow  # 20-30 s of real games; the searcher's single decisions are tested above
 def test_the_searcher_wins_real_games_of_every_task_type() -> None:
     env = envs.make_env("alfworld", {"split": "eval_out_of_distribution", "max_steps": 50})
     won: dict[str, list[bool]] = {}

@@ -2,7 +2,8 @@
 to the env runner, during each phase of an iteration (sampling, the learner update, the weight sync,
 the checkpoint write), of a real ``rllib train file`` run in a subprocess with its own Ray.
 
-The run's algorithm is HGPO (and, in the slow matrix, HiPER and a Dr. MAS team too) with one hook
+The run's algorithm is HGPO (and, in the slow matrix, HGPO with ``async_sampling``, HiPER and a Dr. MAS
+team too) with one hook
 (an experiment-file subclass, shipped to Ray by value as any experiment file's code is): at the start
 of the chosen phase of iteration 3 (the checkpoint: the save after iteration 4) it waits 3 s (Tune
 records the last checkpoint), sends the fault, and waits 2 s more before the phase's work, so the
@@ -11,7 +12,8 @@ fault lands while the iteration is in that phase. Checkpoints every 2 iterations
 - SIGINT / SIGTERM: exit 130 / 143 after a final checkpoint of the iteration under way; ``--resume``
   (the command the run printed) continues after it;
 - SIGKILL of the driver: ``--resume`` continues from the last complete checkpoint (iteration 2);
-- SIGKILL of the runner: the runner is restarted, the run finishes by itself and exits 0;
+- SIGKILL of the runner: the runner is restarted, the run finishes by itself and exits 0 (during the
+  weight sync the runner dies inside the sync call, with the weights received and not yet loaded);
 
 and every time ``result.json`` and ``progress.csv`` hold iterations 1-5 once each (rows after the
 checkpoint rewritten by the resumed trial, not repeated), and no weight or checkpoint copy of a dead
@@ -58,6 +60,19 @@ MARKER = Path({marker!r})
 DRIVER = os.getpid()
 
 
+
+def die_in_next_weight_load(env_runner):
+    # Runs on the env runner: its next weight sync kills it once the weights have arrived.
+    load = env_runner.set_state
+
+    def set_state(state):
+        if "rl_module" in state:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return load(state)
+
+    env_runner.set_state = set_state
+
+
 class Faulty{algorithm}({algorithm}):
     def _inject(self, phase, iteration):
         if phase != {phase!r} or iteration != {iteration} or MARKER.exists():
@@ -66,6 +81,8 @@ class Faulty{algorithm}({algorithm}):
         time.sleep(3)
         if {target!r} == "driver":
             os.kill(DRIVER, {signum})
+        elif phase == "weight_sync":
+            self.env_runner_group.foreach_env_runner(die_in_next_weight_load, local_env_runner=False)
         else:
             (runner,) = self.env_runner_group.foreach_env_runner(
                 lambda env_runner: os.getpid(), local_env_runner=False
@@ -160,6 +177,8 @@ def check_fault(tmp_path: Path, fault: str, phase: str, algorithm: str = "HGPO")
     everything = list(range(1, ITERATIONS + 1))
     if target == "runner":
         assert status == 0, err[-3000:]
+        if phase == "weight_sync":  # it died inside the sync call, which went on without it
+            assert "its actor died during weight sync" in err, err[-3000:]
         kept = everything
     elif signal_name == "SIGKILL":
         assert status == -signal.SIGKILL
@@ -185,19 +204,20 @@ def test_ctrl_c_during_the_update_checkpoints_exits_130_and_resumes(tmp_path: Pa
     assert stat.S_IMODE((ray_home / "auth_token").stat().st_mode) == 0o600
 
 
-#: The matrix less the default run's case, for HGPO; all of it for HiPER (its critic, optimizer and
-#: HAE connector go through the same checkpoints and restarts) and for a Dr. MAS team (two LLMs, a
-#: multi-agent runner, per-module optimizers and weight syncs).
+#: The matrix less the default run's case, for HGPO; all of it for HGPO with overlapped sampling
+#: (a sampling thread during the update), for HiPER (its critic, optimizer and HAE connector go
+#: through the same checkpoints and restarts) and for a Dr. MAS team (two LLMs, a multi-agent runner,
+#: per-module optimizers and weight syncs).
 SLOW_CASES = [
     (algorithm, f, p)
-    for algorithm in ("HGPO", "HiPER", "DrMAS")
+    for algorithm in ("HGPO", "HGPO-async", "HiPER", "DrMAS")
     for f in FAULTS
     for p in PHASES
     if (algorithm, f, p) != ("HGPO", "driver SIGINT", "learner_update")
 ]
 
 
-@pytest.mark.slow  # 47 runs of about a minute each
+@pytest.mark.slow  # 63 runs of about a minute each
 @pytest.mark.parametrize(("algorithm", "fault", "phase"), SLOW_CASES)
 def test_fault_injection_matrix(tmp_path: Path, algorithm: str, fault: str, phase: str) -> None:
     started = time.monotonic()

@@ -178,6 +178,7 @@ def test_cli_exits_non_zero_when_the_last_iteration_sampled_nothing(
     assert "sampled only 0 rollout group(s)" in capsys.readouterr().err
 
 
+@pytest.mark.slow  # 40-100 s: seven iterations, a crash and Tune's retry
 def test_crashed_trial_is_retried_from_the_default_checkpoint(tmp_path: Path) -> None:
     """No checkpoint flag: the default frequency (5) gives the retry a checkpoint to start from."""
     marker = tmp_path / "crashed"

@@ -72,6 +72,9 @@ BAD_SETTINGS = [
     ({"temperature": 0.0}, "temperature"),
     ({"eval_temperature": -0.1}, "eval_temperature"),
     ({"recompute_old_logp": 1}, "recompute_old_logp"),
+    ({"async_sampling": 1}, "async_sampling"),
+    ({"behaviour_weight_cap": 0.5}, "behaviour_weight_cap"),
+    ({"async_sampling": True, "recompute_old_logp": False}, "recompute_old_logp"),
     ({"group_size": 3}, "num_envs_per_env_runner"),
     # Non-finite numbers would turn the weights into NaN without an error.
     *[
@@ -90,6 +93,7 @@ BAD_SETTINGS = [
             "dual_clip",
             "gamma",
             "clip_param",
+            "behaviour_weight_cap",
         )
     ],
     ({"lr": [[0, 1e-3], [100, np.inf]]}, "lr"),
@@ -178,6 +182,16 @@ def test_validate_finds_a_truncated_weights_file(tmp_path: Any) -> None:
 def test_validate_names_the_bad_setting(settings: dict[str, Any], name: str) -> None:
     config = _valid_config().training(**settings)
     with pytest.raises(ValueError, match=rf"HGPOConfig: {name}="):
+        config.validate()
+
+
+def test_async_sampling_needs_remote_env_runners() -> None:
+    config = (
+        _valid_config()
+        .env_runners(num_env_runners=0, create_local_env_runner=True)
+        .training(async_sampling=True)
+    )
+    with pytest.raises(ValueError, match=r"num_env_runners=0 is invalid: expected >= 1 with async_sampling"):
         config.validate()
 
 

@@ -7,12 +7,18 @@ iteration complete and sampled with one set of weights, and a failure must never
 dealt again to the others; a hung runner is killed (Ray restarts it); the weight sync waits for every
 runner and fails the iteration with the error of one that raises; too many incomplete iterations in a
 row raise with the runners' errors.
+
+With overlapped sampling (``async_sampling``) the same dealing runs in a driver thread while the
+learner updates (:meth:`RunnerPool.start_sampling`): the thread only waits on runner calls; what it
+could not deliver is sampled again in the main thread by :meth:`RunnerPool.finish_sampling`, where
+restarted runners may be awaited (their restore reads the learner's weights).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
+import threading
 import time
 import traceback
 from collections.abc import Callable, Sequence
@@ -84,30 +90,62 @@ class RunnerPool:
         self.config = config
         self.task_generators: dict[int, dict] = {}
         self.consecutive_failed_iterations = 0
+        self._background: _BackgroundSampling | None = None
 
-    def sample_groups(
+    @property
+    def sampling_in_background(self) -> bool:
+        return self._background is not None
+
+    def start_sampling(self, runners: Any) -> None:
+        """Start sampling ``groups_per_iteration`` groups in a driver thread (the runners' current
+        weights); :meth:`finish_sampling` collects them."""
+        if self._background is not None:
+            raise RuntimeError("a background sampling is already under way")
+        self._background = _BackgroundSampling(lambda: self.sample_groups(runners, restore=None))
+
+    def finish_sampling(
         self, runners: Any, restore: Callable[[Any], list[int]]
     ) -> tuple[list[RunnerReply], list[str]]:
-        """Deal ``groups_per_iteration`` groups to the healthy runners and sample them in parallel.
+        """Wait for the background sampling, then sample what it could not deliver here (awaiting
+        restarted runners if none is left); returns all replies and failures, as :meth:`sample_groups`."""
+        background, self._background = self._background, None
+        if background is None:
+            raise RuntimeError("no background sampling is under way")
+        replies, failures = background.result()
+        delivered = sum(len(reply.episodes) for reply in replies) // self.config.group_size
+        missing = self.config.groups_per_iteration - delivered
+        if missing:
+            more, more_failures = self.sample_groups(runners, restore, num_groups=missing)
+            replies, failures = replies + more, failures + more_failures
+        return replies, failures
+
+    def sample_groups(
+        self, runners: Any, restore: Callable[[Any], list[int]] | None, num_groups: int | None = None
+    ) -> tuple[list[RunnerReply], list[str]]:
+        """Deal ``num_groups`` (default ``groups_per_iteration``) groups to the healthy runners and
+        sample them in parallel.
 
         A runner that raises, dies or exceeds ``sample_timeout_s`` loses its share, which is dealt
         again to the other runners until the batch is complete. A runner that raised sits out the
         rest of the iteration; dead and hung (killed) ones are restarted by Ray. With no runner
-        left, this waits for restarted ones (``restore``, at most ``env_runner_restore_timeout_s``).
-        Returns the successful replies and one line per failure (the root cause).
+        left, this waits for restarted ones (``restore``, at most ``env_runner_restore_timeout_s``;
+        ``restore=None``: it does not wait). Returns the successful replies and one line per failure
+        (the root cause).
         """
         group_size = self.config.group_size
+        needed = self.config.groups_per_iteration if num_groups is None else num_groups
         if runners.num_remote_env_runners() == 0:
-            reply = sample_on_runner(runners.local_env_runner, self.config.groups_per_iteration * group_size)
+            reply = sample_on_runner(runners.local_env_runner, needed * group_size)
             return ([reply], []) if reply.error is None else ([], [f"local env runner: {reply.error}"])
         replies: list[RunnerReply] = []
         failures: list[str] = []
-        needed = self.config.groups_per_iteration
         usable = runners.healthy_env_runner_ids()
         raised: set[int] = set()
         deadline = time.monotonic() + self.config.env_runner_restore_timeout_s
         while needed:
             if not usable:
+                if restore is None:
+                    break
                 restarted = self._wait_for_restarted_runners(runners, restore, deadline)
                 usable = [i for i in restarted if i not in raised]
                 if not usable:
@@ -245,3 +283,26 @@ class RunnerPool:
                 remote_worker_ids=ids,
                 timeout_seconds=self.config.sample_timeout_s,
             )
+
+
+class _BackgroundSampling:
+    """A sampling call run in a daemon thread (a Ctrl-C or a stop need not wait for it); its result,
+    or the exception it raised, is handed over by :meth:`result`."""
+
+    def __init__(self, sample: Callable[[], tuple[list[RunnerReply], list[str]]]):
+        self._outcome: tuple[list[RunnerReply], list[str]] | BaseException | None = None
+        self._thread = threading.Thread(target=self._run, args=(sample,), name="hgpo-sampling", daemon=True)
+        self._thread.start()
+
+    def _run(self, sample: Callable[[], tuple[list[RunnerReply], list[str]]]) -> None:
+        try:
+            self._outcome = sample()
+        except BaseException as exc:  # re-raised in the caller's thread
+            self._outcome = exc
+
+    def result(self) -> tuple[list[RunnerReply], list[str]]:
+        self._thread.join()
+        if isinstance(self._outcome, BaseException):
+            raise self._outcome
+        assert self._outcome is not None
+        return self._outcome

@@ -6,7 +6,8 @@ runners, the history-window prompt connector, the text-action connector, the LLM
 group that never splits a rollout group, and the generation and loss settings. :class:`TextAgent`
 runs one iteration (docs/rllib_notes.md §5.1): sample ``groups_per_iteration`` whole groups on the env
 runners (:mod:`~hgpo_rllib.algorithms.runner_pool`), one learner update on all of them, then a weight
-sync that waits for every runner. An algorithm (HGPO, ...) adds its advantage estimator through its
+sync that waits for every runner; with ``async_sampling`` the next iteration's groups are sampled
+during the update (docs/throughput.md). An algorithm (HGPO, ...) adds its advantage estimator through its
 learner class and its own settings.
 """
 
@@ -45,6 +46,7 @@ from hgpo_rllib.algorithms import validation
 from hgpo_rllib.algorithms.learner_group import GroupShardingLearnerGroup
 from hgpo_rllib.algorithms.runner_pool import RunnerPool
 from hgpo_rllib.columns import (
+    FORCE_WEIGHTS,
     ITERATION_SECONDS,
     LEARNER_TOKENS_PER_S,
     NUM_GROUPS_SAMPLED,
@@ -117,6 +119,8 @@ class TextAgentConfig(AlgorithmConfig):
         self.entropy_coeff = 0.001
         self.weight_decay = 0.01
         self.recompute_old_logp = True
+        self.async_sampling = False
+        self.behaviour_weight_cap = 2.0
         self.share_prompt_prefixes = False
         self.weight_transfer = "engine_dtype"
         self.lr = 1e-6
@@ -165,6 +169,8 @@ class TextAgentConfig(AlgorithmConfig):
         weight_decay: float = NotProvided,
         micro_batch_size: int | None = NotProvided,
         recompute_old_logp: bool = NotProvided,
+        async_sampling: bool = NotProvided,
+        behaviour_weight_cap: float = NotProvided,
         share_prompt_prefixes: bool = NotProvided,
         max_prompt_tokens: int = NotProvided,
         max_new_tokens: int = NotProvided,
@@ -195,6 +201,15 @@ class TextAgentConfig(AlgorithmConfig):
                 whole batch before the update (default True, as verl); False uses the sampler's,
                 which differ slightly with vLLM or bf16 and so clip spuriously. The sampler's are
                 compared with the learner's in ``logp_gap_vs_sampler`` either way.
+            async_sampling: Overlapped sampling (default False): the env runners sample the next
+                iteration's groups (whole groups, with the weights of one version before) while the
+                learner trains on this iteration's, and the weight sync follows both. The loss
+                corrects for the one-version lag with truncated importance weights
+                (:mod:`~hgpo_rllib.algorithms.torch.token_loss`; needs ``recompute_old_logp``); the
+                lag is the learner metric ``policy_staleness`` (docs/throughput.md).
+            behaviour_weight_cap: With ``async_sampling``: the cap C of each token's importance
+                weight ``min(pi_proximal / pi_behaviour, C)`` (default 2.0, verl's truncated
+                importance sampling).
             share_prompt_prefixes: The learner sorts the batch's rows by their tokens and, in each
                 pass over a micro-batch, computes every prompt prefix its rows share once (prefix
                 trees with a tree attention mask, :mod:`hgpo_rllib.rl_module.prefix_sharing`); the
@@ -371,6 +386,9 @@ class TextAgent(Algorithm):
             envs.register_with_tune(config.env)
         super().setup(config)
         self.runner_pool = RunnerPool(self.config)
+        # async_sampling: the groups sampled during the last update, trained on next.
+        self._sampled_episodes: list[Any] | None = None
+        self._trained_task_generators: dict[int, dict] | None = None
         remove_orphaned_checkpoint_copies(Path(tempfile.gettempdir()))
 
     @override(Algorithm)
@@ -399,18 +417,24 @@ class TextAgent(Algorithm):
 
     @override(Algorithm)
     def training_step(self) -> None:
-        with self._phase("sampling", ENV_RUNNER_SAMPLING_TIMER):
-            replies, failures = self.runner_pool.sample_groups(
-                self.env_runner_group, self.restore_env_runners
-            )
-        episodes = [ep for reply in replies for ep in reply.episodes]
-        num_groups = len(episodes) // self.config.group_size
-        self.metrics.log_value(NUM_GROUPS_SAMPLED, num_groups, window=1)
-        self.runner_pool.count_failures(num_groups, failures, self.metrics)
-        if replies:
-            self.metrics.aggregate([reply.metrics for reply in replies], key=ENV_RUNNER_RESULTS)
-        if num_groups < max(1, self.config.num_learners):  # nothing to learn from; counted above
-            return
+        """Sample -> update -> weight sync; with ``async_sampling`` the next iteration's groups are
+        sampled during the update (by the weights before it) and the update trains on the groups
+        sampled during the previous one."""
+        if self._sampled_episodes is None:  # synchronous, or the first iteration of an async run
+            runners, restore = self.env_runner_group, self.restore_env_runners
+            with self._phase("sampling", ENV_RUNNER_SAMPLING_TIMER):
+                if self.runner_pool.sampling_in_background:  # left by an update that raised
+                    sampled = self.runner_pool.finish_sampling(runners, restore)
+                else:
+                    sampled = self.runner_pool.sample_groups(runners, restore)
+            self._sampled_episodes = self._record_sampling(*sampled)
+        episodes, self._sampled_episodes = self._sampled_episodes, None
+        # The runners' task generators as of the groups trained on: what a checkpoint keeps.
+        self._trained_task_generators = dict(self.runner_pool.task_generators)
+        if len(episodes) // self.config.group_size < max(1, self.config.num_learners):
+            return  # nothing to learn from; counted when sampled
+        if self.config.async_sampling:
+            self.runner_pool.start_sampling(self.env_runner_group)
 
         update_kwargs: dict[str, Any] = {
             "num_epochs": self.config.num_epochs,
@@ -433,8 +457,23 @@ class TextAgent(Algorithm):
         self.metrics.aggregate(learner_results, key=LEARNER_RESULTS)
         self._log_learner_tokens_per_s()
 
+        if self.runner_pool.sampling_in_background:
+            # What the update did not hide: the rest of the next batch's sampling.
+            with self._phase("sampling", ENV_RUNNER_SAMPLING_TIMER):
+                sampled = self.runner_pool.finish_sampling(self.env_runner_group, self.restore_env_runners)
+            self._sampled_episodes = self._record_sampling(*sampled)
         with self._phase("weight_sync", SYNCH_WORKER_WEIGHTS_TIMER):
             self.sync_runner_weights()
+
+    def _record_sampling(self, replies: list[Any], failures: list[str]) -> list[Any]:
+        """Log a sampling's groups, failures and env-runner metrics; return its episodes."""
+        episodes = [ep for reply in replies for ep in reply.episodes]
+        num_groups = len(episodes) // self.config.group_size
+        self.metrics.log_value(NUM_GROUPS_SAMPLED, num_groups, window=1)
+        self.runner_pool.count_failures(num_groups, failures, self.metrics)
+        if replies:
+            self.metrics.aggregate([reply.metrics for reply in replies], key=ENV_RUNNER_RESULTS)
+        return episodes
 
     def _log_learner_tokens_per_s(self) -> None:
         """The rows' real tokens (all modules, all learners) per second of this learner update."""
@@ -462,8 +501,7 @@ class TextAgent(Algorithm):
                 components=f"{COMPONENT_LEARNER}/{COMPONENT_RL_MODULE}", inference_only=True
             )[COMPONENT_LEARNER]
             weights = {k: v for k, v in state.items() if k in (COMPONENT_RL_MODULE, WEIGHTS_SEQ_NO)}
-            if force:
-                weights[WEIGHTS_SEQ_NO] = 0  # RLlib's runners load version 0 unconditionally
+            weights[FORCE_WEIGHTS] = force
         self.runner_pool.sync_weights(self.env_runner_group, weights, self.metrics)
 
     @contextlib.contextmanager
@@ -515,7 +553,9 @@ class TextAgent(Algorithm):
         """RLlib's state plus the remote runners' task generators (a local runner's is part of
         its own state), so a restored algorithm does not replay the tasks already played."""
         state = super().get_state(components, not_components=not_components, **kwargs)
-        generators = self.runner_pool.task_generators
+        # As of the groups last trained on: groups sampled ahead (async_sampling) are not kept, so
+        # a restored run samples them again, with its own weights.
+        generators = self._trained_task_generators or self.runner_pool.task_generators
         if generators and self._check_component(TASK_GENERATORS, components, not_components):
             state[TASK_GENERATORS] = dict(generators)
         return state
@@ -531,6 +571,8 @@ class TextAgent(Algorithm):
     @override(Algorithm)
     def set_state(self, state: dict) -> None:
         super().set_state(state)
+        self._sampled_episodes = None  # sampled ahead by other weights, from other task positions
+        self._trained_task_generators = None
         if TASK_GENERATORS in state:
             self.runner_pool.task_generators = dict(state[TASK_GENERATORS])
             self.runner_pool.push_task_generators(

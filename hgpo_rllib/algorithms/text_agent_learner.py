@@ -28,6 +28,7 @@ from ray.rllib.core.learner.learner import Learner
 from ray.rllib.utils.annotations import OverrideToImplementCustomLogic, override
 from ray.rllib.utils.metrics import WEIGHTS_SEQ_NO
 
+from hgpo_rllib.columns import FORCE_WEIGHTS
 from hgpo_rllib.connectors.learner.frozen_logp import RecomputeOldLogp, ReferenceLogp
 from hgpo_rllib.connectors.learner.prompt_sharing import PromptSharing
 from hgpo_rllib.rl_module.apis import TokenPolicyAPI
@@ -69,8 +70,8 @@ class TextAgentLearner(Learner, abc.ABC):
     def runner_weights(self, *, force: bool = False) -> dict[str, Any]:
         """What a weight sync sends the env runners, in the shape of ``get_state(inference_only=True)``
         (modules and weights version): a text policy's weights in the runners' dtype
-        (``engine_weights``), any other module's inference state. ``force``: version 0, which runners
-        load unconditionally (after a restore to an earlier checkpoint)."""
+        (``engine_weights``), any other module's inference state. ``force``: the runners load them
+        whatever their own version (after a restore to an earlier checkpoint)."""
         modules = {}
         for module_id, module in self.module.items():
             module = module.unwrapped()
@@ -79,7 +80,7 @@ class TextAgentLearner(Learner, abc.ABC):
                 if isinstance(module, TokenPolicyAPI)
                 else module.get_state(inference_only=True)
             )
-        return {COMPONENT_RL_MODULE: modules, WEIGHTS_SEQ_NO: 0 if force else self._weights_seq_no}
+        return {COMPONENT_RL_MODULE: modules, WEIGHTS_SEQ_NO: self._weights_seq_no, FORCE_WEIGHTS: force}
 
     def put_runner_weights(self, *, force: bool = False) -> ray.ObjectRef:
         """:meth:`runner_weights` put into Ray's object store by this learner: the runners fetch them

@@ -105,6 +105,24 @@ def text_agent_errors(config: Any) -> list[str]:
     need(is_number(c.entropy_coeff) and c.entropy_coeff >= 0, "entropy_coeff", "a number >= 0")
     need(is_number(c.weight_decay) and c.weight_decay >= 0, "weight_decay", "a number >= 0")
     need(is_bool(c.recompute_old_logp), "recompute_old_logp", "True or False")
+    need(is_bool(c.async_sampling), "async_sampling", "True or False")
+    need(
+        is_number(c.behaviour_weight_cap) and c.behaviour_weight_cap >= 1,
+        "behaviour_weight_cap",
+        "a number >= 1",
+    )
+    if c.async_sampling is True and not c.in_evaluation:  # evaluation samples on its own runners
+        need(
+            c.recompute_old_logp is True,
+            "recompute_old_logp",
+            "True with async_sampling=True (the off-policy correction weighs the learner's own "
+            "log-probs against the sampler's)",
+        )
+        need(
+            is_int(c.num_env_runners) and c.num_env_runners >= 1,
+            "num_env_runners",
+            ">= 1 with async_sampling=True (remote env runners sample while the learner trains)",
+        )
     need(is_lr(c.lr), "lr", "a number > 0, or a schedule [[0, lr0], [timestep, lr], ...]")
     need(
         c.grad_clip is None or (is_number(c.grad_clip) and c.grad_clip > 0),

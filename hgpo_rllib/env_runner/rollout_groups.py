@@ -22,6 +22,7 @@ from ray.rllib.utils.metrics import (
 )
 
 from hgpo_rllib.columns import (
+    FORCE_WEIGHTS,
     GENERATED_TOKENS_PER_S,
     NUM_GENERATED_TOKENS,
     PROMPT_IDS,
@@ -46,6 +47,7 @@ class RolloutGroupsMixin:
     _env_to_module: Any
     _module_to_env: Any
     _shared_data: dict
+    _weights_seq_no: int
 
     def _close_generators(self) -> None:
         """Shut down every module's generation engine (called by the runner's ``stop``, before Ray
@@ -104,6 +106,11 @@ class RolloutGroupsMixin:
         return state
 
     def set_state(self, state: dict[str, Any]) -> None:
+        """RLlib's, plus the task generator; with :data:`FORCE_WEIGHTS` the weights load whatever
+        this runner's version, which becomes the one sent (RLlib's own way to force, version 0,
+        would leave the runner's later version in place and its rows' staleness wrong)."""
+        if state.get(FORCE_WEIGHTS):
+            self._weights_seq_no = 0
         super().set_state(state)  # type: ignore[misc]
         if TASK_GENERATOR in state:
             self._task_rng.bit_generator.state = state[TASK_GENERATOR]["bit_generator"]

@@ -24,15 +24,18 @@ from ray.rllib.core.learner.learner import ENTROPY_KEY, POLICY_LOSS_KEY
 from ray.rllib.core.learner.torch.torch_learner import TorchLearner
 from ray.rllib.core.rl_module.multi_rl_module import MultiRLModule
 from ray.rllib.utils.annotations import override
+from ray.rllib.utils.metrics import DIFF_NUM_GRAD_UPDATES_VS_SAMPLER_POLICY, WEIGHTS_SEQ_NO
 from ray.rllib.utils.numpy import convert_to_numpy
 from ray.rllib.utils.torch_utils import convert_to_torch_tensor
 from ray.rllib.utils.typing import ModuleID, StateDict
 
 from hgpo_rllib.algorithms.text_agent_learner import TextAgentLearner
 from hgpo_rllib.algorithms.torch import fsdp
-from hgpo_rllib.algorithms.torch.token_loss import non_finite_terms, token_loss_terms
+from hgpo_rllib.algorithms.torch.token_loss import behaviour_weights, non_finite_terms, token_loss_terms
 from hgpo_rllib.columns import (
     ADVANTAGES,
+    BEHAVIOUR_WEIGHT_CAPPED_KEY,
+    BEHAVIOUR_WEIGHT_KEY,
     CLIP_FRAC_KEY,
     DUAL_CLIP_FRAC_KEY,
     GRAD_NORM_MAX_KEY,
@@ -42,6 +45,7 @@ from hgpo_rllib.columns import (
     LOSS_MASK,
     NUM_OPTIMIZER_STEPS,
     OLD_LOGP,
+    POLICY_STALENESS_KEY,
     RATIO_MEAN_KEY,
     REF_LOGP,
     RESP_MASK,
@@ -49,7 +53,16 @@ from hgpo_rllib.columns import (
 )
 
 #: The loss terms reported as token means over an update.
-_TOKEN_MEAN_KEYS = (POLICY_LOSS_KEY, ENTROPY_KEY, KL_KEY, CLIP_FRAC_KEY, DUAL_CLIP_FRAC_KEY, RATIO_MEAN_KEY)
+_TOKEN_MEAN_KEYS = (
+    POLICY_LOSS_KEY,
+    ENTROPY_KEY,
+    KL_KEY,
+    CLIP_FRAC_KEY,
+    DUAL_CLIP_FRAC_KEY,
+    RATIO_MEAN_KEY,
+    BEHAVIOUR_WEIGHT_KEY,
+    BEHAVIOUR_WEIGHT_CAPPED_KEY,
+)
 
 
 def loss_mask(batch: dict[str, Any]) -> torch.Tensor:
@@ -167,6 +180,21 @@ class TextAgentTorchLearner(TextAgentLearner, TorchLearner):
         return grads
 
     @override(TorchLearner)
+    def _compute_off_policyness(self, batch: dict[str, Any]) -> None:
+        """RLlib's ``diff_num_grad_updates_vs_sampler_policy`` (1 when on-policy: RLlib counts the
+        update under way), as a mean over the tokens that get loss (RLlib's own indexes a row column
+        with a token mask), and ``policy_staleness``: versions between the weights that sampled a row
+        and those this update starts from (0 on-policy, 1 with ``async_sampling``)."""
+        for mid, rows in batch.items():
+            if WEIGHTS_SEQ_NO not in rows:
+                continue
+            tokens = loss_mask(rows).sum(dim=-1).float()
+            versions_behind = (self._weights_seq_no - rows[WEIGHTS_SEQ_NO]).float()
+            lag = (versions_behind * tokens).sum() / tokens.sum().clamp(min=1)
+            self.metrics.log_value((mid, DIFF_NUM_GRAD_UPDATES_VS_SAMPLER_POLICY), float(lag), window=1)
+            self.metrics.log_value((mid, POLICY_STALENESS_KEY), float(lag) - 1.0, window=1)
+
+    @override(TorchLearner)
     def _uncompiled_update(self, batch: dict[str, Any], **kwargs: Any) -> tuple[Any, Any, dict]:
         """One optimiser step per module on its minibatch rows, in micro-batches of its
         ``micro_batch_size`` rows (per-module overrides apply: Dr. MAS's per-agent micro-batches)."""
@@ -216,21 +244,28 @@ class TextAgentTorchLearner(TextAgentLearner, TorchLearner):
             dual_clip=config.dual_clip,
         )
         entropy = fwd_out["entropy"]
-        per_token = terms.pg - config.entropy_coeff * entropy
+        sampler_logp = batch[SAMPLER_LOGP] if SAMPLER_LOGP in batch else old_logp
+        pg = terms.pg
+        weights = capped = None
+        if config.async_sampling:  # rows of an older policy: the decoupled objective (token_loss)
+            weights, capped = behaviour_weights(old_logp, sampler_logp, config.behaviour_weight_cap)
+            pg = pg * weights
+        per_token = pg - config.entropy_coeff * entropy
         if terms.kl is not None:
             per_token = per_token + config.kl_coeff * terms.kl
         first = self._num_minibatches == 0
-        sampler_logp = batch[SAMPLER_LOGP] if SAMPLER_LOGP in batch else old_logp
         self._accumulate(
             module_id,
             mask,
             {
-                POLICY_LOSS_KEY: terms.pg,
+                POLICY_LOSS_KEY: pg,
                 ENTROPY_KEY: entropy,
                 KL_KEY: terms.kl,
                 CLIP_FRAC_KEY: terms.clipped,
                 DUAL_CLIP_FRAC_KEY: terms.dual_clipped,
                 RATIO_MEAN_KEY: terms.ratio,
+                BEHAVIOUR_WEIGHT_KEY: weights,
+                BEHAVIOUR_WEIGHT_CAPPED_KEY: capped,
                 LOGP_GAP_KEY: (fwd_out["logp"] - sampler_logp).abs() if first else None,
             },
         )
@@ -239,7 +274,7 @@ class TextAgentTorchLearner(TextAgentLearner, TorchLearner):
             bad = non_finite_terms(
                 mask,
                 {
-                    "policy_loss": terms.pg,
+                    "policy_loss": pg,
                     f"kl_coeff * kl (kl_coeff={config.kl_coeff})": (
                         None if terms.kl is None else config.kl_coeff * terms.kl
                     ),

@@ -7,6 +7,13 @@ Per valid response token, with ratio r = exp(logp - old_logp) and the token's ad
 * k3 KL to the frozen reference: ``exp(ref - logp) - (ref - logp) - 1``, clamped to [-10, 10];
 * entropy of the policy at that position.
 
+With overlapped sampling the rows come from the policy one version before the one the update starts
+from (the proximal policy, whose log-probs the learner recomputes): the ratio and its clip stay
+relative to the proximal policy and the policy term of each token is weighted by the truncated
+importance weight ``min(pi_prox / pi_behaviour, cap)`` (:func:`behaviour_weights`), the decoupled
+PPO objective (Hilton et al. 2022, as AReaL trains) with verl's truncation instead of AReaL's
+dropping of tokens above the cap: every token keeps a bounded say.
+
 ``loss = pg - entropy_coeff * entropy + kl_coeff * kl``, each a token mean over the valid response
 tokens of the minibatch (``loss_agg_mode = token-mean``). Pure torch: no RLlib, tested on its own.
 """
@@ -61,6 +68,17 @@ def token_loss_terms(
         diff = (ref_logp - logp).clamp(-_LOG_RATIO_LIMIT, _LOG_RATIO_LIMIT)
         kl = (torch.exp(diff) - diff - 1.0).clamp(-_KL_LIMIT, _KL_LIMIT)
     return TokenLossTerms(pg, kl, ratio, (pg_clipped > pg_unclipped).float(), dual_clipped.float())
+
+
+def behaviour_weights(
+    proximal_logp: torch.Tensor, behaviour_logp: torch.Tensor, cap: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-token truncated importance weights ``min(exp(proximal - behaviour), cap)`` (no gradient)
+    and a 0/1 float marking the tokens held at the cap."""
+    with torch.no_grad():
+        weights = torch.exp((proximal_logp - behaviour_logp).clamp(-_LOG_RATIO_LIMIT, _LOG_RATIO_LIMIT))
+        capped = weights > cap
+        return weights.clamp(max=cap), capped.float()
 
 
 def non_finite_terms(mask: torch.Tensor, terms: dict[str, torch.Tensor | None]) -> list[str]:
