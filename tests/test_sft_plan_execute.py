@@ -170,7 +170,7 @@ def test_think_action_demonstrations_are_unchanged_and_plan_execute_plays_the_sa
         )
         assert after["prompt"] == f"{before['prompt']}\nSubgoal: {shown}\n{PLAN_TAG_INSTRUCTION}"
     # The recipes' digests do not change (the format is an env_config entry they do not name).
-    assert str(recipe_directory(alfworld_recipe(2))) == "warm_starts/alfworld-94e6db4769/dagger-eabffa2b-1"
+    assert str(recipe_directory(alfworld_recipe(2))) == "warm_starts/alfworld-94e6db4769/dagger-eabffa2b-2"
 
 
 def test_the_alfworld_searcher_demonstrates_its_phases_as_subgoals() -> None:

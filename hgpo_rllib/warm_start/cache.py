@@ -34,14 +34,14 @@ from hgpo_rllib.warm_start.phases import (
 from hgpo_rllib.warm_start.trainer import SFTSettings, train_warm_start
 
 #: The CPU main job's warm start (issue 11): the searcher's play of 800 training games, 1.5 epochs of
-#: the default model with loss on the prompt too, then one DAgger round on 96 more games.
+#: the default model with loss on the prompt too, then two DAgger rounds on 96 more games each.
 ALFWORLD_WARM_START: dict[str, Any] = {
     "env": "alfworld",
     "episodes": 800,
     "epochs": 1.5,
     "demonstrator": "searcher",
     "train_on_prompt": True,
-    "dagger": {"rounds": 1, "episodes": 96},
+    "dagger": {"rounds": 2, "episodes": 96},
 }
 #: Part of every cached warm start's name: bump it when a demonstrator's thoughts or commands change.
 DEMONSTRATION_FORMAT = 3
