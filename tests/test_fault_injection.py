@@ -2,9 +2,9 @@
 to the env runner, during each phase of an iteration (sampling, the learner update, the weight sync,
 the checkpoint write), of a real ``rllib train file`` run in a subprocess with its own Ray.
 
-The run's algorithm is HGPO (and, in the slow matrix, HGPO with ``async_sampling``, HiPER and a Dr. MAS
-team too) with one hook
-(an experiment-file subclass, shipped to Ray by value as any experiment file's code is): at the start
+The run's algorithm is HGPO (and, in the slow matrix, HGPO with ``async_sampling``, HiPER and a
+Dr. MAS team too) with one hook (an experiment-file subclass, shipped to Ray by value as any
+experiment file's code is): at the start
 of the chosen phase of iteration 3 (the checkpoint: the save after iteration 4) it waits 3 s (Tune
 records the last checkpoint), sends the fault, and waits 2 s more before the phase's work, so the
 fault lands while the iteration is in that phase. Checkpoints every 2 iterations, 5 in all. After each fault:
