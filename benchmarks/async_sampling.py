@@ -79,7 +79,6 @@ def measure(experiment: Path, async_sampling: bool, iterations: int, cores: tupl
             print(f"  {'async' if async_sampling else 'sync'} iteration {i + 1}/{iterations}: {rows[-1]}")
     finally:
         algo.stop()
-        pin(os.getpid(), learner_core)  # (the driver keeps its core for the next mode)
     return {key: statistics.median(row[key] for row in rows) for key in rows[0]}
 
 

@@ -37,12 +37,9 @@ VARIANTS = {
     "GiGPO": (HGPO, {"estimator": "gigpo", "history_length": 2}),
     "GRPO": (HGPO, {"estimator": "grpo", "history_length": 2}),
     "HiPER K=2": (HIPER, {"history_length": 2}),
-    # Overlapped sampling (issue 29): the next batch sampled during the update, one version stale.
-    "HGPO K=2 a=1 async": (
-        HGPO,
-        {"estimator": "hgpo", "history_length": 2, "length_weight_alpha": 1.0, "async_sampling": True},
-    ),
 }
+# Overlapped sampling (issue 29): the next batch sampled during the update, one version stale.
+VARIANTS["HGPO K=2 a=1 async"] = (HGPO, {**VARIANTS["HGPO K=2 a=1"][1], "async_sampling": True})
 THRESHOLDS = (0.8, 0.9)
 # Success is judged on a moving mean of this many iterations, so one lucky batch does not count.
 SMOOTHING = 3

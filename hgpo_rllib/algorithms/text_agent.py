@@ -421,13 +421,7 @@ class TextAgent(Algorithm):
         sampled during the update (by the weights before it) and the update trains on the groups
         sampled during the previous one."""
         if self._sampled_episodes is None:  # synchronous, or the first iteration of an async run
-            runners, restore = self.env_runner_group, self.restore_env_runners
-            with self._phase("sampling", ENV_RUNNER_SAMPLING_TIMER):
-                if self.runner_pool.sampling_in_background:  # left by an update that raised
-                    sampled = self.runner_pool.finish_sampling(runners, restore)
-                else:
-                    sampled = self.runner_pool.sample_groups(runners, restore)
-            self._sampled_episodes = self._record_sampling(*sampled)
+            self._sampled_episodes = self._sample()
         episodes, self._sampled_episodes = self._sampled_episodes, None
         # The runners' task generators as of the groups trained on: what a checkpoint keeps.
         self._trained_task_generators = dict(self.runner_pool.task_generators)
@@ -457,16 +451,21 @@ class TextAgent(Algorithm):
         self.metrics.aggregate(learner_results, key=LEARNER_RESULTS)
         self._log_learner_tokens_per_s()
 
-        if self.runner_pool.sampling_in_background:
-            # What the update did not hide: the rest of the next batch's sampling.
-            with self._phase("sampling", ENV_RUNNER_SAMPLING_TIMER):
-                sampled = self.runner_pool.finish_sampling(self.env_runner_group, self.restore_env_runners)
-            self._sampled_episodes = self._record_sampling(*sampled)
+        if self.runner_pool.sampling_in_background:  # what the update did not hide of the next batch
+            self._sampled_episodes = self._sample()
         with self._phase("weight_sync", SYNCH_WORKER_WEIGHTS_TIMER):
             self.sync_runner_weights()
 
-    def _record_sampling(self, replies: list[Any], failures: list[str]) -> list[Any]:
-        """Log a sampling's groups, failures and env-runner metrics; return its episodes."""
+    def _sample(self) -> list[Any]:
+        """Sample a batch of whole groups, or finish the one sampling in the background (also one
+        left by an update that raised), timed as the ``sampling`` phase; log its groups, failures and
+        env-runner metrics; return its episodes."""
+        runners, restore = self.env_runner_group, self.restore_env_runners
+        with self._phase("sampling", ENV_RUNNER_SAMPLING_TIMER):
+            if self.runner_pool.sampling_in_background:
+                replies, failures = self.runner_pool.finish_sampling(runners, restore)
+            else:
+                replies, failures = self.runner_pool.sample_groups(runners, restore)
         episodes = [ep for reply in replies for ep in reply.episodes]
         num_groups = len(episodes) // self.config.group_size
         self.metrics.log_value(NUM_GROUPS_SAMPLED, num_groups, window=1)
