@@ -2,8 +2,10 @@
 
 Run: ``python benchmarks/learning_keychest.py [--iterations N] [--seeds 0 1 2] [--variants V ...]``.
 Every run is a tuned example's config with one setting and one seed: ``tuned_examples/hgpo_keychest.py``
-with an estimator (HGPO K=2 alpha=1, HGPO K=2 alpha=0, HGPO K=2 with adaptive weights, GiGPO, GRPO), or
-``tuned_examples/hiper_keychest.py`` (HiPER, K=2: the same episodes, model size and step budget). Writes
+with an estimator (HGPO K=2 alpha=1, HGPO K=2 alpha=0, HGPO K=2 with adaptive weights, GiGPO, GRPO;
+HGPO K=2 alpha=1 with overlapped sampling), or ``tuned_examples/hiper_keychest.py`` (HiPER, K=2: the
+same episodes, model size and step budget; with its critic as a separate model, as heads on the policy's
+trunk, or with the critic-free high level of docs/hiper.md). Writes
 ``curves.csv`` (success per iteration, rewritten after every iteration), ``curves.png`` (mean with min-max
 band over seeds) and ``summary.md`` (iterations and wall time to 80% / 90% success, final success).
 An existing output directory is never overwritten; ``--resume`` continues one instead, keeping its
@@ -16,6 +18,7 @@ import argparse
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any, NamedTuple
 
 import matplotlib
 
@@ -29,17 +32,32 @@ from hgpo_rllib.experiments.experiment_file import load_experiment_file  # noqa:
 
 TUNED = Path(__file__).resolve().parents[1] / "tuned_examples"
 HGPO, HIPER = TUNED / "hgpo_keychest.py", TUNED / "hiper_keychest.py"
-#: variant -> (tuned example, training settings on top of it).
+
+
+class Variant(NamedTuple):
+    """A tuned example and the settings on top of it."""
+
+    example: Path
+    training: dict[str, Any]
+    model_config: dict[str, Any] = {}
+
+
 VARIANTS = {
-    "HGPO K=2 a=1": (HGPO, {"estimator": "hgpo", "history_length": 2, "length_weight_alpha": 1.0}),
-    "HGPO K=2 a=0": (HGPO, {"estimator": "hgpo", "history_length": 2, "length_weight_alpha": 0.0}),
-    "HGPO K=2 adaptive": (HGPO, {"estimator": "hgpo", "history_length": 2, "weighting": "adaptive"}),
-    "GiGPO": (HGPO, {"estimator": "gigpo", "history_length": 2}),
-    "GRPO": (HGPO, {"estimator": "grpo", "history_length": 2}),
-    "HiPER K=2": (HIPER, {"history_length": 2}),
+    "HGPO K=2 a=1": Variant(HGPO, {"estimator": "hgpo", "history_length": 2, "length_weight_alpha": 1.0}),
+    "HGPO K=2 a=0": Variant(HGPO, {"estimator": "hgpo", "history_length": 2, "length_weight_alpha": 0.0}),
+    "HGPO K=2 adaptive": Variant(HGPO, {"estimator": "hgpo", "history_length": 2, "weighting": "adaptive"}),
+    "GiGPO": Variant(HGPO, {"estimator": "gigpo", "history_length": 2}),
+    "GRPO": Variant(HGPO, {"estimator": "grpo", "history_length": 2}),
+    "HiPER K=2": Variant(HIPER, {"history_length": 2}),
 }
 # Overlapped sampling (issue 29): the next batch sampled during the update, one version stale.
-VARIANTS["HGPO K=2 a=1 async"] = (HGPO, {**VARIANTS["HGPO K=2 a=1"][1], "async_sampling": True})
+VARIANTS["HGPO K=2 a=1 async"] = Variant(HGPO, {**VARIANTS["HGPO K=2 a=1"].training, "async_sampling": True})
+# HiPER's critic as three heads on the policy's trunk (ours), and the critic-free high level (ours:
+# HGPO's group baselines over segment starts, so the 128 episodes come as 16 groups of 8 like HGPO's).
+VARIANTS["HiPER K=2 policy critic"] = Variant(HIPER, {"history_length": 2}, {"critic": "policy"})
+VARIANTS["HiPER K=2 critic-free high"] = Variant(
+    HIPER, {"history_length": 2, "high_level_baseline": "groups", "group_size": 8, "groups_per_iteration": 16}
+)
 THRESHOLDS = (0.8, 0.9)
 # Success is judged on a moving mean of this many iterations, so one lucky batch does not count.
 SMOOTHING = 3
@@ -48,9 +66,11 @@ SMOOTHING = 3
 def run(variant: str, seed: int, iterations: int, progress: Callable[[list[dict]], None]) -> list[dict]:
     """Train one (variant, seed) and return its per-iteration records; ``progress`` gets the
     records so far after every iteration."""
-    example, training = VARIANTS[variant]
+    example, training, model_config = VARIANTS[variant]
     config = load_experiment_file(example).config.copy(copy_frozen=False)
     config.training(**training).debugging(seed=seed)
+    if model_config:
+        config.rl_module(model_config={**config.user_model_config(), **model_config})
     algo = config.build_algo()
     records, start = [], time.perf_counter()
     try:

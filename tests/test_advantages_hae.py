@@ -21,7 +21,15 @@ from hae_reference import reference_hae, reference_step_rewards
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hgpo_rllib.advantages.hae import HAEResult, hae_advantages, hae_step_rewards, parse_switch, standardize
+from hgpo_rllib.advantages import hgpo_advantages
+from hgpo_rllib.advantages.hae import (
+    HAEResult,
+    hae_advantages,
+    hae_step_rewards,
+    parse_switch,
+    segment_group_advantages,
+    standardize,
+)
 
 SETTINGS = settings(max_examples=100, deadline=None)
 TOL = 1e-10
@@ -676,3 +684,75 @@ def test_bad_parameters_raise(name: str, bad: float) -> None:
 def test_unhashable_trajectory_ids_raise() -> None:
     with pytest.raises(TypeError, match="traj_ids"):
         hae_advantages(**{**_valid_columns(), "traj_ids": [["a"], ["a"], ["b"]]})
+
+
+# ----------------------------------------------------------------------------- critic-free high level
+
+
+def test_segment_groups_by_hand() -> None:
+    """K = 0, mean_norm: each segment start against the starts of its rollout group with the same
+    observation (HGPO's single level, weight 2 / (2 + eps)); a start alone in its group gets 0."""
+    rows = [  # (group, traj, step, obs, segment start, segment return)
+        ("g", "a", 0, "hall", True, 3.0),
+        ("g", "a", 1, "kitchen", False, np.nan),  # KEEP turn: its return is never read
+        ("g", "a", 2, "kitchen", True, 2.0),
+        ("g", "b", 0, "hall", True, 1.0),
+        ("g", "b", 1, "kitchen", True, 0.0),
+        ("g", "b", 2, "garden", True, 5.0),
+        ("h", "c", 0, "hall", True, 7.0),  # another task: not grouped with g's starts
+    ]
+    order = [4, 0, 6, 2, 5, 1, 3]  # rows in any order
+    columns = [np.array([rows[i][j] for i in order], dtype=object) for j in range(6)]
+    got = segment_group_advantages(
+        columns[0],
+        columns[1],
+        columns[2].astype(int),
+        columns[3],
+        columns[4].astype(bool),
+        columns[5].astype(float),
+        history_length=0,
+        mode="mean_norm",
+    )
+    weight = 2 / (2 + 1e-6)
+    want = {0: 1.0 * weight, 1: 0.0, 2: 1.0 * weight, 3: -1.0 * weight, 4: -1.0 * weight, 5: 0.0, 6: 0.0}
+    np.testing.assert_allclose(got, [want[i] for i in order], rtol=0, atol=1e-12)
+
+
+@SETTINGS
+@given(batch=batches(), data=st.data())
+def test_segment_groups_are_hgpo_on_a_table_of_segment_starts(batch: Batch, data: st.DataObject) -> None:
+    """The definition, with the segment table built by hand: the k-th segment start of a trajectory
+    is its step k; HGPO on those rows, 0 on the other rows."""
+    n = len(batch.traj_ids)
+    rng = np.random.default_rng(data.draw(st.integers(0, 2**32 - 1)))
+    group_of = {t: f"g{rng.integers(2)}" for t in set(batch.traj_ids)}
+    groups = [group_of[t] for t in batch.traj_ids]
+    obs = [f"o{v}" for v in rng.integers(0, 3, n)]
+    returns = rng.normal(size=n)
+    options = data.draw(
+        st.fixed_dictionaries(
+            {
+                "history_length": st.integers(0, 3),
+                "mode": st.sampled_from(["mean_norm", "mean_std_norm"]),
+                "alpha": st.sampled_from([0.0, 1.0, 2.0]),
+            }
+        )
+    )
+    got = segment_group_advantages(
+        groups, batch.traj_ids, batch.step_idx, obs, batch.switches, returns, **options
+    )
+    table: list[tuple[int, str, str, int, str, float]] = []
+    for traj, traj_rows in by_traj(batch).items():
+        starts = [i for t, i in enumerate(traj_rows) if t == 0 or batch.switches[i]]
+        table += [(i, groups[i], traj, k, obs[i], returns[i]) for k, i in enumerate(starts)]
+    picked, *columns = zip(*table, strict=True)
+    want = np.zeros(n)
+    want[list(picked)] = hgpo_advantages(*columns, np.zeros(len(table)), **options)
+    np.testing.assert_allclose(got, want, rtol=0, atol=TOL)
+
+
+def test_segment_groups_refuse_non_finite_returns_on_segment_starts() -> None:
+    args = (["g", "g"], ["a", "a"], [0, 1], ["x", "y"], [False, False])
+    assert segment_group_advantages(*args, [1.0, np.nan]).tolist() == [0.0, 0.0]  # row 1 is no start
+    with pytest.raises(ValueError, match="segment_returns contains non-finite values on segment-start rows"):
+        segment_group_advantages(*args, [np.inf, 0.0])

@@ -18,7 +18,7 @@ from ray.rllib.env.single_agent_episode import SingleAgentEpisode
 from ray.rllib.utils.metrics import WEIGHTS_SEQ_NO
 from ray.rllib.utils.metrics.metrics_logger import MetricsLogger
 
-from hgpo_rllib.advantages.hae import hae_advantages, hae_step_rewards, standardize
+from hgpo_rllib.advantages.hae import hae_advantages, hae_step_rewards, segment_group_advantages, standardize
 from hgpo_rllib.algorithms.hiper.torch.hiper_torch_learner import CRITIC_OPTIMIZER, clipped_value_loss
 from hgpo_rllib.columns import (
     ADVANTAGES,
@@ -129,12 +129,16 @@ def plan_execute_episode(module: LLMCriticRLModule, turns: list[tuple[str, float
     return episode
 
 
-def test_the_hae_connector_is_hae_on_the_critics_values_scattered_onto_the_blocks() -> None:
+@pytest.mark.parametrize("high_level_baseline", ["critic", "groups"])
+def test_the_hae_connector_is_hae_on_the_critics_values_scattered_onto_the_blocks(
+    high_level_baseline: str,
+) -> None:
     """Independently of the connector: positions found by decoding prefixes, the critic's value grid
-    indexed there, HAE and standardisation by hand, then each block's tokens checked."""
+    indexed there, HAE and standardisation by hand, then each block's tokens checked. With the
+    critic-free high level, the subgoal tokens get HGPO over the segment starts of the group (K=1)."""
     module = critic_module()
     episodes = [plan_execute_episode(module, turns, done) for turns, done in EPISODES]
-    settings = HAESettings()
+    settings = HAESettings(high_level_baseline=high_level_baseline, history_length=1)
     metrics = MetricsLogger()
     rows = HAEAdvantages(settings=settings, chunk_rows=3)(
         rl_module={DEFAULT_MODULE_ID: module}, batch={}, episodes=episodes, metrics=metrics
@@ -177,7 +181,7 @@ def test_the_hae_connector_is_hae_on_the_critics_values_scattered_onto_the_block
     rewards = hae_step_rewards(env_rewards, valid, switches, traj, changed, both, step_idx=step)
     assert rewards[2] == pytest.approx(-0.3 / 4 - 0.3)  # a KEEP that changed its subgoal
     dones = np.array([False, False, False, True, False, False, False])
-    result = hae_advantages(
+    hae_inputs = (
         traj,
         step,
         rewards,
@@ -187,6 +191,7 @@ def test_the_hae_connector_is_hae_on_the_critics_values_scattered_onto_the_block
         np.where(start, v_high, np.nan),
         np.array(v_term),
     )
+    result = hae_advantages(*hae_inputs)
     assert np.allclose(
         rows[VALUE_TARGETS], np.stack([result.ret_low, result.ret_high, result.ret_term], 1), atol=1e-5
     )
@@ -195,7 +200,15 @@ def test_the_hae_connector_is_hae_on_the_critics_values_scattered_onto_the_block
         "subgoal": np.array([switch_and_subgoal(a)[1] is not None for a in answers]),
     }
     a_low = standardize(result.adv_low, np.ones(len(answers), bool))
-    a_high = standardize(result.adv_high, start & has["subgoal"])
+    adv_high = result.adv_high
+    if high_level_baseline == "groups":
+        monte_carlo = hae_advantages(*hae_inputs, lam_seg=1.0).ret_high
+        obs = ["start" if t == 0 else f"obs {t - 1}" for t in step]  # the observation each turn acted on
+        adv_high = segment_group_advantages(
+            ["g"] * len(step), traj, step, obs, start, monte_carlo, history_length=1
+        )
+        assert np.count_nonzero(adv_high) >= 2 and not np.allclose(adv_high, result.adv_high)
+    a_high = standardize(adv_high, start & has["subgoal"])
     a_term = standardize(result.adv_term, has["switch"])
 
     for i, answer in enumerate(answers):
@@ -285,6 +298,16 @@ def test_hiper_validation_names_what_is_wrong(tmp_path: Path) -> None:
     errors = " | ".join(bad.setting_errors())
     for name in ("lam_seg=2.0", "keep_penalty_mode='sometimes'", "critic_lr=0"):
         assert name in errors
+    errors = " | ".join(
+        HiPERConfig().training(high_level_baseline="groups", adv_mode="median").setting_errors()
+    )
+    assert "group_size=1 is invalid: expected an integer >= 2 with high_level_baseline='groups'" in errors
+    assert "adv_mode='median'" in errors
+    grouped = HiPERConfig().training(high_level_baseline="groups", group_size=4, history_length=3)
+    assert grouped.hae_settings() == HAESettings(high_level_baseline="groups", history_length=3)
+    assert "high_level_baseline='value'" in " | ".join(
+        HiPERConfig().training(high_level_baseline="value").setting_errors()
+    )
 
 
 def module_weights(learners: Any) -> dict[str, np.ndarray]:

@@ -25,7 +25,13 @@ from hgpo_rllib.advantages.estimators import (
     hgpo_level_stats,
 )
 from hgpo_rllib.advantages.grouping import ADV_MODES, WEIGHTINGS
-from hgpo_rllib.advantages.hae import HAEResult, hae_advantages, hae_step_rewards, parse_switch
+from hgpo_rllib.advantages.hae import (
+    HAEResult,
+    hae_advantages,
+    hae_step_rewards,
+    parse_switch,
+    segment_group_advantages,
+)
 from hgpo_rllib.advantages.multi_agent import (
     AgentView,
     agent_turn_rewards,
@@ -56,5 +62,6 @@ __all__ = [
     "multi_agent_grpo_advantages",
     "parse_switch",
     "per_agent_view",
+    "segment_group_advantages",
     "step_returns_and_scores",
 ]

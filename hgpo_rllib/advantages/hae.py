@@ -29,6 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from hgpo_rllib.advantages.estimators import hgpo_advantages
 from hgpo_rllib.advantages.grouping import (
     BoolArray,
     FloatArray,
@@ -316,6 +317,66 @@ def hae_advantages(
     segment_start = np.zeros(n, dtype=bool)
     segment_start[order] = start
     return HAEResult(segment_start=segment_start, **out)
+
+
+def segment_group_advantages(
+    group_ids: Keys,
+    traj_ids: Keys,
+    step_idx: npt.ArrayLike,
+    obs: Keys,
+    segment_start: npt.ArrayLike,
+    segment_returns: npt.ArrayLike,
+    *,
+    history_length: int = 2,
+    mode: str = "mean_std_norm",
+    alpha: float = 1.0,
+    weighting: str = "reference",
+) -> FloatArray:
+    """HAE's high level without the critic's high head (ours; ``docs/hiper.md`` §A critic-free
+    high level): HGPO (docs/hgpo_algorithm.md §4) over the semi-MDP whose steps are segments.
+
+    The rows that enter are the segment starts (``segment_start``; turn 0 always starts one), the
+    k-th start of a trajectory its step k, ``obs`` its observation and ``segment_returns`` its
+    return to the episode's end (HAE's ``ret_high`` with ``lam_seg=1``: Monte-Carlo over the
+    segments, with HAE's truncation bootstrap). A segment start's level-d group holds the starts of
+    the same rollout group whose last d segment-start observations are the same. Returns one value
+    per input row: HGPO's aggregate on segment starts, 0 elsewhere (rows in any order).
+    """
+    n = n_rows(
+        group_ids=group_ids,
+        traj_ids=traj_ids,
+        step_idx=step_idx,
+        obs=obs,
+        segment_start=segment_start,
+        segment_returns=segment_returns,
+    )
+    start = flag_column(segment_start, "segment_start")
+    returns = finite_column(segment_returns, "segment_returns", check_finite=False)
+    out = np.zeros(n)
+    if n == 0:
+        return out
+    layout = trajectory_layout(traj_ids, step_idx)
+    check_consecutive_steps(layout, step_idx)
+    opens = start[layout.order] | (layout.pos == 0)
+    count = np.cumsum(opens)
+    segment_number = count - count[np.arange(n) - layout.pos]  # k of each sorted start row
+    rows = layout.order[opens]
+    if not np.isfinite(returns[rows]).all():
+        raise ValueError("segment_returns contains non-finite values on segment-start rows")
+    picked = [np.asarray(keys, dtype=object)[rows] for keys in (group_ids, traj_ids, obs)]
+    out[rows] = hgpo_advantages(
+        picked[0],
+        picked[1],
+        segment_number[opens],
+        picked[2],
+        returns[rows],
+        np.zeros(len(rows)),  # episode scores: only the base item reads them, and it is off
+        history_length=history_length,
+        mode=mode,
+        alpha=alpha,
+        weighting=weighting,
+    )
+    return out
 
 
 def standardize(values: npt.ArrayLike, mask: npt.ArrayLike, *, eps: float = _STD_EPS) -> FloatArray:

@@ -52,6 +52,23 @@ class SettingErrors:
         self.messages.append(message)
 
 
+def level_weight_errors(history_length: Any, alpha: Any) -> list[str]:
+    """HGPO's level weights L**alpha (L <= K + 2) must be finite floats, or the advantage
+    computation overflows (HGPO, and HiPER's critic-free high level)."""
+    if not (is_int(history_length) and is_number(alpha)):
+        return []
+    try:
+        total = sum(float(length) ** alpha for length in range(1, history_length + 3))
+    except OverflowError:
+        total = math.inf
+    if math.isfinite(total):
+        return []
+    return [
+        f"length_weight_alpha={alpha!r} is invalid: the level weights "
+        f"L**alpha overflow for history_length={history_length} (L up to {history_length + 2})"
+    ]
+
+
 def _multi_agent_errors(errors: SettingErrors) -> None:
     """A team env (a ``MultiAgentEnv``, docs/drmas.md) needs RLlib's multi-agent settings, and they a
     team env; several learners are not supported yet for teams (a learner whose share of groups has

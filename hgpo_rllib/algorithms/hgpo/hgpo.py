@@ -36,7 +36,6 @@ Example::
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 from ray.rllib.algorithms.algorithm import Algorithm
@@ -48,8 +47,8 @@ from hgpo_rllib.advantages import ADV_MODES, ESTIMATORS, NORMALIZE_BY, WEIGHTING
 from hgpo_rllib.advantages.step_table import EstimatorSettings
 from hgpo_rllib.algorithms.hgpo.torch.hgpo_torch_learner import HGPOTorchLearner
 from hgpo_rllib.algorithms.text_agent import TextAgent, TextAgentConfig
-from hgpo_rllib.algorithms.validation import SettingErrors
-from hgpo_rllib.checks import is_bool, is_int, is_number
+from hgpo_rllib.algorithms.validation import SettingErrors, level_weight_errors
+from hgpo_rllib.checks import is_bool, is_number
 
 
 class HGPOConfig(TextAgentConfig):
@@ -150,27 +149,10 @@ class HGPOConfig(TextAgentConfig):
             "step_advantage_w",
             "a finite number >= 0",
         )
-        return super().setting_errors() + errors.messages + self._level_weight_errors()
-
-    def _level_weight_errors(self) -> list[str]:
-        """HGPO's level weights L**alpha (L <= K + 2) must be finite floats, or the advantage
-        computation overflows."""
-        if self.estimator != "hgpo" or not (
-            is_int(self.history_length) and is_number(self.length_weight_alpha)
-        ):
-            return []
-        try:
-            total = sum(
-                float(length) ** self.length_weight_alpha for length in range(1, self.history_length + 3)
-            )
-        except OverflowError:
-            total = math.inf
-        if math.isfinite(total):
-            return []
-        return [
-            f"length_weight_alpha={self.length_weight_alpha!r} is invalid: the level weights "
-            f"L**alpha overflow for history_length={self.history_length} (L up to {self.history_length + 2})"
-        ]
+        weights = []
+        if self.estimator == "hgpo":
+            weights = level_weight_errors(self.history_length, self.length_weight_alpha)
+        return super().setting_errors() + errors.messages + weights
 
 
 class HGPO(TextAgent):

@@ -38,15 +38,19 @@ from ray.tune.registry import register_trainable
 from transformers import AutoTokenizer
 
 from envs.common.actions import PLAN_EXECUTE
+from hgpo_rllib.advantages import ADV_MODES
 from hgpo_rllib.advantages.hae import KEEP_PENALTY_MODES
 from hgpo_rllib.algorithms.hiper.torch.hiper_torch_learner import HiPERTorchLearner
 from hgpo_rllib.algorithms.text_agent import TextAgent, TextAgentConfig
-from hgpo_rllib.algorithms.validation import SettingErrors
-from hgpo_rllib.checks import is_bool, is_number
+from hgpo_rllib.algorithms.validation import SettingErrors, level_weight_errors
+from hgpo_rllib.checks import is_bool, is_int, is_number
 from hgpo_rllib.connectors.learner.hae_advantages import HAESettings
 from hgpo_rllib.rl_module.config import POLICY_TRUNK, TINY_PRESET
 from hgpo_rllib.rl_module.critic import check_critic_tokenizer
 from hgpo_rllib.rl_module.critic_rl_module import LLMCriticRLModule
+
+#: ``HiPERConfig.training(high_level_baseline=...)``.
+HIGH_LEVEL_BASELINES = ("critic", "groups")
 
 
 class HiPERConfig(TextAgentConfig):
@@ -74,6 +78,10 @@ class HiPERConfig(TextAgentConfig):
         self.value_clip = 0.5
         self.high_value_coef = 1.0
         self.term_value_coef = 1.0
+        # The high level's baseline: the critic's high head, or (ours) HGPO's group baselines.
+        self.high_level_baseline = "critic"
+        self.adv_mode = "mean_std_norm"
+        self.length_weight_alpha = 1.0
         # No rollout groups: every episode a task of its own (env.rollout.n = 1).
         self.group_size = 1
         self.groups_per_iteration = 128
@@ -94,6 +102,9 @@ class HiPERConfig(TextAgentConfig):
         value_clip: float = NotProvided,
         high_value_coef: float = NotProvided,
         term_value_coef: float = NotProvided,
+        high_level_baseline: str = NotProvided,
+        adv_mode: str = NotProvided,
+        length_weight_alpha: float = NotProvided,
         **kwargs: Any,
     ) -> HiPERConfig:
         """Sets HAE's and the critic's settings (and, through ``kwargs``, :meth:`TextAgentConfig.training`'s;
@@ -115,6 +126,12 @@ class HiPERConfig(TextAgentConfig):
             value_clip: Clip of the value loss (default 0.5).
             high_value_coef: Weight of the high-level head's loss (default 1.0).
             term_value_coef: Weight of the termination head's loss (default 1.0).
+            high_level_baseline: "critic" (default: HAE's high level, GAE over segments with the
+                high head) or "groups" (ours, docs/hiper.md §A critic-free high level: HGPO's
+                hierarchical group baselines over the segment starts of each rollout group, K =
+                ``history_length``; needs ``group_size`` >= 2). The high head still trains.
+            adv_mode: With "groups": HGPO's "mean_std_norm" (default) or "mean_norm".
+            length_weight_alpha: With "groups": HGPO's alpha (default 1.0), level weights L**alpha.
         """
         super().training(**kwargs)
         return self._set_provided(locals())
@@ -152,6 +169,10 @@ class HiPERConfig(TextAgentConfig):
             keep_consistency_penalty=self.keep_consistency_penalty,
             keep_consistency_requires_both=self.keep_consistency_requires_both,
             norm_adv=self.norm_adv,
+            high_level_baseline=self.high_level_baseline,
+            history_length=self.history_length,
+            adv_mode=self.adv_mode,
+            length_weight_alpha=self.length_weight_alpha,
         )
 
     @override(TextAgentConfig)
@@ -173,6 +194,25 @@ class HiPERConfig(TextAgentConfig):
             need(is_number(getattr(self, name)) and getattr(self, name) > 0, name, "a number > 0")
         for name in ("high_value_coef", "term_value_coef"):
             need(is_number(getattr(self, name)) and getattr(self, name) >= 0, name, "a number >= 0")
+        need(
+            self.high_level_baseline in HIGH_LEVEL_BASELINES,
+            "high_level_baseline",
+            f"one of {HIGH_LEVEL_BASELINES}",
+        )
+        weights = []
+        if self.high_level_baseline == "groups":
+            need(
+                is_int(self.group_size) and self.group_size >= 2,
+                "group_size",
+                "an integer >= 2 with high_level_baseline='groups' (its baselines compare rollouts)",
+            )
+            need(self.adv_mode in ADV_MODES, "adv_mode", f"one of {ADV_MODES}")
+            need(
+                is_number(self.length_weight_alpha) and self.length_weight_alpha >= 0,
+                "length_weight_alpha",
+                "a number >= 0",
+            )
+            weights = level_weight_errors(self.history_length, self.length_weight_alpha)
         if self.is_multi_agent:
             errors.add("multi_agent() is not supported by HiPER yet: its critic and HAE serve one policy")
         env_config = self.env_config if isinstance(self.env_config, dict) else {}
@@ -199,7 +239,7 @@ class HiPERConfig(TextAgentConfig):
                 check_critic_tokenizer(critic, AutoTokenizer.from_pretrained(model))
             except (OSError, ValueError) as exc:
                 errors.add(str(exc))
-        return super().setting_errors() + errors.messages
+        return super().setting_errors() + errors.messages + weights
 
 
 class HiPER(TextAgent):

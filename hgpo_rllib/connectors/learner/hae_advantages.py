@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -23,7 +23,14 @@ from ray.rllib.core import DEFAULT_MODULE_ID
 from ray.rllib.env.single_agent_episode import SingleAgentEpisode
 from ray.rllib.utils.annotations import override
 
-from hgpo_rllib.advantages.hae import HAEResult, hae_advantages, hae_step_rewards, parse_switch, standardize
+from hgpo_rllib.advantages.hae import (
+    HAEResult,
+    hae_advantages,
+    hae_step_rewards,
+    parse_switch,
+    segment_group_advantages,
+    standardize,
+)
 from hgpo_rllib.columns import (
     ADVANTAGES,
     LOSS_MASK,
@@ -34,6 +41,7 @@ from hgpo_rllib.columns import (
     TOKEN_COLUMNS,
     VALUE_POSITIONS,
     VALUE_TARGETS,
+    group_id_of,
 )
 from hgpo_rllib.connectors.learner.frozen_logp import logp_in_chunks
 from hgpo_rllib.connectors.learner.plan_execute_spans import Spans, token_spans
@@ -55,6 +63,12 @@ class HAESettings:
     keep_consistency_penalty: float = -0.3
     keep_consistency_requires_both: bool = True
     norm_adv: bool = True
+    #: "critic" (HiPER's high head) or "groups" (ours: HGPO's group baselines over segment starts,
+    #: docs/hiper.md §A critic-free high level) with the next three settings.
+    high_level_baseline: str = "critic"
+    history_length: int = 2
+    adv_mode: str = "mean_std_norm"
+    length_weight_alpha: float = 1.0
 
 
 @dataclass
@@ -67,10 +81,13 @@ class PlanExecuteTurns:
     terminated: np.ndarray
     is_valid: np.ndarray
     switches: np.ndarray
+    group_ids: list[str]
+    obs: list[str]  # the raw observation each turn acted on
 
     @classmethod
     def from_episodes(cls, episodes: Sequence[SingleAgentEpisode]) -> PlanExecuteTurns:
         traj_ids, steps, rewards, terminated, valid, switches = [], [], [], [], [], []
+        group_ids, obs = [], []
         for ep in episodes:
             if ep.t_started != 0 or not ep.is_done:
                 raise ValueError(f"episode {ep.id_} is not complete; HAE needs whole episodes")
@@ -87,6 +104,8 @@ class PlanExecuteTurns:
             terminated += [False] * (n - 1) + [bool(ep.is_terminated)]
             valid += [bool(info["is_action_valid"]) for info in infos]
             switches += [parse_switch(info[SWITCH_TEXT]) for info in infos]
+            group_ids += [group_id_of(ep)] * n
+            obs += list(ep.get_observations())[:n]
         return cls(
             traj_ids,
             np.asarray(steps, dtype=np.int64),
@@ -94,6 +113,8 @@ class PlanExecuteTurns:
             np.asarray(terminated, dtype=bool),
             np.asarray(valid, dtype=bool),
             np.asarray(switches, dtype=bool),
+            group_ids,
+            obs,
         )
 
 
@@ -201,7 +222,7 @@ class HAEAdvantages(ConnectorV2):
         )
         args = (turns.env_rewards, turns.is_valid, turns.switches, turns.traj_ids, changed, both)
         rewards = hae_step_rewards(*args, **shaping)
-        result = hae_advantages(
+        hae_inputs = (
             turns.traj_ids,
             turns.step_idx,
             rewards,
@@ -210,11 +231,27 @@ class HAEAdvantages(ConnectorV2):
             old_values[:, 0],
             np.where(segment_start, old_values[:, 1], np.nan),
             old_values[:, 2],
-            gamma=cfg.gamma,
-            lam_turn=cfg.lam_turn,
-            lam_seg=cfg.lam_seg,
-            bootstrap_truncated=cfg.bootstrap_truncated,
         )
+        hae_options = {
+            "gamma": cfg.gamma,
+            "lam_turn": cfg.lam_turn,
+            "bootstrap_truncated": cfg.bootstrap_truncated,
+        }
+        result = hae_advantages(*hae_inputs, lam_seg=cfg.lam_seg, **hae_options)
+        if cfg.high_level_baseline == "groups":
+            monte_carlo = hae_advantages(*hae_inputs, lam_seg=1.0, **hae_options).ret_high
+            adv_high = segment_group_advantages(
+                turns.group_ids,
+                turns.traj_ids,
+                turns.step_idx,
+                turns.obs,
+                result.segment_start,
+                monte_carlo,
+                history_length=cfg.history_length,
+                mode=cfg.adv_mode,
+                alpha=cfg.length_weight_alpha,
+            )
+            result = replace(result, adv_high=adv_high)
         has_switch = np.array([s.switch is not None for s in spans])
         has_subgoal = np.array([s.subgoal is not None for s in spans])
         raw = {"low": result.adv_low, "high": result.adv_high, "term": result.adv_term}
