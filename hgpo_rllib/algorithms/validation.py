@@ -19,6 +19,7 @@ from safetensors import safe_open
 from transformers import Qwen2Config
 
 import envs
+from hgpo_rllib.advantages import ADV_MODES
 from hgpo_rllib.checks import is_bool, is_int, is_lr, is_number
 from hgpo_rllib.env_runner.grouped_env_runner import GroupedEnvRunner
 from hgpo_rllib.env_runner.grouped_multi_agent_env_runner import GroupedMultiAgentEnvRunner
@@ -52,21 +53,25 @@ class SettingErrors:
         self.messages.append(message)
 
 
-def level_weight_errors(history_length: Any, alpha: Any) -> list[str]:
-    """HGPO's level weights L**alpha (L <= K + 2) must be finite floats, or the advantage
-    computation overflows (HGPO, and HiPER's critic-free high level)."""
-    if not (is_int(history_length) and is_number(alpha)):
-        return []
+def level_weight_errors(errors: SettingErrors, *, check_overflow: bool = True) -> None:
+    """HGPO's level settings (``adv_mode``, ``length_weight_alpha``) of HGPO's config or of HiPER's
+    critic-free high level; the level weights L**alpha (L <= K + 2) must also be finite floats, or
+    the advantage computation overflows."""
+    config = errors.config
+    errors.need(config.adv_mode in ADV_MODES, "adv_mode", f"one of {ADV_MODES}")
+    history_length, alpha = config.history_length, config.length_weight_alpha
+    errors.need(is_number(alpha) and alpha >= 0, "length_weight_alpha", "a number >= 0")
+    if not (check_overflow and is_int(history_length) and is_number(alpha)):
+        return
     try:
         total = sum(float(length) ** alpha for length in range(1, history_length + 3))
     except OverflowError:
         total = math.inf
-    if math.isfinite(total):
-        return []
-    return [
-        f"length_weight_alpha={alpha!r} is invalid: the level weights "
-        f"L**alpha overflow for history_length={history_length} (L up to {history_length + 2})"
-    ]
+    if not math.isfinite(total):
+        errors.add(
+            f"length_weight_alpha={alpha!r} is invalid: the level weights "
+            f"L**alpha overflow for history_length={history_length} (L up to {history_length + 2})"
+        )
 
 
 def _multi_agent_errors(errors: SettingErrors) -> None:

@@ -43,7 +43,7 @@ from ray.rllib.algorithms.algorithm_config import NotProvided
 from ray.rllib.utils.annotations import override
 from ray.tune.registry import register_trainable
 
-from hgpo_rllib.advantages import ADV_MODES, ESTIMATORS, NORMALIZE_BY, WEIGHTINGS
+from hgpo_rllib.advantages import ESTIMATORS, NORMALIZE_BY, WEIGHTINGS
 from hgpo_rllib.advantages.step_table import EstimatorSettings
 from hgpo_rllib.algorithms.hgpo.torch.hgpo_torch_learner import HGPOTorchLearner
 from hgpo_rllib.algorithms.text_agent import TextAgent, TextAgentConfig
@@ -130,12 +130,7 @@ class HGPOConfig(TextAgentConfig):
         errors = SettingErrors(self)
         need = errors.need
         need(self.estimator in ESTIMATORS, "estimator", f"one of {ESTIMATORS}")
-        need(self.adv_mode in ADV_MODES, "adv_mode", f"one of {ADV_MODES}")
-        need(
-            is_number(self.length_weight_alpha) and self.length_weight_alpha >= 0,
-            "length_weight_alpha",
-            "a number >= 0",
-        )
+        level_weight_errors(errors, check_overflow=self.estimator == "hgpo")
         need(is_bool(self.base_group), "base_group", "True or False")
         need(self.weighting in WEIGHTINGS, "weighting", f"one of {WEIGHTINGS}")
         need(
@@ -149,10 +144,7 @@ class HGPOConfig(TextAgentConfig):
             "step_advantage_w",
             "a finite number >= 0",
         )
-        weights = []
-        if self.estimator == "hgpo":
-            weights = level_weight_errors(self.history_length, self.length_weight_alpha)
-        return super().setting_errors() + errors.messages + weights
+        return super().setting_errors() + errors.messages
 
 
 class HGPO(TextAgent):

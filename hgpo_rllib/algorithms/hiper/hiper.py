@@ -38,7 +38,6 @@ from ray.tune.registry import register_trainable
 from transformers import AutoTokenizer
 
 from envs.common.actions import PLAN_EXECUTE
-from hgpo_rllib.advantages import ADV_MODES
 from hgpo_rllib.advantages.hae import KEEP_PENALTY_MODES
 from hgpo_rllib.algorithms.hiper.torch.hiper_torch_learner import HiPERTorchLearner
 from hgpo_rllib.algorithms.text_agent import TextAgent, TextAgentConfig
@@ -199,20 +198,13 @@ class HiPERConfig(TextAgentConfig):
             "high_level_baseline",
             f"one of {HIGH_LEVEL_BASELINES}",
         )
-        weights = []
         if self.high_level_baseline == "groups":
             need(
                 is_int(self.group_size) and self.group_size >= 2,
                 "group_size",
                 "an integer >= 2 with high_level_baseline='groups' (its baselines compare rollouts)",
             )
-            need(self.adv_mode in ADV_MODES, "adv_mode", f"one of {ADV_MODES}")
-            need(
-                is_number(self.length_weight_alpha) and self.length_weight_alpha >= 0,
-                "length_weight_alpha",
-                "a number >= 0",
-            )
-            weights = level_weight_errors(self.history_length, self.length_weight_alpha)
+            level_weight_errors(errors)
         if self.is_multi_agent:
             errors.add("multi_agent() is not supported by HiPER yet: its critic and HAE serve one policy")
         env_config = self.env_config if isinstance(self.env_config, dict) else {}
@@ -239,7 +231,7 @@ class HiPERConfig(TextAgentConfig):
                 check_critic_tokenizer(critic, AutoTokenizer.from_pretrained(model))
             except (OSError, ValueError) as exc:
                 errors.add(str(exc))
-        return super().setting_errors() + errors.messages + weights
+        return super().setting_errors() + errors.messages
 
 
 class HiPER(TextAgent):
