@@ -1,10 +1,11 @@
 """Multi-agent systems train on RLlib's multi-agent API (docs/drmas.md): the KeyChest planner/executor
-team, one LLM per role or one shared, in-process (the WebShop and ALFWorld examples through the CLI
-are ``slow``)."""
+team, one LLM per role or one shared, in-process; and the WebShop example through ``rllib train file``
+and ``rllib evaluate`` (``slow``)."""
 
 from __future__ import annotations
 
 import functools
+import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +13,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-from helpers import TINY_MODEL
+from helpers import TINY_MODEL, TUNED
 
 from hgpo_rllib import HGPOConfig, cli
 from hgpo_rllib.env_runner.grouped_multi_agent_env_runner import GroupedMultiAgentEnvRunner
@@ -21,6 +22,7 @@ from hgpo_rllib.experiments.presets import SHARED_MODULE_ID, role_module
 pytestmark = pytest.mark.usefixtures("ray_session")
 
 ROLES = ("planner", "executor")
+WEBSHOP_ROLES = ("verifier", "searcher", "buyer")
 
 
 def team_config(*, shared: bool, **training: Any) -> HGPOConfig:
@@ -118,3 +120,55 @@ def test_one_shared_llm_serves_every_role() -> None:
         assert shared["num_optimizer_steps"] == 1
     finally:
         algo.stop()
+
+
+@pytest.mark.slow  # 100-200 s each: Tune, a crash and a resume, three tiny LLMs; in-process above by default
+@pytest.mark.parametrize("sharing", ["separate", "shared"])
+def test_rllib_train_file_drmas_webshop_checkpoints_resumes_and_evaluates(
+    sharing: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The README's Dr. MAS command on CPU: the three WebShop roles, one LLM per role or one shared;
+    a crash in iteration 2 resumes from the checkpoint of iteration 1, and `rllib evaluate` plays the
+    final checkpoint's team on test goals."""
+    monkeypatch.setenv("HGPO_LLM_SHARING", sharing)
+    marker = tmp_path / "crashed"
+    path = tmp_path / "drmas.py"
+    path.write_text(
+        textwrap.dedent(f"""
+        import os, runpy
+        example = runpy.run_path({str(TUNED / "drmas_webshop.py")!r})
+        config, name = example["config"], example["name"]
+        stop, checkpoint_freq = {{"training_iteration": 2}}, 1
+
+        def crash_once(*, algorithm, result, **kwargs):
+            if result["training_iteration"] == 2 and not os.path.exists({str(marker)!r}):
+                open({str(marker)!r}, "w").close()
+                raise RuntimeError("simulated crash")
+
+        config.callbacks(on_train_result=crash_once)
+    """)
+    )
+    args = ["train", "file", str(path), "--storage-path", str(tmp_path / "out"), "--max-failures", "0"]
+    assert cli.main(args) == 1 and marker.exists()
+    assert cli.main([*args, "--resume"]) == 0
+    (trial,) = [d for d in (tmp_path / "out").glob("drmas_webshop_*/*") if d.is_dir()]
+    results = pd.read_json(trial / "result.json", lines=True)
+    assert results["training_iteration"].tolist() == [1, 2]  # 2 from the checkpoint of 1
+    learners = results["learners"].iloc[-1]
+    modules = [SHARED_MODULE_ID] if sharing == "shared" else list(WEBSHOP_ROLES)
+    assert set(learners) - {"__all_modules__"} == set(modules)
+    acted = {}  # the verifier is asked every turn; a random model's answers rarely route further
+    for role in WEBSHOP_ROLES:  # a role's turns train its own module (or the shared one)
+        module = learners[SHARED_MODULE_ID if sharing == "shared" else role]
+        acted[role] = module.get(f"agent_{role}_num_step_rows", 0)
+        assert (module.get("num_optimizer_steps", 0) >= 1) == (acted[role] > 0 or sharing == "shared")
+    assert acted["verifier"] > 0
+    final = max(trial.glob("checkpoint_*"))
+    out = tmp_path / "eval"
+    evaluate = ["evaluate", str(final), "--seeds", "1", "--episodes", "2", "--output", str(out)]
+    assert cli.main(evaluate) == 0
+    episodes = pd.read_csv(out / "episodes.csv")
+    assert len(episodes) == 2 and episodes["score"].between(0, 1).all()
+    assert (episodes["split"] == "test").all()  # WebShop's test goals
+    assert episodes["invalid_rate_verifier"].between(0, 1).all()
+    assert (episodes["turns_verifier"] >= 1).all()  # asked first on every game turn
