@@ -4,6 +4,7 @@ and ``rllib evaluate`` (``slow``)."""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import textwrap
 from pathlib import Path
@@ -13,11 +14,11 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-from helpers import TINY_MODEL, TUNED
+from helpers import TINY_MODEL, TUNED, sft_args
 
 from hgpo_rllib import HGPOConfig, cli
 from hgpo_rllib.env_runner.grouped_multi_agent_env_runner import GroupedMultiAgentEnvRunner
-from hgpo_rllib.experiments.presets import SHARED_MODULE_ID, role_module
+from hgpo_rllib.experiments.presets import SHARED_MODULE_ID, RunSettings, role_module, team_cpu_config
 
 pytestmark = pytest.mark.usefixtures("ray_session")
 
@@ -172,3 +173,39 @@ def test_rllib_train_file_drmas_webshop_checkpoints_resumes_and_evaluates(
     assert (episodes["split"] == "test").all()  # WebShop's test goals
     assert episodes["invalid_rate_verifier"].between(0, 1).all()
     assert (episodes["turns_verifier"] >= 1).all()  # asked first on every game turn
+
+
+def test_a_team_starts_from_a_warm_start_per_role(tmp_path: Path) -> None:
+    """``HGPO_WARM_START=<dir>`` on a team example: ``rllib sft --role R --output <dir>/R`` per role,
+    each module loads its own, and the executor's, trained on the expert team's answers, writes
+    valid answers at once; a missing or mismatched role is refused by name."""
+    for role in ROLES:
+        args = sft_args(tmp_path / "team" / role, "--role", role)
+        args[args.index("keychest")] = "keychest_team"
+        assert cli.main(args) == 0
+    settings = RunSettings(warm_start=str(tmp_path / "team"))
+    config = team_cpu_config("keychest_team", {"max_steps": 4}, settings)
+    config.env_runners(num_env_runners=0, num_envs_per_env_runner=4, create_local_env_runner=True)
+    algo = config.training(group_size=2, groups_per_iteration=2).build_algo()
+    try:
+        for role in ROLES:
+            assert algo.learner_group._learner.module[role].model_config["model"] == str(
+                tmp_path / "team" / role
+            )
+        result = algo.train()
+        assert all(result["learners"][role]["num_optimizer_steps"] == 1 for role in ROLES)
+        assert result["env_runners"]["invalid_action_rate_by_agent"]["executor"] < 0.5
+    finally:
+        algo.stop()
+    with pytest.raises(
+        ValueError, match="is no warm start; build it with rllib sft --env keychest_team --output"
+    ):
+        team_cpu_config("keychest_team", {}, dataclasses.replace(settings, llm_sharing="shared"))
+    team = tmp_path / "team"  # the two roles' warm starts swapped
+    (team / "planner").rename(team / "swap")
+    (team / "executor").rename(team / "planner")
+    (team / "swap").rename(team / "executor")
+    with pytest.raises(
+        ValueError, match="role 'executor'; this module needs env 'keychest_team', role 'planner'"
+    ):
+        team_cpu_config("keychest_team", {}, settings)

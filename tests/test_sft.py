@@ -409,3 +409,35 @@ def test_a_warm_start_is_built_once_per_recipe_in_the_cache_it_is_given(
     monkeypatch.setattr(cache, "DEMONSTRATION_FORMAT", cache.DEMONSTRATION_FORMAT + 1)
     with pytest.raises(pytest.fail.Exception, match="rebuilt"):  # new demonstration texts: a new build
         build_warm_start(recipe, cache_dir=tmp_path)
+
+
+@pytest.mark.parametrize("role", ["executor", None])
+def test_team_sft_learns_one_roles_turns_or_every_roles(tmp_path: Path, role: str | None) -> None:
+    """`rllib sft --env keychest_team [--role R]`: the expert team plays; every turn is stored with its
+    role and the prompt the role's own episode renders; one role's model learns only that role's
+    turns, a shared model every role's."""
+    args = micro_sft_args(tmp_path / "model")
+    args[args.index("keychest")] = "keychest_team"
+    assert cli.main([*args, *(["--role", role] if role else [])]) == 0
+    records = [json.loads(line) for line in (tmp_path / "model" / DEMONSTRATIONS).read_text().splitlines()]
+    steps = [s for r in records if r["won"] for s in r["steps"]]
+    assert {s["role"] for s in steps} == {"planner", "executor"}
+    for step in steps:  # the role's own prompt: the executor sees the game, the planner plans
+        assert f"<{'action' if step['role'] == 'executor' else 'subgoal'}>" in step["response"]
+    settings = json.loads((tmp_path / "model" / SFT_CONFIG).read_text())
+    assert settings.get("role") == role and settings["finished"]
+    assert settings["examples"] == sum(role in (None, s["role"]) for s in steps)
+
+
+def test_team_sft_rejects_a_role_the_env_has_not_and_dagger(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(ValueError, match="role 'chef' is invalid: expected one of planner, executor"):
+        train_warm_start(tmp_path / "a", env="keychest_team", episodes=1, role="chef")
+    with pytest.raises(ValueError, match="'keychest' is not a team env"):
+        train_warm_start(tmp_path / "b", env="keychest", episodes=1, role="executor")
+    args = micro_sft_args(tmp_path / "c", "--dagger-rounds", "1")
+    args[args.index("keychest")] = "keychest_team"
+    assert cli.main(args) == 2
+    assert "--dagger-rounds applies to single-agent envs only" in capsys.readouterr().err
+    assert not (tmp_path / "c").exists()

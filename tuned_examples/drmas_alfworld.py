@@ -7,7 +7,9 @@ The planner writes the next subgoal (``<subgoal>``) at the start, when the execu
 or failed (``<report>``), and every few executor turns; the executor acts on it (docs/drmas.md). The
 team's reward is the game's. Roles map to modules with ``policy_mapping_fn``: one LLM per role
 (default) or one shared; advantages are normalised per agent (Dr. MAS) unless
-``HGPO_NORMALIZE_BY=trajectory``. The CPU default is the pipeline demo with tiny random-init LLMs.
+``HGPO_NORMALIZE_BY=trajectory``. The CPU default is the pipeline demo with tiny random-init LLMs;
+``HGPO_WARM_START=<dir>`` starts each role from ``<dir>/<role>`` (``rllib sft --env alfworld_team --role
+<role> --output <dir>/<role>``), or the shared LLM from ``<dir>`` (docs/drmas.md).
 """
 
 from hgpo_rllib.cli.scripts import run_as_script

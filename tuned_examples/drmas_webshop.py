@@ -8,7 +8,9 @@ Every game turn the verifier says whether there is enough information to buy (``
 "no" lets the searcher search or look at items, "yes" lets the buyer choose and buy (docs/drmas.md).
 The team's reward is the WebShop reward. Roles map to modules with ``policy_mapping_fn``: one LLM
 per role (default) or one shared; advantages are normalised per agent (Dr. MAS) unless
-``HGPO_NORMALIZE_BY=trajectory``. The CPU default is the pipeline demo with tiny random-init LLMs.
+``HGPO_NORMALIZE_BY=trajectory``. The CPU default is the pipeline demo with tiny random-init LLMs;
+``HGPO_WARM_START=<dir>`` starts each role from ``<dir>/<role>`` (``rllib sft --env webshop_team --role
+<role> --output <dir>/<role>``), or the shared LLM from ``<dir>`` (docs/drmas.md).
 """
 
 from hgpo_rllib.cli.scripts import run_as_script

@@ -18,7 +18,7 @@ _DAGGER = {f.name: f.default for f in dataclasses.fields(DaggerSettings)}
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The options of ``rllib sft`` (defaults: :class:`SFTSettings`, :class:`DaggerSettings`)."""
-    parser.add_argument("--env", required=True, choices=sorted(envs.ENV_SPECS))
+    parser.add_argument("--env", required=True, choices=sorted([*envs.ENV_SPECS, *envs.TEAM_ENV_SPECS]))
     parser.add_argument("--episodes", type=count(1), required=True, help="demonstration episodes to play")
     parser.add_argument("--output", required=True, help="model directory to write (rerun to resume)")
     parser.add_argument(
@@ -27,6 +27,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="default: searcher on alfworld, expert elsewhere",
     )
     parser.add_argument("--env-config", type=json_dict, default={}, help="env settings as JSON")
+    parser.add_argument(
+        "--role",
+        help="team envs (docs/drmas.md): learn this role's turns only, for one LLM per role "
+        "(default: every role's turns, for one shared LLM)",
+    )
     parser.add_argument(
         "--answer-format",
         choices=envs.ANSWER_FORMATS,
@@ -91,6 +96,8 @@ def run(args: argparse.Namespace) -> int:
         if named != args.answer_format:
             raise ValueError(f"--answer-format {args.answer_format} contradicts --env-config's {named!r}")
         settings["env_config"] = {**args.env_config, "answer_format": args.answer_format}
+    if args.dagger_rounds and hasattr(envs.env_class(args.env, args.env_config), "ROLES"):
+        raise ValueError(f"--dagger-rounds applies to single-agent envs only, not the team env {args.env!r}")
     dagger = {
         "rounds": args.dagger_rounds,
         "episodes": args.dagger_episodes,

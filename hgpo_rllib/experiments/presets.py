@@ -18,16 +18,20 @@ import functools
 import importlib.util
 import os
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from ray.rllib.core.rl_module.multi_rl_module import MultiRLModuleSpec
+from ray.rllib.core.rl_module.rl_module import RLModuleSpec
 
 import envs
 from hgpo_rllib.advantages import ESTIMATORS, NORMALIZE_BY
 from hgpo_rllib.algorithms.hgpo.hgpo import HGPOConfig
 from hgpo_rllib.algorithms.hiper.hiper import HiPERConfig
 from hgpo_rllib.evaluation.policy_loading import config_for_warm_start
+from hgpo_rllib.warm_start.format import is_warm_start, read_settings
 
 PRESETS = ("cpu", "rehearsal", "paper-1.5b", "paper-7b")
 #: The documented switches of the tuned examples: RunSettings field -> environment variable.
@@ -239,10 +243,13 @@ def role_module(shared: bool, agent_id: str, episode: Any = None, **kwargs: Any)
 
 
 def team_cpu_config(env_name: str, env_config: dict[str, Any], settings: RunSettings, **training: Any) -> Any:
-    """The CPU pipeline demo of a multi-agent system (docs/drmas.md): a tiny random-init LLM per role
-    (``HGPO_LLM_SHARING=separate``, the default) or one for all roles (``shared``), 2 groups of 4 team
-    episodes, Dr. MAS's agent-wise normalisation unless ``HGPO_NORMALIZE_BY=trajectory``. A random
-    model rarely writes its role's tags; the demo shows the whole multi-agent pipeline, not learning."""
+    """A multi-agent system on CPU (docs/drmas.md): one LLM per role (``HGPO_LLM_SHARING=separate``,
+    the default) or one for all roles (``shared``), 2 groups of 4 team episodes, Dr. MAS's agent-wise
+    normalisation unless ``HGPO_NORMALIZE_BY=trajectory``. Without a warm start (``HGPO_WARM_START``
+    unset or ``none``) the LLMs are tiny random-init ones: the pipeline demo, which rarely writes a
+    role's tags, so it shows the pipeline, not learning. ``HGPO_WARM_START=<dir>`` starts from team
+    warm starts (``rllib sft --env <team> [--role R]``): ``<dir>/<role>`` per role, or ``<dir>`` for
+    the shared LLM, with their prompt settings, a small learning rate and a KL penalty to them."""
     if settings.preset != "cpu":
         raise ValueError(
             f"HGPO_PRESET={settings.preset!r}: multi-agent systems have the CPU preset only so far "
@@ -252,7 +259,7 @@ def team_cpu_config(env_name: str, env_config: dict[str, Any], settings: RunSett
     shared = settings.llm_sharing == "shared"
     modules = {SHARED_MODULE_ID} if shared else set(roles)
     group_size, groups = 4, 2
-    return (
+    config = (
         HGPOConfig()
         .environment(env_name, env_config=env_config)
         .env_runners(num_env_runners=1, num_envs_per_env_runner=group_size * groups)
@@ -269,6 +276,59 @@ def team_cpu_config(env_name: str, env_config: dict[str, Any], settings: RunSett
             }
         )
         .debugging(seed=0)
+    )
+    if settings.warm_start not in (None, "none"):
+        _start_team_from_warm_starts(config, env_name, Path(settings.warm_start).expanduser(), roles, shared)
+    return config
+
+
+def _start_team_from_warm_starts(
+    config: Any, env_name: str, warm_start: Path, roles: Sequence[str], shared: bool
+) -> None:
+    """Each module from its team warm start (``warm_start/<role>``, or ``warm_start`` when shared),
+    checked to be of ``env_name`` and of the module's role; the prompt settings are theirs (one K
+    and token budget for all roles, since one runner prompts them all)."""
+    dirs = {SHARED_MODULE_ID: warm_start} if shared else {role: warm_start / role for role in roles}
+    records = {}
+    for module, path in dirs.items():
+        if not is_warm_start(path):
+            how = (
+                "rllib sft --env {env} --output {dir}"
+                if shared
+                else "rllib sft --env {env} --role {role} --output {dir}"
+            )
+            raise ValueError(
+                f"HGPO_WARM_START={warm_start}: {path} is no warm start; build it with "
+                + how.format(env=env_name, role=module, dir=path)
+            )
+        record = read_settings(path)
+        wanted_role = None if shared else module
+        if record["env"] != env_name or record.get("role") != wanted_role:
+            raise ValueError(
+                f"{path} is a warm start of env {record['env']!r}, role {record.get('role')!r}; "
+                f"this module needs env {env_name!r}, role {wanted_role!r}"
+            )
+        records[module] = record
+    prompt = {
+        key: {r[key] for r in records.values()}
+        for key in ("history_length", "max_prompt_tokens", "max_new_tokens")
+    }
+    mixed = [key for key, values in prompt.items() if len(values) > 1]
+    if mixed:
+        raise ValueError(
+            f"the team warm starts in {warm_start} differ in {mixed}; build them with the same settings"
+        )
+    if prompt["history_length"] != {config.history_length}:
+        raise ValueError(
+            f"history_length={config.history_length} differs from the team warm starts' K="
+            f"{prompt['history_length'].pop()} in {warm_start}; use the same K (HGPO_K)"
+        )
+    specs = {module: RLModuleSpec(model_config={"model": str(path)}) for module, path in dirs.items()}
+    config.rl_module(rl_module_spec=MultiRLModuleSpec(rl_module_specs=specs)).training(
+        max_prompt_tokens=prompt["max_prompt_tokens"].pop(),
+        max_new_tokens=prompt["max_new_tokens"].pop(),
+        lr=1e-5,
+        kl_coeff=0.05,
     )
 
 

@@ -9,7 +9,10 @@ templates over what the agent sees. With the env setting ``answer_format="plan_e
 docs/hiper.md) it is ``<switch>..</switch><subgoal>..</subgoal><action>command</action>`` instead: the
 subgoal names the demonstrator's current phase, and the env, which gets that text as its action, records
 the switch and subgoal in its infos, so the connector shows the current subgoal in the next prompt as
-in RL. Demonstrations are appended per finished episode, so an interrupted collection resumes.
+in RL. In a team env (docs/drmas.md) the env's expert team plays, every turn's prompt is the acting
+role's, rendered from that role's own episode inside RLlib's ``MultiAgentEpisode`` as the team's env
+runner renders it, and each example names its role. Demonstrations are appended per finished episode,
+so an interrupted collection resumes.
 """
 
 from __future__ import annotations
@@ -21,10 +24,13 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any, Protocol
 
+import gymnasium as gym
+from ray.rllib.env.multi_agent_episode import MultiAgentEpisode
 from tqdm.auto import tqdm
 
 import envs
 from envs.common.actions import PLAN_EXECUTE, THINK_ACTION, current_subgoal
+from envs.common.team_env import ALL, TeamTextEnv
 from envs.registry import load_object
 from hgpo_rllib.connectors.env_to_module.history_window import prompt_connector
 from hgpo_rllib.evaluation.rollout import EpisodeSlot, new_episode, task_seeds
@@ -164,6 +170,35 @@ def play_demonstration(
     }
 
 
+def play_team_demonstration(env: TeamTextEnv, render: Callable[[Any], str], task_seed: int) -> dict[str, Any]:
+    """One team episode played by the env's expert team: every turn's acting role, its prompt
+    (rendered from the role's own episode, as RL renders it) and the expert's answer."""
+    observations, infos = env.reset(seed=task_seed)
+    episode = MultiAgentEpisode(
+        observation_space=gym.spaces.Dict(env.observation_spaces),
+        action_space=gym.spaces.Dict(env.action_spaces),
+    )
+    episode.add_env_reset(observations=observations, infos=infos)
+    steps = []
+    done = False
+    while not done:
+        (role,) = observations
+        answer = env.expert_action(role)
+        steps.append({"role": role, "prompt": render(episode.agent_episodes[role]), "response": answer})
+        observations, rewards, terminateds, truncateds, infos = env.step({role: answer})
+        episode.add_env_step(
+            observations, {role: answer}, rewards, infos, terminateds=terminateds, truncateds=truncateds
+        )
+        done = terminateds[ALL] or truncateds[ALL]
+    outcome = infos[role]
+    return {
+        "task_seed": task_seed,
+        "task_type": outcome.get("task_type", ""),
+        "won": bool(outcome["won"]),
+        "steps": steps,
+    }
+
+
 _worker: dict[str, Any] = {}
 
 
@@ -173,11 +208,16 @@ def _start_worker(env_name: str, env_config: dict[str, Any], history_length: int
     each printing a KeyboardInterrupt traceback."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     _worker["env"] = envs.make_env(env_name, env_config)
-    _worker["actor"] = make_demonstrator(env_name, demonstrator, history_length)
     _worker["render"] = prompt_renderer(env_name, env_config, history_length)
+    if not isinstance(_worker["env"], TeamTextEnv):
+        _worker["actor"] = make_demonstrator(env_name, demonstrator, history_length)
+    elif demonstrator != "expert":
+        raise ValueError(f"a team env's demonstrator is its expert team, not {demonstrator!r}")
 
 
 def _play_task(task_seed: int) -> dict[str, Any]:
+    if isinstance(_worker["env"], TeamTextEnv):
+        return play_team_demonstration(_worker["env"], _worker["render"], task_seed)
     return play_demonstration(_worker["env"], _worker["actor"], _worker["render"], task_seed)
 
 

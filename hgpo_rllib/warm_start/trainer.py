@@ -79,17 +79,23 @@ class SFTSettings:
     batch_size: int = 8
     lr: float = 1e-3
     train_on_prompt: bool = False
+    #: A team env's role whose turns to learn (one LLM per role); None: every role's (a shared LLM).
+    role: str | None = None
 
     def record(self) -> dict[str, Any]:
-        """The settings as the output directory records them (defaults filled in)."""
+        """The settings as the output directory records them (defaults filled in; ``role`` only when
+        set, so the recipes of single-agent warm starts keep their digests)."""
         env_name = envs.get_env_spec(self.env).name
-        return {
+        record = {
             **dataclasses.asdict(self),
             "env": env_name,
             "env_config": {**DEFAULT_ENV_CONFIG.get(env_name, {}), **self.env_config},
             "demonstrator": self.demonstrator or ("searcher" if env_name == "alfworld" else "expert"),
             "model": {**MODEL_DEFAULTS, **self.model},
         }
+        if self.role is None:
+            del record["role"]
+        return record
 
     def check(self) -> None:
         if (
@@ -104,6 +110,10 @@ class SFTSettings:
                 f"history_length >= 0 ({self.history_length}), epochs > 0 ({self.epochs}) "
                 f"and lr > 0 ({self.lr})"
             )
+        roles = getattr(envs.env_class(self.env, self.env_config), "ROLES", None)
+        if self.role is not None and self.role not in (roles or ()):
+            where = f"one of {', '.join(roles)}" if roles else f"none: {self.env!r} is not a team env"
+            raise ValueError(f"role {self.role!r} is invalid: expected {where}")
 
 
 def open_run(output: Path, settings: dict[str, Any], reuse_finished: bool = False) -> dict[str, Any]:
@@ -339,8 +349,9 @@ def _train(
         seed=sft.seed,
         workers=workers,
     )
-    # Only won episodes are demonstrations worth imitating.
-    steps = [step for r in records if r["won"] for step in r["steps"]]
+    # Only won episodes are demonstrations worth imitating (of a team: the role's turns, or all).
+    role = record.get("role")
+    steps = [step for r in records if r["won"] for step in r["steps"] if role in (None, step.get("role"))]
     if not steps:
         raise RuntimeError(
             f"{record['demonstrator']!r} won none of the {sft.episodes} episodes: nothing to learn"
