@@ -18,7 +18,7 @@ from helpers import TINY_MODEL, TUNED, sft_args
 
 from hgpo_rllib import HGPOConfig, cli
 from hgpo_rllib.env_runner.grouped_multi_agent_env_runner import GroupedMultiAgentEnvRunner
-from hgpo_rllib.experiments.presets import SHARED_MODULE_ID, RunSettings, role_module, team_cpu_config
+from hgpo_rllib.experiments.presets import SHARED_MODULE_ID, RunSettings, role_module, team_config
 
 pytestmark = pytest.mark.usefixtures("ray_session")
 
@@ -26,7 +26,7 @@ ROLES = ("planner", "executor")
 WEBSHOP_ROLES = ("verifier", "searcher", "buyer")
 
 
-def team_config(*, shared: bool, **training: Any) -> HGPOConfig:
+def keychest_team_config(*, shared: bool, **training: Any) -> HGPOConfig:
     modules = {SHARED_MODULE_ID} if shared else set(ROLES)
     return (
         HGPOConfig()
@@ -55,7 +55,7 @@ def module_weights(algo: Any, module_id: str) -> dict[str, torch.Tensor]:
 
 
 def test_one_llm_per_role_each_trained_on_its_own_turns_and_restored(tmp_path: Path) -> None:
-    config = team_config(shared=False).rl_module(
+    config = keychest_team_config(shared=False).rl_module(
         algorithm_config_overrides_per_module={"planner": {"lr": 1e-4}}
     )
     assert config.env_runner_cls is GroupedMultiAgentEnvRunner
@@ -83,7 +83,7 @@ def test_one_llm_per_role_each_trained_on_its_own_turns_and_restored(tmp_path: P
         saved = {role: module_weights(algo, role) for role in ROLES}
     finally:
         algo.stop()
-    restored = team_config(shared=False).build_algo()
+    restored = keychest_team_config(shared=False).build_algo()
     try:
         restored.restore_from_path(str(tmp_path / "ckpt"))
         for role in ROLES:
@@ -112,7 +112,7 @@ def test_one_llm_per_role_each_trained_on_its_own_turns_and_restored(tmp_path: P
 
 
 def test_one_shared_llm_serves_every_role() -> None:
-    algo = team_config(shared=True).build_algo()
+    algo = keychest_team_config(shared=True).build_algo()
     try:
         assert set(algo.learner_group._learner.module.keys()) == {SHARED_MODULE_ID}
         learners = algo.train()["learners"]
@@ -184,7 +184,7 @@ def test_a_team_starts_from_a_warm_start_per_role(tmp_path: Path) -> None:
         args[args.index("keychest")] = "keychest_team"
         assert cli.main(args) == 0
     settings = RunSettings(warm_start=str(tmp_path / "team"))
-    config = team_cpu_config("keychest_team", {"max_steps": 4}, settings)
+    config = team_config("keychest_team", {"max_steps": 4}, settings)
     config.env_runners(num_env_runners=0, num_envs_per_env_runner=4, create_local_env_runner=True)
     algo = config.training(group_size=2, groups_per_iteration=2).build_algo()
     try:
@@ -200,7 +200,7 @@ def test_a_team_starts_from_a_warm_start_per_role(tmp_path: Path) -> None:
     with pytest.raises(
         ValueError, match="is no warm start; build it with rllib sft --env keychest_team --output"
     ):
-        team_cpu_config("keychest_team", {}, dataclasses.replace(settings, llm_sharing="shared"))
+        team_config("keychest_team", {}, dataclasses.replace(settings, llm_sharing="shared"))
     team = tmp_path / "team"  # the two roles' warm starts swapped
     (team / "planner").rename(team / "swap")
     (team / "executor").rename(team / "planner")
@@ -208,4 +208,24 @@ def test_a_team_starts_from_a_warm_start_per_role(tmp_path: Path) -> None:
     with pytest.raises(
         ValueError, match="role 'executor'; this module needs env 'keychest_team', role 'planner'"
     ):
-        team_cpu_config("keychest_team", {}, settings)
+        team_config("keychest_team", {}, settings)
+
+
+@pytest.mark.slow  # a few minutes: vLLM engines per module (when vllm is installed), an evaluation runner
+def test_the_team_rehearsal_trains_with_an_evaluation_runner(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``HGPO_PRESET=rehearsal`` on the Dr. MAS WebShop example: the paper preset's structure at CPU
+    size (bf16, vLLM runners, an evaluation runner, a checkpoint every iteration) with one small LLM
+    per role on one learner."""
+    monkeypatch.setenv("HGPO_PRESET", "rehearsal")
+    args = ["train", "file", str(TUNED / "drmas_webshop.py"), "--storage-path", str(tmp_path)]
+    assert cli.main([*args, "--stop", '{"training_iteration": 2}']) == 0
+    (trial,) = [d for d in tmp_path.glob("drmas_webshop_*/*") if d.is_dir()]
+    results = pd.read_json(trial / "result.json", lines=True)
+    assert results["training_iteration"].tolist() == [1, 2]
+    assert results["evaluation"].iloc[-1]["env_runners"]["num_episodes"] == 4
+    config = results["config"].iloc[-1]
+    assert config["num_learners"] == 1 and config["_model_config"]["torch_dtype"] == "bfloat16"
+    assert set(results["learners"].iloc[-1]) >= set(WEBSHOP_ROLES)
+    assert len(list(trial.glob("checkpoint_*"))) == 2

@@ -15,11 +15,12 @@ import torch
 from helpers import CORPUS, build, train_batch
 from transformers import AutoConfig, AutoModelForCausalLM
 
+import envs
 from hgpo_rllib import HGPOConfig
 from hgpo_rllib.cli.memory import main as memory_main
 from hgpo_rllib.experiments import memory_plan
 from hgpo_rllib.experiments.memory_plan import MODEL_CONFIGS_DIR, ModelShape
-from hgpo_rllib.experiments.presets import RunSettings, apply_paper_preset, hiper_paper_config
+from hgpo_rllib.experiments.presets import RunSettings, apply_paper_preset, hiper_paper_config, team_config
 from hgpo_rllib.rl_module.logprobs import token_logp_entropy
 
 # ----------------------------------------------------------------------------------- model sizes
@@ -167,6 +168,21 @@ def test_memory_cli_prints_each_role_and_says_it_fits(capsys: pytest.CaptureFixt
         small = ["tuned_examples/hgpo_alfworld.py", "--preset", "paper-7b", "--gpu-memory-gb", "30"]
         assert memory_main(small) == 1
         assert "DOES NOT FIT" in capsys.readouterr().out
+    finally:
+        for var in ("HGPO_PRESET", "HGPO_MODEL", "HGPO_CRITIC"):
+            os.environ.pop(var, None)
+
+
+@pytest.mark.parametrize("example", ["hgpo_alfworld", "hiper_alfworld", "drmas_webshop"])
+def test_memory_cli_counts_a_critic_for_hiper_only(example: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """The CLI names a default critic for every paper preset, but only HiPER's config takes it (an
+    HGPO plan once counted a 1.5B critic it does not have and said paper-1.5b did not fit)."""
+    for var in ("HGPO_MODEL", "HGPO_CRITIC"):
+        os.environ.pop(var, None)
+    try:
+        assert memory_main([f"tuned_examples/{example}.py", "--preset", "paper-1.5b"]) == 0
+        out = capsys.readouterr().out
+        assert ("critic weights" in out) == (example == "hiper_alfworld") and "DOES NOT FIT" not in out
     finally:
         for var in ("HGPO_PRESET", "HGPO_MODEL", "HGPO_CRITIC"):
             os.environ.pop(var, None)
@@ -328,3 +344,28 @@ def test_several_llms_multiply_the_held_state_but_not_one_pass_s_activations() -
         (_, runner_plan) = memory_plan.plan_for_config(shared, 80)
         claimed = [p for p in runner_plan.problems if "3 vLLM engines" in p and "1.50 in all" in p]
         assert bool(claimed) == too_much
+
+
+@pytest.mark.parametrize("env", ["webshop_team", "alfworld_team"])
+@pytest.mark.parametrize(
+    ("preset", "sharing"), [("paper-1.5b", "shared"), ("paper-1.5b", "separate"), ("paper-7b", "shared")]
+)
+def test_every_team_paper_preset_fits_80_gb(env: str, preset: str, sharing: str) -> None:
+    """The Dr. MAS examples' GPU presets (docs/drmas.md): one learner (teams run on one so far), the
+    game's paper settings for every role, LoRA where full fine-tuning of the team does not fit."""
+    model = str(MODEL_CONFIGS_DIR / memory_plan.PRESET_MODELS[preset])
+    config = team_config(env, {}, RunSettings(preset=preset, model=model, llm_sharing=sharing))
+    roles = envs.env_class(env).ROLES
+    assert memory_plan.num_llms(config) == (1 if sharing == "shared" else len(roles))
+    assert config.num_learners == 1 and config.evaluation_num_env_runners == 1
+    assert config.env_config["max_steps"] == (50 if env == "alfworld_team" else 30)
+    assert ("lora" in config.user_model_config()) == (sharing == "separate" or preset == "paper-7b")
+    plans = memory_plan.plan_for_config(config, 80)
+    assert memory_plan.fit_errors(plans) == [] and all(p.fits for p in plans)
+    assert config.validate() is None  # the whole config check, memory included
+
+
+def test_a_team_of_7b_llms_one_per_role_is_refused_with_the_way_out() -> None:
+    model = str(MODEL_CONFIGS_DIR / memory_plan.PRESET_MODELS["paper-7b"])
+    with pytest.raises(ValueError, match="does not fit: 3 7B vLLM engines .* set HGPO_LLM_SHARING=shared"):
+        team_config("webshop_team", {}, RunSettings(preset="paper-7b", model=model))

@@ -13,10 +13,10 @@ team's reward is the game's. Roles map to modules with ``policy_mapping_fn``: on
 """
 
 from hgpo_rllib.cli.scripts import run_as_script
-from hgpo_rllib.experiments.presets import RunSettings, team_cpu_config
+from hgpo_rllib.experiments.presets import RunSettings, team_config
 
 settings = RunSettings.from_env()
-config = team_cpu_config("alfworld_team", {"max_steps": 8}, settings)
+config = team_config("alfworld_team", {"max_steps": 8}, settings)
 stop = {"training_iteration": settings.iterations}
 checkpoint_freq = settings.checkpoint_freq
 name = f"drmas_alfworld_{settings.llm_sharing}_{settings.normalize_by}_{settings.run_name}"

@@ -14,10 +14,10 @@ per role (default) or one shared; advantages are normalised per agent (Dr. MAS) 
 """
 
 from hgpo_rllib.cli.scripts import run_as_script
-from hgpo_rllib.experiments.presets import RunSettings, team_cpu_config
+from hgpo_rllib.experiments.presets import RunSettings, team_config
 
 settings = RunSettings.from_env()
-config = team_cpu_config("webshop_team", {"max_steps": 6}, settings, adv_mode="mean_norm")
+config = team_config("webshop_team", {"max_steps": 6}, settings, adv_mode="mean_norm")
 stop = {"training_iteration": settings.iterations}
 checkpoint_freq = settings.checkpoint_freq
 name = f"drmas_webshop_{settings.llm_sharing}_{settings.normalize_by}_{settings.run_name}"

@@ -242,42 +242,71 @@ def role_module(shared: bool, agent_id: str, episode: Any = None, **kwargs: Any)
     return SHARED_MODULE_ID if shared else str(agent_id)
 
 
-def team_cpu_config(env_name: str, env_config: dict[str, Any], settings: RunSettings, **training: Any) -> Any:
-    """A multi-agent system on CPU (docs/drmas.md): one LLM per role (``HGPO_LLM_SHARING=separate``,
-    the default) or one for all roles (``shared``), 2 groups of 4 team episodes, Dr. MAS's agent-wise
-    normalisation unless ``HGPO_NORMALIZE_BY=trajectory``. Without a warm start (``HGPO_WARM_START``
-    unset or ``none``) the LLMs are tiny random-init ones: the pipeline demo, which rarely writes a
-    role's tags, so it shows the pipeline, not learning. ``HGPO_WARM_START=<dir>`` starts from team
-    warm starts (``rllib sft --env <team> [--role R]``): ``<dir>/<role>`` per role, or ``<dir>`` for
-    the shared LLM, with their prompt settings, a small learning rate and a KL penalty to them."""
-    if settings.preset != "cpu":
-        raise ValueError(
-            f"HGPO_PRESET={settings.preset!r}: multi-agent systems have the CPU preset only so far "
-            "(docs/drmas.md)"
-        )
+#: A team's LLMs on the paper presets' 80 GB GPUs (docs/drmas.md §Memory): one LLM per role takes LoRA
+#: adapters (r 64 on every linear layer, lr 1e-5) instead of full fine-tuning, and a quarter of each
+#: runner GPU per vLLM engine; paper-7b trains its one shared LLM with LoRA on one learner, since a team
+#: runs on one learner so far (docs/drmas.md).
+_TEAM_LORA = {"lora": {"r": 64}}
+_TEAM_LORA_TRAINING = {"lr": 1e-5, "learner_sharding": "none", "learner_offload": False}
+_TEAM_ENGINE_SHARE = 0.25
+
+
+def team_config(env_name: str, env_config: dict[str, Any], settings: RunSettings, **training: Any) -> Any:
+    """A multi-agent system (docs/drmas.md): one LLM per role (``HGPO_LLM_SHARING=separate``, the
+    default) or one for all roles (``shared``), Dr. MAS's agent-wise normalisation unless
+    ``HGPO_NORMALIZE_BY=trajectory``; ``training`` on top.
+
+    - ``cpu``: 2 groups of 4 team episodes of ``env_config``. Without a warm start
+      (``HGPO_WARM_START`` unset or ``none``) the LLMs are tiny random-init ones: the pipeline demo,
+      which rarely writes a role's tags, so it shows the pipeline, not learning.
+      ``HGPO_WARM_START=<dir>`` starts from team warm starts (``rllib sft --env <team> [--role R]``):
+      ``<dir>/<role>`` per role, or ``<dir>`` for the shared LLM, with their prompt settings, a small
+      learning rate and a KL penalty to them.
+    - ``paper-1.5b`` / ``paper-7b``: HGPO's paper preset of the team's game (its GPUs, steps, groups,
+      vLLM, evaluation runner) with ``HGPO_MODEL`` for every role, on one learner, and the memory
+      levers of :data:`_TEAM_LORA` where full fine-tuning does not fit; paper-7b with one 7B LLM per
+      role is refused (three 7B engines do not fit one runner GPU). ``rehearsal``: paper-1.5b's
+      structure at CPU size.
+    """
     roles = envs.env_class(env_name, env_config).ROLES
     shared = settings.llm_sharing == "shared"
     modules = {SHARED_MODULE_ID} if shared else set(roles)
-    group_size, groups = 4, 2
-    config = (
-        HGPOConfig()
-        .environment(env_name, env_config=env_config)
-        .env_runners(num_env_runners=1, num_envs_per_env_runner=group_size * groups)
-        .multi_agent(policies=modules, policy_mapping_fn=functools.partial(role_module, shared))
-        .training(
+    own = {**settings.training(), "normalize_by": settings.normalize_by, **training}
+    if settings.preset == "cpu":
+        group_size, groups = 4, 2
+        config = HGPOConfig().environment(env_name, env_config=env_config)
+        config.env_runners(num_env_runners=1, num_envs_per_env_runner=group_size * groups).training(
             **{
-                **settings.training(),
-                "normalize_by": settings.normalize_by,
                 "group_size": group_size,
                 "groups_per_iteration": groups,
                 **CPU_DEMO_TRAINING,
                 "max_new_tokens": 24,
-                **training,
+                **own,
             }
+        ).debugging(seed=0)
+    else:
+        if settings.preset == "paper-7b" and not shared:
+            raise ValueError(
+                f"HGPO_PRESET=paper-7b with one LLM per role ({', '.join(roles)}) does not fit: "
+                f"{len(roles)} 7B vLLM engines and their torch copies exceed one 80 GB runner GPU; set "
+                "HGPO_LLM_SHARING=shared (docs/drmas.md)"
+            )
+        game = env_name.removesuffix("_team")
+        config = apply_paper_preset(
+            HGPOConfig(), env_name, settings, {**hgpo_paper_training(game, settings), **own}
         )
-        .debugging(seed=0)
-    )
+        config.learners(num_learners=1)
+        if settings.preset != "rehearsal" and (not shared or settings.preset == "paper-7b"):
+            engine = {} if shared else {"vllm_gpu_memory_utilization": _TEAM_ENGINE_SHARE}
+            config.rl_module(model_config={**config.user_model_config(), **_TEAM_LORA, **engine})
+            config.training(**_TEAM_LORA_TRAINING)
+    config.multi_agent(policies=modules, policy_mapping_fn=functools.partial(role_module, shared))
     if settings.warm_start not in (None, "none"):
+        if settings.preset != "cpu":
+            raise ValueError(
+                f"HGPO_WARM_START with HGPO_PRESET={settings.preset!r}: team warm starts are tiny CPU "
+                "models; the paper presets start every role from HGPO_MODEL"
+            )
         _start_team_from_warm_starts(config, env_name, Path(settings.warm_start).expanduser(), roles, shared)
     return config
 
@@ -370,6 +399,8 @@ def hiper_paper_config(env_name: str, settings: RunSettings) -> Any:
     policy and critic over two FSDP learners: four GPUs with the env runner and the evaluation runner,
     as many as the authors used."""
     config = apply_paper_preset(HiPERConfig(), env_name, settings, hiper_paper_training(env_name, settings))
+    if settings.critic and settings.preset != "rehearsal":  # the rehearsal's tiny policy has a tiny critic
+        config.rl_module(model_config={**config.user_model_config(), "critic": settings.critic})
     if settings.preset == "paper-1.5b":
         config = config.learners(num_learners=2).training(learner_sharding="fsdp")
     return config
@@ -477,8 +508,9 @@ def _paper_config(
     algorithm_training = dict(algorithm_training)
     own_env_config = algorithm_training.pop("env_config", {})
     episodes = algorithm_training["group_size"] * algorithm_training["groups_per_iteration"]
-    env_config = {"max_steps": 50 if env_name == "alfworld" else 30, **own_env_config}
-    eval_env_config = {**env_config, **_EVAL_SPLIT.get(env_name, {})}
+    game = env_name.removesuffix("_team")  # a built-in team plays its game's settings
+    env_config = {"max_steps": 50 if game == "alfworld" else 30, **own_env_config}
+    eval_env_config = {**env_config, **_EVAL_SPLIT.get(game, {})}
     return (
         config.environment(env_name, env_config=env_config)
         .env_runners(
@@ -492,14 +524,13 @@ def _paper_config(
                 "model": settings.model,
                 "torch_dtype": "bfloat16",
                 "inference_backend": "auto",
-                **({"critic": settings.critic} if settings.critic else {}),
                 **memory_levers,
             }
         )
         .training(
             **algorithm_training,
             lr=1e-6,
-            micro_batch_size=_MICRO_BATCH[(env_name, settings.preset)],
+            micro_batch_size=_MICRO_BATCH[(game, settings.preset)],
             max_prompt_tokens=4096,
             max_new_tokens=512,
             kl_coeff=0.01,
