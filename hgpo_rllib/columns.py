@@ -88,6 +88,9 @@ GRAD_NORM_MAX_KEY = "grad_norm_max"
 #: (with ``async_sampling`` it also measures the one version of lag between the two).
 LOGP_GAP_KEY = "logp_gap_vs_sampler"
 NUM_OPTIMIZER_STEPS = "num_optimizer_steps"
+#: Learner metric (multi-agent, several learners): minibatches in which this learner had no rows of the
+#: module and ran idle rows to join the others' gradient all-reduce (averaged over learners).
+IDLE_MINIBATCHES_KEY = "idle_minibatches"
 #: Real (unpadded) prompt and response tokens of a module's rows, and all modules' per second of the
 #: learner update (``learners/__all_modules__/learner_tokens_per_s``).
 NUM_ROW_TOKENS = "num_row_tokens"

@@ -15,8 +15,11 @@ import pandas as pd
 import pytest
 import torch
 from helpers import TINY_MODEL, TUNED, sft_args
+from ray.rllib.policy.policy import PolicySpec
 
+from envs.common.spaces import TextSpace
 from hgpo_rllib import HGPOConfig, cli
+from hgpo_rllib.columns import group_id_of
 from hgpo_rllib.env_runner.grouped_multi_agent_env_runner import GroupedMultiAgentEnvRunner
 from hgpo_rllib.experiments.presets import SHARED_MODULE_ID, RunSettings, role_module, team_config
 
@@ -24,6 +27,7 @@ pytestmark = pytest.mark.usefixtures("ray_session")
 
 ROLES = ("planner", "executor")
 WEBSHOP_ROLES = ("verifier", "searcher", "buyer")
+TEXT = TextSpace()
 
 
 def keychest_team_config(*, shared: bool, **training: Any) -> HGPOConfig:
@@ -229,3 +233,51 @@ def test_the_team_rehearsal_trains_with_an_evaluation_runner(
     assert config["num_learners"] == 1 and config["_model_config"]["torch_dtype"] == "bfloat16"
     assert set(results["learners"].iloc[-1]) >= set(WEBSHOP_ROLES)
     assert len(list(trial.glob("checkpoint_*"))) == 2
+
+
+def test_two_learners_train_a_team_whose_module_one_learner_lacks() -> None:
+    """Two DDP learners: a module with rows on one learner only is trained with the other learner
+    joining its all-reduce on idle rows (no hang; the replicas stay equal), and a module no learner
+    has rows of is left alone by both."""
+
+    def first_group_executor_apart(agent_id: str, episode: Any = None, **kwargs: Any) -> str:
+        """Roles to their own modules, but the executor of the first rollout group (``...-g0``) to a
+        module of its own: its rows then sit on one learner only, in the first iteration only
+        (nested, so Ray pickles it by value: the learner actors cannot import this test module)."""
+        if agent_id == "executor" and episode is not None and group_id_of(episode).endswith("-g0"):
+            return "executor_g0"
+        return str(agent_id)
+
+    config = (
+        keychest_team_config(shared=False)
+        .multi_agent(
+            # The extra module's spaces are given: RLlib infers spaces from the roles' default mapping.
+            policies={**{role: PolicySpec() for role in ROLES}, "executor_g0": PolicySpec(None, TEXT, TEXT)},
+            policy_mapping_fn=first_group_executor_apart,
+        )
+        .env_runners(num_envs_per_env_runner=8)
+        .learners(num_learners=2, num_cpus_per_learner=0.5)
+        .training(groups_per_iteration=4, minibatch_size=8, micro_batch_size=4)
+    )
+    algo = config.build_algo()
+
+    def weights(learner: Any) -> dict[str, float]:
+        module = learner.module["executor_g0"].unwrapped()
+        return {k: float(v.double().sum()) for k, v in module.state_dict().items()}
+
+    try:
+        first = algo.train()["learners"]
+        assert first["executor_g0"]["agent_executor_num_step_rows"] > 0
+        assert first["executor_g0"]["idle_minibatches"] == first["executor_g0"]["num_optimizer_steps"] / 2
+        assert first["planner"]["idle_minibatches"] == 0
+        replicas = [r.get() for r in algo.learner_group.foreach_learner(weights)]
+        assert replicas[0] == replicas[1]
+        second = algo.train()["learners"]
+        assert (
+            not second.get("executor_g0", {}).get("agent_executor_num_step_rows", 0) > 0
+        )  # 0, NaN or absent
+        assert [
+            r.get() for r in algo.learner_group.foreach_learner(weights)
+        ] == replicas  # no rows anywhere: no step
+    finally:
+        algo.stop()

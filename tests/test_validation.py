@@ -221,8 +221,9 @@ def test_validate_names_an_unknown_weight_transfer() -> None:
                 c.environment("keychest_team")
                 .multi_agent(policies={"shared"}, policy_mapping_fn=lambda *a, **k: "shared")
                 .learners(num_learners=2)
+                .training(learner_sharding="fsdp")
             ),
-            "num_learners=2 is not supported with multi_agent",
+            "learner_sharding='fsdp' is not supported with multi_agent",
         ),
         (lambda c: c.rl_module(model_config={"temperature": 0.7}), "model_config"),
         (

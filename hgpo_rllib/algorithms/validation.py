@@ -76,8 +76,9 @@ def level_weight_errors(errors: SettingErrors, *, check_overflow: bool = True) -
 
 def _multi_agent_errors(errors: SettingErrors) -> None:
     """A team env (a ``MultiAgentEnv``, docs/drmas.md) needs RLlib's multi-agent settings, and they a
-    team env; several learners are not supported yet for teams (a learner whose share of groups has
-    no turn of some role would skip that module's gradient all-reduce and hang the others)."""
+    team env; several learners of a team hold replicas (DDP): a sharded module's forward passes are
+    collectives, and a learner whose groups hold no turn of a role would skip them in the learner
+    connector's log-prob passes and hang the others (the update itself runs idle rows for it)."""
     c = errors.config
     team_env = issubclass(envs.env_class(c.envs_name(), c.env_config), MultiAgentEnv)
     if team_env and not c.is_multi_agent:
@@ -90,10 +91,10 @@ def _multi_agent_errors(errors: SettingErrors) -> None:
         errors.add(
             f"multi_agent(policies={sorted(c.policies)}) is invalid with env={c.env!r}: it has one agent"
         )
-    if c.is_multi_agent and c.num_learners > 1:
+    if c.is_multi_agent and c.num_learners > 1 and c.learner_sharding != "none":
         errors.add(
-            f"num_learners={c.num_learners} is not supported with multi_agent() yet: use one learner "
-            "(num_learners=0 or 1) for multi-agent systems"
+            f"learner_sharding={c.learner_sharding!r} is not supported with multi_agent() yet: several "
+            "learners of a multi-agent system hold replicas (learner_sharding='none', DDP)"
         )
 
 

@@ -244,8 +244,8 @@ def role_module(shared: bool, agent_id: str, episode: Any = None, **kwargs: Any)
 
 #: A team's LLMs on the paper presets' 80 GB GPUs (docs/drmas.md §Memory): one LLM per role takes LoRA
 #: adapters (r 64 on every linear layer, lr 1e-5) instead of full fine-tuning, and a quarter of each
-#: runner GPU per vLLM engine; paper-7b trains its one shared LLM with LoRA on one learner, since a team
-#: runs on one learner so far (docs/drmas.md).
+#: runner GPU per vLLM engine; paper-7b trains its one shared LLM with LoRA on one learner, since a team's
+#: learners hold replicas (no FSDP for teams yet, docs/drmas.md).
 _TEAM_LORA = {"lora": {"r": 64}}
 _TEAM_LORA_TRAINING = {"lr": 1e-5, "learner_sharding": "none", "learner_offload": False}
 _TEAM_ENGINE_SHARE = 0.25

@@ -1,15 +1,17 @@
 """The text-agent algorithms' torch learner: micro-batched token-mean updates, AdamW, metrics and FSDP.
 
 A minibatch may be processed as several forward/backward passes of ``micro_batch_size`` rows; every
-pass divides by the minibatch's token count, so the accumulated gradient is exactly the token mean's
-(:mod:`~hgpo_rllib.algorithms.torch.token_loss`). AdamW (weight decay) and global-norm gradient
-clipping (``config.grad_clip``) then take one step.
+pass divides by the minibatch's token count (over all learners), so the accumulated and averaged
+gradient is exactly the token mean's (:mod:`~hgpo_rllib.algorithms.torch.token_loss`). AdamW (weight
+decay) and global-norm gradient clipping (``config.grad_clip``) then take one step.
 
 Several learners either hold whole replicas (DDP, RLlib's default) or, with ``learner_sharding="fsdp"``,
 1/N of every weight, gradient and optimizer moment (FSDP2, :mod:`hgpo_rllib.algorithms.torch.fsdp`).
 DDP all-reduces once per minibatch (``no_sync`` on all but the last micro-batch); FSDP reduce-scatters
 after every micro-batch into the sharded float32 gradients: skipping that sync would keep a full
 unsharded gradient per learner between micro-batches, the memory sharding exists to save.
+A multi-agent system's learner whose groups hold no turn of some module in a minibatch still joins
+that module's synchronisations with idle rows that carry no loss (DDP; docs/drmas.md).
 """
 
 from __future__ import annotations
@@ -40,14 +42,18 @@ from hgpo_rllib.columns import (
     DUAL_CLIP_FRAC_KEY,
     GRAD_NORM_MAX_KEY,
     GRAD_NORM_PER_STEP_KEY,
+    IDLE_MINIBATCHES_KEY,
     KL_KEY,
     LOGP_GAP_KEY,
     LOSS_MASK,
     NUM_OPTIMIZER_STEPS,
     OLD_LOGP,
     POLICY_STALENESS_KEY,
+    PROMPT_IDS,
+    PROMPT_MASK,
     RATIO_MEAN_KEY,
     REF_LOGP,
+    RESP_IDS,
     RESP_MASK,
     SAMPLER_LOGP,
 )
@@ -90,6 +96,7 @@ class TextAgentTorchLearner(TextAgentLearner, TorchLearner):
         self._minibatch_tokens: dict[ModuleID, torch.Tensor] = {}
         self._num_minibatches = 0
         self._grad_norms: dict[ModuleID, list[float]] = defaultdict(list)
+        self._idle_minibatches: dict[ModuleID, int] = defaultdict(int)
 
     @property
     def sharded(self) -> bool:
@@ -162,6 +169,7 @@ class TextAgentTorchLearner(TextAgentLearner, TorchLearner):
         super().before_gradient_based_update(timesteps=timesteps)
         self._token_sums.clear()
         self._grad_norms.clear()
+        self._idle_minibatches.clear()
         self._num_minibatches = 0
 
     @override(TorchLearner)
@@ -201,11 +209,12 @@ class TextAgentTorchLearner(TextAgentLearner, TorchLearner):
         self._compute_off_policyness(batch)
         for optim in self._optimizer_parameters:
             optim.zero_grad(set_to_none=True)
+        batch = self._with_idle_rows(batch)
         total: dict[ModuleID, torch.Tensor] = {}
         fwd_out: dict[ModuleID, Any] = {}
         for mid, rows in batch.items():
             num_rows = len(rows[ADVANTAGES])
-            self._minibatch_tokens[mid] = loss_mask(rows).sum().clamp(min=1).float()
+            self._minibatch_tokens[mid] = self._mean_tokens_per_learner(loss_mask(rows))
             step = self.config.get_config_for_module(mid).micro_batch_size or num_rows
             starts = range(0, num_rows, step)
             for start in starts:
@@ -222,6 +231,51 @@ class TextAgentTorchLearner(TextAgentLearner, TorchLearner):
         grads = {pid: p.grad for pid, p in self._params.items() if p.grad is not None}
         self.apply_gradients(self.postprocess_gradients(grads))
         return fwd_out, total, {}
+
+    def _mean_tokens_per_learner(self, mask: torch.Tensor) -> torch.Tensor:
+        """The loss tokens of this minibatch over all learners, divided by their number: a learner's
+        summed loss divided by it, then averaged by DDP or FSDP, is the token mean over all of them."""
+        tokens = mask.sum().float()
+        if self.distributed:
+            torch.distributed.all_reduce(tokens)
+            tokens = tokens / torch.distributed.get_world_size()
+        return tokens.clamp(min=1e-8)  # no loss token anywhere: every loss is 0, any divisor will do
+
+    def _with_idle_rows(self, batch: dict[str, Any]) -> dict[str, Any]:
+        """A multi-agent minibatch on several (DDP) learners: every module some learner trains in this
+        minibatch is in every learner's batch, as many rows as the others (RLlib's cyclic minibatches
+        give each present module the same count), so each learner runs the same passes and gradient
+        all-reduces per module, in the same (sorted) module order. A learner without that module's
+        rows gets idle rows: one pad token each, no loss, hence zero gradient. A module no learner
+        has rows of is skipped by all."""
+        if not self.distributed or len(self.module) < 2:
+            return batch
+        module_ids = sorted(self.module.keys())
+        present = torch.tensor([float(mid in batch) for mid in module_ids], device=self._device)
+        torch.distributed.all_reduce(present)
+        num_rows = max(len(rows[ADVANTAGES]) for rows in batch.values())
+        template = next(iter(batch.values()))
+        ordered = {}
+        for mid, count in zip(module_ids, present.tolist(), strict=True):
+            if mid in batch:
+                ordered[mid] = batch[mid]
+            elif count > 0:
+                ordered[mid] = self._idle_rows(mid, template, num_rows)
+                self._idle_minibatches[mid] += 1
+        return ordered
+
+    def _idle_rows(self, module_id: ModuleID, template: dict[str, Any], num_rows: int) -> dict[str, Any]:
+        """``num_rows`` rows of a pad-token prompt and response with no loss (``LOSS_MASK`` 0), in
+        ``template``'s devices. The response token is a valid one: its log-prob is computed, so the
+        backward reaches every weight (with zero gradient) and DDP's all-reduce fires."""
+        device = template[ADVANTAGES].device
+        pad = self.module[module_id].unwrapped().pad_token_id
+        ids = torch.full((num_rows, 1), pad, dtype=torch.long, device=device)
+        zeros = torch.zeros((num_rows, 1), device=device)
+        rows = {PROMPT_IDS: ids, PROMPT_MASK: torch.ones_like(ids), RESP_IDS: ids.clone()}
+        rows |= {RESP_MASK: torch.ones_like(ids), LOSS_MASK: torch.zeros_like(ids), ADVANTAGES: zeros}
+        rows |= {key: zeros.clone() for key in (OLD_LOGP, REF_LOGP, SAMPLER_LOGP) if key in template}
+        return rows
 
     @override(TorchLearner)
     def compute_loss_for_module(
@@ -322,6 +376,9 @@ class TextAgentTorchLearner(TextAgentLearner, TorchLearner):
                 gap = sums[LOGP_GAP_KEY] / max(sums["first_minibatch_tokens"], 1.0)
                 self.metrics.log_value((module_id, LOGP_GAP_KEY), gap, window=1)
             self.metrics.log_value((module_id, NUM_OPTIMIZER_STEPS), self._num_minibatches, window=1)
+            if self.distributed and len(self.module) > 1:
+                idle = self._idle_minibatches.get(module_id, 0)
+                self.metrics.log_value((module_id, IDLE_MINIBATCHES_KEY), idle, window=1)
         # Every learner's norms are the same (computed after the gradient all-reduce, or over the
         # full sharded gradient); RLlib cannot merge one list per learner, so the first one reports it.
         first_learner = not self.distributed or torch.distributed.get_rank() == 0
