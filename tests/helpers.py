@@ -319,6 +319,41 @@ def sft_args(out: Path, *extra: str) -> list[str]:
     ]
 
 
+def crash_once_lines(marker: Path, iteration: int) -> str:
+    """Experiment-file lines: a callback that raises in ``iteration`` the first time only (``marker``,
+    a file it creates, remembers the crash), for tests of ``rllib train file --resume``."""
+    return textwrap.dedent(f"""
+        def crash_once(*, algorithm, result, **kwargs):
+            marker = {str(marker)!r}
+            if result["training_iteration"] == {iteration} and not __import__("os").path.exists(marker):
+                open(marker, "w").close()
+                raise RuntimeError("simulated crash")
+
+        config.callbacks(on_train_result=crash_once)
+    """)
+
+
+def crashing_tuned_example(
+    tmp_path: Path, example: str, *, stop_iteration: int, crash_at: int, checkpoint_freq: int | None = None
+) -> tuple[Path, Path]:
+    """An experiment file that runs ``tuned_examples/<example>`` (its config, name and checkpoint
+    frequency, or ``checkpoint_freq``) for ``stop_iteration`` iterations and crashes once in
+    ``crash_at``; returns the file and the crash marker."""
+    marker = tmp_path / "crashed"
+    freq = "example['checkpoint_freq']" if checkpoint_freq is None else str(checkpoint_freq)
+    path = tmp_path / f"crashing_{example}"
+    path.write_text(
+        textwrap.dedent(f"""
+        import runpy
+        example = runpy.run_path({str(TUNED / example)!r})
+        config, name, checkpoint_freq = example["config"], example["name"], {freq}
+        stop = {{"training_iteration": {stop_iteration}}}
+        """)
+        + crash_once_lines(marker, crash_at)
+    )
+    return path, marker
+
+
 def write_experiment(tmp_path: Path, extra: str = "", algorithm: str = "HGPO") -> Path:
     """A tiny KeyChest experiment file for ``rllib train file`` (``extra``: more lines at the end) of
     ``algorithm``, a key of :data:`EXPERIMENTS` ("HGPO", "HGPO-async", "HiPER", or "DrMAS": the

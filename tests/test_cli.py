@@ -7,14 +7,13 @@ import gc
 import json
 import re
 import sys
-import textwrap
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 import pytest
-from helpers import TUNED, write_experiment
+from helpers import TUNED, crash_once_lines, crashing_tuned_example, write_experiment
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from hgpo_rllib import cli
@@ -139,15 +138,8 @@ def test_experiment_runs_are_numbered(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_resume_continues_a_crashed_run_from_its_checkpoint(tmp_path: Path) -> None:
     marker = tmp_path / "crashed"
-    crash_once = f"""
-    def crash_once(*, algorithm, result, **kwargs):
-        if result["training_iteration"] == 3 and not __import__("os").path.exists({str(marker)!r}):
-            open({str(marker)!r}, "w").close()
-            raise RuntimeError("simulated crash")
-    config.callbacks(on_train_result=crash_once)
-    stop = {{"training_iteration": 4}}
-    """
-    path = write_experiment(tmp_path, textwrap.dedent(crash_once))
+    extra = crash_once_lines(marker, 3) + 'stop = {"training_iteration": 4}\n'
+    path = write_experiment(tmp_path, extra)
     args = [
         "train",
         "file",
@@ -491,23 +483,7 @@ def test_rehearsal_preset_trains_evaluates_checkpoints_and_resumes(
     a checkpoint every iteration; a crash in iteration 3 is resumed from the checkpoint of iteration 2.
     The env runners use HF generate here (``--config``); the vLLM backend has tests of its own."""
     monkeypatch.setenv("HGPO_PRESET", "rehearsal")
-    marker = tmp_path / "crashed"
-    path = tmp_path / "rehearsal.py"
-    path.write_text(
-        textwrap.dedent(f"""
-        import os, runpy
-        example = runpy.run_path({str(TUNED / "hgpo_alfworld.py")!r})
-        config, checkpoint_freq = example["config"], example["checkpoint_freq"]
-        stop = {{"training_iteration": 3}}
-
-        def crash_once(*, algorithm, result, **kwargs):
-            if result["training_iteration"] == 3 and not os.path.exists({str(marker)!r}):
-                open({str(marker)!r}, "w").close()
-                raise RuntimeError("simulated crash")
-
-        config.callbacks(on_train_result=crash_once)
-    """)
-    )
+    path, marker = crashing_tuned_example(tmp_path, "hgpo_alfworld.py", stop_iteration=3, crash_at=3)
     args = [
         "train",
         "file",

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +13,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-from helpers import TINY_MODEL, TUNED, sft_args
+from helpers import TINY_MODEL, TUNED, crashing_tuned_example, sft_args
 from ray.rllib.policy.policy import PolicySpec
 
 from envs.common.spaces import TextSpace
@@ -136,22 +135,8 @@ def test_rllib_train_file_drmas_webshop_checkpoints_resumes_and_evaluates(
     a crash in iteration 2 resumes from the checkpoint of iteration 1, and `rllib evaluate` plays the
     final checkpoint's team on test goals."""
     monkeypatch.setenv("HGPO_LLM_SHARING", sharing)
-    marker = tmp_path / "crashed"
-    path = tmp_path / "drmas.py"
-    path.write_text(
-        textwrap.dedent(f"""
-        import os, runpy
-        example = runpy.run_path({str(TUNED / "drmas_webshop.py")!r})
-        config, name = example["config"], example["name"]
-        stop, checkpoint_freq = {{"training_iteration": 2}}, 1
-
-        def crash_once(*, algorithm, result, **kwargs):
-            if result["training_iteration"] == 2 and not os.path.exists({str(marker)!r}):
-                open({str(marker)!r}, "w").close()
-                raise RuntimeError("simulated crash")
-
-        config.callbacks(on_train_result=crash_once)
-    """)
+    path, marker = crashing_tuned_example(
+        tmp_path, "drmas_webshop.py", stop_iteration=2, crash_at=2, checkpoint_freq=1
     )
     args = ["train", "file", str(path), "--storage-path", str(tmp_path / "out"), "--max-failures", "0"]
     assert cli.main(args) == 1 and marker.exists()
