@@ -1,0 +1,283 @@
+"""Dr. MAS on CPU: global vs agent-wise advantage normalisation on the WebShop team, GRPO and HGPO.
+
+Why: Dr. MAS's claim (docs/drmas.md) is that one baseline for all agents gives some agent
+systematically too large advantages and spikes the gradient norm, and that normalising each agent's
+turns with its own group statistics removes the spikes and learns better. This benchmark trains
+``tuned_examples/drmas_webshop.py`` (a verifier, a searcher and a buyer, one LLM per role, each
+warm-started on its role's expert turns) with ``normalize_by="trajectory"`` (global) and ``"agent"``
+(Dr. MAS), under GRPO and HGPO, for the same seeds and iterations, and records:
+
+- per iteration: the team's training success and score, each module's gradient norm at every
+  optimiser step (pre-clip, ``grad_norm_per_step``), and E[A^2] per agent on that iteration's
+  batch under *both* normalisations (computed from the same sampled episodes by a callback, so the
+  scales compare on identical data whichever rule trained the run);
+- per run: the trained team's success and score on WebShop's test goals (``rllib evaluate``'s
+  protocol, the same goals for every run).
+
+Spikes are optimiser steps whose gradient norm exceeds 3x the running median of that module's
+earlier steps in the run. Writes ``curves.csv``, ``grad_norms.csv``, ``scales.csv``,
+``evaluation.csv``, ``summary.md`` and ``curves.png`` to ``--output``; an existing output is never
+overwritten, ``--resume`` keeps its complete runs and redoes the rest. Missing warm starts are built
+first (``rllib sft --env webshop_team --role R``; rerunning resumes them).
+
+Run: ``python benchmarks/drmas_normalisation.py --warm-start ws_team --iterations 15 --output
+results/drmas_normalisation [--resume]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import itertools
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+import ray  # noqa: E402
+from ray.rllib.callbacks.callbacks import RLlibCallback  # noqa: E402
+from tqdm.auto import tqdm  # noqa: E402
+
+from envs import registry as envs  # noqa: E402
+from hgpo_rllib.advantages.step_table import StepTable, estimate_advantages  # noqa: E402
+from hgpo_rllib.evaluation.protocol import evaluate  # noqa: E402
+from hgpo_rllib.experiments.experiment_file import load_experiment_file  # noqa: E402
+from hgpo_rllib.warm_start.trainer import train_warm_start  # noqa: E402
+
+EXAMPLE = Path(__file__).resolve().parents[1] / "tuned_examples" / "drmas_webshop.py"
+ENV, ENV_CONFIG = "webshop_team", {"max_steps": 6}
+ESTIMATORS = ("grpo", "hgpo")
+NORMALISATIONS = {"global": "trajectory", "agent-wise": "agent"}
+SPIKE_FACTOR = 3.0
+SCALE_KEY = "advantage_sq_mean_by_rule"
+
+
+class AdvantageScaleProbe(RLlibCallback):
+    """On the env runner, after each sample: E[A^2] of each agent's turns under both normalisation
+    rules, from the same episodes the learner will get (the run's other settings unchanged)."""
+
+    def on_sample_end(self, *, env_runner: Any, metrics_logger: Any, samples: Any, **kwargs: Any) -> None:
+        done = [episode for episode in samples if episode.is_done]
+        if not done:
+            return
+        table = StepTable.from_episodes(done)
+        agents = np.asarray(table.agent_ids)
+        settings = env_runner.config.estimator_settings()
+        for name, rule in NORMALISATIONS.items():
+            rule_settings = dataclasses.replace(settings, normalize_by=rule)
+            advantages = estimate_advantages(table, rule_settings).advantages
+            for agent in dict.fromkeys(table.agent_ids):
+                value = float((advantages[agents == agent] ** 2).mean())
+                metrics_logger.log_value((SCALE_KEY, f"{agent}|{name}"), value, window=1)
+
+
+def ensure_warm_starts(warm_start: Path, episodes: int, epochs: float) -> None:
+    """Each role's warm start (resumed or reused when already there)."""
+    for role in envs.env_class(ENV, ENV_CONFIG).ROLES:
+        train_warm_start(
+            warm_start / role,
+            env=ENV,
+            episodes=episodes,
+            epochs=epochs,
+            env_config=ENV_CONFIG,
+            role=role,
+            reuse_finished=True,
+        )
+
+
+def running_median_spikes(norms: list[float]) -> int:
+    """Steps whose norm exceeds SPIKE_FACTOR x the median of the run's earlier steps."""
+    return sum(norm > SPIKE_FACTOR * np.median(norms[:i]) for i, norm in enumerate(norms) if i >= 3)
+
+
+def train_run(
+    estimator: str,
+    normalisation: str,
+    seed: int,
+    args: argparse.Namespace,
+    progress: Callable[[dict[str, list[dict]]], None],
+) -> dict[str, list[dict]]:
+    """Train one run, save its checkpoint, evaluate it on test goals; every table's rows."""
+    os.environ.update(
+        HGPO_WARM_START=str(args.warm_start),
+        HGPO_ESTIMATOR=estimator,
+        HGPO_NORMALIZE_BY=NORMALISATIONS[normalisation],
+        HGPO_LLM_SHARING="separate",
+    )
+    config = load_experiment_file(EXAMPLE).config.copy(copy_frozen=False)
+    config.debugging(seed=seed).callbacks([*_as_list(config.callbacks_class), AdvantageScaleProbe])
+    run_id = {"estimator": estimator, "normalisation": normalisation, "seed": seed}
+    tables: dict[str, list[dict]] = {"curves": [], "grad_norms": [], "scales": [], "evaluation": []}
+    algo = config.build_algo()
+    start = time.perf_counter()
+    try:
+        for iteration in tqdm(range(1, args.iterations + 1), desc=f"{estimator} {normalisation} seed {seed}"):
+            result = algo.train()
+            runners = result["env_runners"]
+            tables["curves"].append(
+                {
+                    **run_id,
+                    "iteration": iteration,
+                    "seconds": time.perf_counter() - start,
+                    "success": runners["success_rate"],
+                    "score": runners.get("score_mean", float("nan")),
+                    "episode_return": runners["episode_return_mean"],
+                    **{f"{phase}_s": s for phase, s in result.get("iteration_seconds", {}).items()},
+                }
+            )
+            for module, learner in result["learners"].items():
+                for step, norm in enumerate(learner.get("grad_norm_per_step") or []):
+                    tables["grad_norms"].append(
+                        {**run_id, "iteration": iteration, "module": module, "step": step, "grad_norm": norm}
+                    )
+            for key, value in runners.get(SCALE_KEY, {}).items():
+                agent, rule = key.split("|")
+                tables["scales"].append(
+                    {
+                        **run_id,
+                        "iteration": iteration,
+                        "agent": agent,
+                        "rule": rule,
+                        "advantage_sq_mean": value,
+                    }
+                )
+            progress(tables)
+        checkpoint = algo.save(str(args.output / "checkpoints" / f"{estimator}_{normalisation}_{seed}"))
+    finally:
+        algo.stop()
+    evaluation = args.output / "evaluation" / f"{estimator}_{normalisation}_{seed}"
+    evaluate(
+        checkpoint.checkpoint.path, seeds=args.eval_seeds, episodes=args.eval_episodes, output=evaluation
+    )
+    per_seed = pd.read_csv(evaluation / "per_seed.csv")  # success and score in percent, per seed
+    tables["evaluation"].append(
+        {**run_id, "test_success": per_seed["success"].mean(), "test_score": per_seed["score"].mean()}
+    )
+    progress(tables)
+    return tables
+
+
+def _as_list(callbacks: Any) -> list[Any]:
+    return list(callbacks) if isinstance(callbacks, list | tuple) else [callbacks]
+
+
+def summarize(tables: dict[str, pd.DataFrame]) -> pd.DataFrame:
+    """Per (estimator, normalisation): medians over seeds of the run-level figures."""
+    norms = tables["grad_norms"]
+    per_run = (
+        norms.groupby(["estimator", "normalisation", "seed", "module"], sort=False)["grad_norm"]
+        .agg(
+            grad_norm_max="max",
+            grad_norm_median="median",
+            spikes=lambda s: running_median_spikes(list(s)),
+        )
+        .reset_index()
+    )
+    per_run["max_over_median"] = per_run["grad_norm_max"] / per_run["grad_norm_median"]
+    keys = ["estimator", "normalisation"]
+    grad = per_run.groupby(keys, sort=False).agg(
+        max_over_median=("max_over_median", "median"), spikes_per_module_run=("spikes", "mean")
+    )
+    curves = tables["curves"]
+    last = curves[curves["iteration"] > curves["iteration"].max() - 3]
+    train = last.groupby(keys, sort=False).agg(train_success_last3=("success", "mean"))
+    test = (
+        tables["evaluation"]
+        .groupby(keys, sort=False)
+        .agg(test_success=("test_success", "mean"), test_score=("test_score", "mean"), runs=("seed", "count"))
+    )
+    scales = tables["scales"].pivot_table(index=keys, columns=["rule", "agent"], values="advantage_sq_mean")
+    scales.columns = [f"E[A^2] {agent} ({rule})" for rule, agent in scales.columns]
+    return pd.concat([test, train, grad, scales], axis=1).round(3).reset_index()
+
+
+def plot(tables: dict[str, pd.DataFrame], path: Path) -> None:
+    """Training success per iteration (mean, min-max over seeds) and each module's gradient norms."""
+    modules = list(dict.fromkeys(tables["grad_norms"]["module"]))
+    fig, axes = plt.subplots(1, 1 + len(modules), figsize=(5 * (1 + len(modules)), 4))
+    for (estimator, normalisation), group in tables["curves"].groupby(
+        ["estimator", "normalisation"], sort=False
+    ):
+        stats = group.groupby("iteration")["success"].agg(["mean", "min", "max"])
+        axes[0].plot(stats.index, stats["mean"], label=f"{estimator} {normalisation}")
+        axes[0].fill_between(stats.index, stats["min"], stats["max"], alpha=0.15)
+    axes[0].set(xlabel="training iteration", ylabel="team success (training goals)", ylim=(0, 1.02))
+    axes[0].legend()
+    norms = tables["grad_norms"].copy()
+    norms["order"] = norms.groupby(["estimator", "normalisation", "seed", "module"]).cumcount()
+    for axis, module in zip(axes[1:], modules, strict=True):
+        mine = norms[norms["module"] == module]
+        for (estimator, normalisation), group in mine.groupby(["estimator", "normalisation"], sort=False):
+            stats = group.groupby("order")["grad_norm"].median()
+            axis.plot(stats.index, stats.to_numpy(), label=f"{estimator} {normalisation}", lw=0.9)
+        axis.set(xlabel="optimiser step", ylabel="pre-clip gradient norm (median over seeds)", yscale="log")
+        axis.set_title(module)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--warm-start", type=Path, required=True, help="team warm starts, one folder per role"
+    )
+    # 100 expert episodes, one epoch: about 4 minutes per role on 2 cores (prompts of up to 1k tokens).
+    parser.add_argument("--warm-start-episodes", type=int, default=100)
+    parser.add_argument("--warm-start-epochs", type=float, default=1.0)
+    parser.add_argument("--iterations", type=int, default=15)
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--estimators", nargs="+", default=list(ESTIMATORS), choices=ESTIMATORS)
+    parser.add_argument("--eval-seeds", type=int, nargs="+", default=[123])
+    parser.add_argument("--eval-episodes", type=int, default=32, help="test goals per evaluation seed")
+    parser.add_argument("--output", type=Path, default=Path("results/drmas_normalisation"))
+    parser.add_argument("--resume", action="store_true", help="continue an interrupted --output")
+    args = parser.parse_args()
+    args.warm_start, args.output = args.warm_start.resolve(), args.output.resolve()
+    names = ("curves", "grad_norms", "scales", "evaluation")
+    done: dict[str, list[dict]] = {name: [] for name in names}
+    if args.resume and (args.output / "evaluation.csv").exists():
+        finished = pd.read_csv(args.output / "evaluation.csv")[["estimator", "normalisation", "seed"]]
+        for name in names:
+            table = pd.read_csv(args.output / f"{name}.csv").merge(finished)
+            done[name] = table.to_dict("records")
+    elif args.output.exists() and any(args.output.iterdir()):
+        raise SystemExit(f"{args.output} already holds results; choose another --output or pass --resume")
+    args.output.mkdir(parents=True, exist_ok=True)
+    ensure_warm_starts(args.warm_start, args.warm_start_episodes, args.warm_start_epochs)
+    complete = {(r["estimator"], r["normalisation"], r["seed"]) for r in done["evaluation"]}
+
+    def save(current: dict[str, list[dict]]) -> None:
+        for name in names:
+            pd.DataFrame(done[name] + current[name]).to_csv(args.output / f"{name}.csv", index=False)
+
+    ray.init(num_cpus=3, include_dashboard=False, log_to_driver=False)
+    try:
+        for seed in args.seeds:  # seeds outermost: an interrupted study has every variant's first seeds
+            for estimator, normalisation in itertools.product(args.estimators, NORMALISATIONS):
+                if (estimator, normalisation, seed) in complete:
+                    continue
+                tables = train_run(estimator, normalisation, seed, args, save)
+                for name in names:
+                    done[name] += tables[name]
+    except KeyboardInterrupt:
+        raise SystemExit(
+            f"interrupted; finished runs are kept: rerun with --resume --output {args.output}"
+        ) from None
+    frames = {name: pd.DataFrame(done[name]) for name in names}
+    plot(frames, args.output / "curves.png")
+    table = summarize(frames)
+    (args.output / "summary.md").write_text(table.to_markdown(index=False) + "\n")
+    print(table.to_markdown(index=False))
+
+
+if __name__ == "__main__":
+    main()
