@@ -5,7 +5,7 @@ Every run is a tuned example's config with one setting and one seed: ``tuned_exa
 with an estimator (HGPO K=2 alpha=1, HGPO K=2 alpha=0, HGPO K=2 with adaptive weights, GiGPO, GRPO;
 HGPO K=2 alpha=1 with overlapped sampling), or ``tuned_examples/hiper_keychest.py`` (HiPER, K=2: the
 same episodes, model size and step budget; with its critic as a separate model, as heads on the policy's
-trunk, or with the critic-free high level of docs/hiper.md). Writes
+trunk, with the critic-free high level of docs/hiper.md, or without its KEEP penalties). Writes
 ``curves.csv`` (success per iteration, rewritten after every iteration), ``curves.png`` (mean with min-max
 band over seeds) and ``summary.md`` (iterations and wall time to 80% / 90% success, final success).
 An existing output directory is never overwritten; ``--resume`` continues one instead, keeping its
@@ -58,7 +58,13 @@ VARIANTS["HiPER K=2 policy critic"] = Variant(HIPER, {"history_length": 2}, {"cr
 VARIANTS["HiPER K=2 critic-free high"] = Variant(
     HIPER, {"history_length": 2, "high_level_baseline": "groups", "group_size": 8, "groups_per_iteration": 16}
 )
+# HiPER without its KEEP shaping (both KEEP penalties 0; the invalid-answer penalty as HGPO's): tells
+# the shaping's effect on KeyChest (whose trap room ends an episode cheaply) from a defect.
+VARIANTS["HiPER K=2 no KEEP penalties"] = Variant(
+    HIPER, {"history_length": 2, "keep_penalty": 0.0, "keep_consistency_penalty": 0.0}
+)
 THRESHOLDS = (0.8, 0.9)
+LEARNER_KEYS = ("grad_norm_max", "clip_frac", "kl", "value_low_loss", "value_high_loss")
 # Success is judged on a moving mean of this many iterations, so one lucky batch does not count.
 SMOOTHING = 3
 
@@ -76,6 +82,7 @@ def run(variant: str, seed: int, iterations: int, progress: Callable[[list[dict]
     try:
         for iteration in tqdm(range(1, iterations + 1), desc=f"{variant} seed {seed}", leave=False):
             result = algo.train()
+            learner = result["learners"]["default_policy"]
             records.append(
                 {
                     "variant": variant,
@@ -85,6 +92,8 @@ def run(variant: str, seed: int, iterations: int, progress: Callable[[list[dict]
                     "success": result["env_runners"]["success_rate"],
                     "episode_len": result["env_runners"]["episode_len_mean"],
                     "invalid": result["env_runners"].get("invalid_action_rate", float("nan")),
+                    # What a collapse is made of (NaN where the algorithm has no such term).
+                    **{key: learner.get(key, float("nan")) for key in LEARNER_KEYS},
                 }
             )
             progress(records)
