@@ -230,7 +230,8 @@ def main() -> None:
     parser.add_argument(
         "--warm-start", type=Path, required=True, help="team warm starts, one folder per role"
     )
-    # 100 expert episodes, one epoch: about 4 minutes per role on 2 cores (prompts of up to 1k tokens).
+    # 100 expert episodes, one epoch: 486 s for the three roles on 2 cores, too little for a team that
+    # buys anything (docs/drmas.md); the docs' recipe is --warm-start-episodes 200 --warm-start-epochs 3.
     parser.add_argument("--warm-start-episodes", type=int, default=100)
     parser.add_argument("--warm-start-epochs", type=float, default=1.0)
     parser.add_argument("--iterations", type=int, default=15)
