@@ -5,7 +5,8 @@ Every run is a tuned example's config with one setting and one seed: ``tuned_exa
 with an estimator (HGPO K=2 alpha=1, HGPO K=2 alpha=0, HGPO K=2 with adaptive weights, GiGPO, GRPO;
 HGPO K=2 alpha=1 with overlapped sampling), or ``tuned_examples/hiper_keychest.py`` (HiPER, K=2: the
 same episodes, model size and step budget; with its critic as a separate model, as heads on the policy's
-trunk, with the critic-free high level of docs/hiper.md, or without its KEEP penalties). Writes
+trunk, with the critic-free high level of docs/hiper.md, or without its KEEP penalties), or GRPO
+answering in HiPER's plan-execute blocks (the format without HAE). Writes
 ``curves.csv`` (success per iteration, rewritten after every iteration), ``curves.png`` (mean with min-max
 band over seeds) and ``summary.md`` (iterations and wall time to 80% / 90% success, final success).
 An existing output directory is never overwritten; ``--resume`` continues one instead, keeping its
@@ -28,6 +29,8 @@ import pandas as pd  # noqa: E402
 import ray  # noqa: E402
 from tqdm.auto import tqdm  # noqa: E402
 
+from envs import plan_execute_blocks  # noqa: E402
+from envs.keychest.env import CHEST_SUBGOAL, COMMANDS, KEY_SUBGOAL  # noqa: E402
 from hgpo_rllib.experiments.experiment_file import load_experiment_file  # noqa: E402
 
 TUNED = Path(__file__).resolve().parents[1] / "tuned_examples"
@@ -40,6 +43,7 @@ class Variant(NamedTuple):
     example: Path
     training: dict[str, Any]
     model_config: dict[str, Any] = {}
+    env_config: dict[str, Any] = {}
 
 
 VARIANTS = {
@@ -63,6 +67,15 @@ VARIANTS["HiPER K=2 critic-free high"] = Variant(
 VARIANTS["HiPER K=2 no KEEP penalties"] = Variant(
     HIPER, {"history_length": 2, "keep_penalty": 0.0, "keep_consistency_penalty": 0.0}
 )
+# GRPO answering in HiPER's plan-execute blocks (same vocabulary, answer length and validity rule as
+# "HiPER K=2"): tells what the three-block format costs a random-init model from what HAE and its
+# critic cost, since only the estimator and the token assignment differ from "HiPER K=2".
+VARIANTS["GRPO plan-execute"] = Variant(
+    HGPO,
+    {"estimator": "grpo", "history_length": 2, "max_new_tokens": 4},
+    {"action_vocabulary": plan_execute_blocks([KEY_SUBGOAL, CHEST_SUBGOAL], COMMANDS)},
+    {"answer_format": "plan_execute"},
+)
 THRESHOLDS = (0.8, 0.9)
 LEARNER_KEYS = ("grad_norm_max", "clip_frac", "kl", "value_low_loss", "value_high_loss")
 # Success is judged on a moving mean of this many iterations, so one lucky batch does not count.
@@ -72,11 +85,13 @@ SMOOTHING = 3
 def run(variant: str, seed: int, iterations: int, progress: Callable[[list[dict]], None]) -> list[dict]:
     """Train one (variant, seed) and return its per-iteration records; ``progress`` gets the
     records so far after every iteration."""
-    example, training, model_config = VARIANTS[variant]
+    example, training, model_config, env_config = VARIANTS[variant]
     config = load_experiment_file(example).config.copy(copy_frozen=False)
     config.training(**training).debugging(seed=seed)
     if model_config:
         config.rl_module(model_config={**config.user_model_config(), **model_config})
+    if env_config:
+        config.environment(env_config={**config.env_config, **env_config})
     algo = config.build_algo()
     records, start = [], time.perf_counter()
     try:
