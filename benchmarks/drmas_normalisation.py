@@ -78,14 +78,33 @@ class AdvantageScaleProbe(RLlibCallback):
                 metrics_logger.log_value((SCALE_KEY, f"{agent}|{name}"), value, window=1)
 
 
-def ensure_warm_starts(warm_start: Path, episodes: int, epochs: float) -> None:
+def per_role(values: list[str], roles: tuple[str, ...], kind: type) -> dict[str, Any]:
+    """``["3", "searcher=20"]`` -> every role 3 except the searcher's 20 (roles' turns differ in
+    number and length, so each may want its own episodes and epochs)."""
+    settings: dict[str, Any] = {}
+    for value in values:
+        role, _, number = value.rpartition("=")
+        if role and role not in roles:
+            raise SystemExit(f"unknown role {role!r} in {value!r}; the team's roles are {', '.join(roles)}")
+        try:
+            settings.update({r: kind(number) for r in ([role] if role else roles)})
+        except ValueError:
+            raise SystemExit(f"{value!r} is not a number or ROLE=number") from None
+    if missing := [role for role in roles if role not in settings]:
+        raise SystemExit(f"no value for role(s) {', '.join(missing)} in {values}")
+    return settings
+
+
+def ensure_warm_starts(warm_start: Path, episodes: list[str], epochs: list[str]) -> None:
     """Each role's warm start (resumed or reused when already there)."""
-    for role in envs.env_class(ENV, ENV_CONFIG).ROLES:
+    roles = envs.env_class(ENV, ENV_CONFIG).ROLES
+    role_episodes, role_epochs = per_role(episodes, roles, int), per_role(epochs, roles, float)
+    for role in roles:
         train_warm_start(
             warm_start / role,
             env=ENV,
-            episodes=episodes,
-            epochs=epochs,
+            episodes=role_episodes[role],
+            epochs=role_epochs[role],
             env_config=ENV_CONFIG,
             role=role,
             reuse_finished=True,
@@ -133,7 +152,10 @@ def train_run(
                 }
             )
             for module, learner in result["learners"].items():
-                for step, norm in enumerate(learner.get("grad_norm_per_step") or []):
+                # The iteration's steps (RLlib hands a one-item series back as its item); absent
+                # from RLlib's "__all_modules__" entry.
+                norms = learner.get("grad_norm_per_step", [])
+                for step, norm in enumerate(np.atleast_1d(norms)):
                     tables["grad_norms"].append(
                         {**run_id, "iteration": iteration, "module": module, "step": step, "grad_norm": norm}
                     )
@@ -231,9 +253,13 @@ def main() -> None:
         "--warm-start", type=Path, required=True, help="team warm starts, one folder per role"
     )
     # 100 expert episodes, one epoch: 486 s for the three roles on 2 cores, too little for a team that
-    # buys anything (docs/drmas.md); the docs' recipe is --warm-start-episodes 200 --warm-start-epochs 3.
-    parser.add_argument("--warm-start-episodes", type=int, default=100)
-    parser.add_argument("--warm-start-epochs", type=float, default=1.0)
+    # buys anything (docs/drmas.md, which gives the recipe used).
+    parser.add_argument(
+        "--warm-start-episodes", nargs="+", default=["100"], help="N for every role, ROLE=N for one"
+    )
+    parser.add_argument(
+        "--warm-start-epochs", nargs="+", default=["1"], help="N for every role, ROLE=N for one"
+    )
     parser.add_argument("--iterations", type=int, default=15)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--estimators", nargs="+", default=list(ESTIMATORS), choices=ESTIMATORS)
