@@ -68,8 +68,9 @@ VARIANTS["HiPER K=2 no KEEP penalties"] = Variant(
     HIPER, {"history_length": 2, "keep_penalty": 0.0, "keep_consistency_penalty": 0.0}
 )
 # GRPO answering in HiPER's plan-execute blocks (same vocabulary, answer length and validity rule as
-# "HiPER K=2"): tells what the three-block format costs a random-init model from what HAE and its
-# critic cost, since only the estimator and the token assignment differ from "HiPER K=2".
+# "HiPER K=2"): tells what the three-block format costs a random-init model from what HAE costs, since
+# only the making of token advantages differs (GRPO: 16 groups of 8, no critic, no KEEP penalties,
+# every response token gets its episode's advantage).
 VARIANTS["GRPO plan-execute"] = Variant(
     HGPO,
     {"estimator": "grpo", "history_length": 2, "max_new_tokens": 4},
