@@ -95,16 +95,24 @@ def per_role(values: list[str], roles: tuple[str, ...], kind: type) -> dict[str,
     return settings
 
 
-def ensure_warm_starts(warm_start: Path, episodes: list[str], epochs: list[str]) -> None:
-    """Each role's warm start (resumed or reused when already there)."""
+def ensure_warm_starts(
+    warm_start: Path, episodes: list[str], epochs: list[str], train_on_prompt: list[str]
+) -> None:
+    """Each role's warm start (resumed or reused when already there); the roles in
+    ``train_on_prompt`` also learn their prompts' tokens (``rllib sft --train-on-prompt``)."""
     roles = envs.env_class(ENV, ENV_CONFIG).ROLES
     role_episodes, role_epochs = per_role(episodes, roles, int), per_role(epochs, roles, float)
+    if unknown := set(train_on_prompt) - set(roles):
+        raise SystemExit(
+            f"unknown role(s) {', '.join(sorted(unknown))}; the team's roles are {', '.join(roles)}"
+        )
     for role in roles:
         train_warm_start(
             warm_start / role,
             env=ENV,
             episodes=role_episodes[role],
             epochs=role_epochs[role],
+            train_on_prompt=role in train_on_prompt,
             env_config=ENV_CONFIG,
             role=role,
             reuse_finished=True,
@@ -260,6 +268,13 @@ def main() -> None:
     parser.add_argument(
         "--warm-start-epochs", nargs="+", default=["1"], help="N for every role, ROLE=N for one"
     )
+    parser.add_argument(
+        "--warm-start-train-on-prompt",
+        nargs="*",
+        default=[],
+        metavar="ROLE",
+        help="roles whose warm start also learns its prompt (the buyer, which copies item ids from it)",
+    )
     parser.add_argument("--iterations", type=int, default=15)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--estimators", nargs="+", default=list(ESTIMATORS), choices=ESTIMATORS)
@@ -279,7 +294,9 @@ def main() -> None:
     elif args.output.exists() and any(args.output.iterdir()):
         raise SystemExit(f"{args.output} already holds results; choose another --output or pass --resume")
     args.output.mkdir(parents=True, exist_ok=True)
-    ensure_warm_starts(args.warm_start, args.warm_start_episodes, args.warm_start_epochs)
+    ensure_warm_starts(
+        args.warm_start, args.warm_start_episodes, args.warm_start_epochs, args.warm_start_train_on_prompt
+    )
     complete = {(r["estimator"], r["normalisation"], r["seed"]) for r in done["evaluation"]}
 
     def save(current: dict[str, list[dict]]) -> None:
