@@ -102,10 +102,6 @@ def ensure_warm_starts(
     ``train_on_prompt`` also learn their prompts' tokens (``rllib sft --train-on-prompt``)."""
     roles = envs.env_class(ENV, ENV_CONFIG).ROLES
     role_episodes, role_epochs = per_role(episodes, roles, int), per_role(epochs, roles, float)
-    if unknown := set(train_on_prompt) - set(roles):
-        raise SystemExit(
-            f"unknown role(s) {', '.join(sorted(unknown))}; the team's roles are {', '.join(roles)}"
-        )
     for role in roles:
         train_warm_start(
             warm_start / role,
@@ -272,7 +268,7 @@ def main() -> None:
         "--warm-start-train-on-prompt",
         nargs="*",
         default=[],
-        metavar="ROLE",
+        choices=envs.env_class(ENV, ENV_CONFIG).ROLES,
         help="roles whose warm start also learns its prompt (the buyer, which copies item ids from it)",
     )
     parser.add_argument("--iterations", type=int, default=15)

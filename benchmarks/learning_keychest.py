@@ -29,8 +29,7 @@ import pandas as pd  # noqa: E402
 import ray  # noqa: E402
 from tqdm.auto import tqdm  # noqa: E402
 
-from envs import plan_execute_blocks  # noqa: E402
-from envs.keychest.env import CHEST_SUBGOAL, COMMANDS, KEY_SUBGOAL  # noqa: E402
+from envs.keychest.env import PLAN_EXECUTE_BLOCKS  # noqa: E402
 from hgpo_rllib.experiments.experiment_file import load_experiment_file  # noqa: E402
 
 TUNED = Path(__file__).resolve().parents[1] / "tuned_examples"
@@ -74,7 +73,7 @@ VARIANTS["HiPER K=2 no KEEP penalties"] = Variant(
 VARIANTS["GRPO plan-execute"] = Variant(
     HGPO,
     {"estimator": "grpo", "history_length": 2, "max_new_tokens": 4},
-    {"action_vocabulary": plan_execute_blocks([KEY_SUBGOAL, CHEST_SUBGOAL], COMMANDS)},
+    {"action_vocabulary": list(PLAN_EXECUTE_BLOCKS)},
     {"answer_format": "plan_execute"},
 )
 THRESHOLDS = (0.8, 0.9)

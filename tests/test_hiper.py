@@ -351,10 +351,10 @@ def test_a_tiny_model_restricted_to_whole_blocks_answers_in_the_plan_execute_for
     subgoal blocks and the blocks of its admissible actions only, and three such tokens decode to an
     answer the env takes as valid."""
     import envs
-    from envs.keychest.env import CHEST_SUBGOAL, COMMANDS, KEY_SUBGOAL
+    from envs.keychest.env import COMMANDS, PLAN_EXECUTE_BLOCKS
     from hgpo_rllib.connectors.env_to_module.history_window import prompt_connector
 
-    blocks = envs.plan_execute_blocks([KEY_SUBGOAL, CHEST_SUBGOAL], COMMANDS)
+    blocks = list(PLAN_EXECUTE_BLOCKS)
     spec = RLModuleSpec(
         module_class=LLMCriticRLModule,
         observation_space=gym.spaces.Text(max_length=4096),

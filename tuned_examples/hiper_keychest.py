@@ -11,8 +11,7 @@ blocks of the step's admissible actions, and an answer is three tokens, which mu
 block of each kind to be valid (the format is learned, HGPO's one-token commands need none).
 """
 
-from envs import plan_execute_blocks
-from envs.keychest.env import CHEST_SUBGOAL, COMMANDS, KEY_SUBGOAL
+from envs.keychest.env import PLAN_EXECUTE_BLOCKS
 from hgpo_rllib import HiPERConfig
 from hgpo_rllib.cli.scripts import run_as_script
 from hgpo_rllib.experiments.presets import RunSettings
@@ -29,7 +28,7 @@ config = (
     .env_runners(num_env_runners=1, num_envs_per_env_runner=EPISODES)
     .rl_module(
         model_config={
-            "action_vocabulary": plan_execute_blocks([KEY_SUBGOAL, CHEST_SUBGOAL], COMMANDS),
+            "action_vocabulary": list(PLAN_EXECUTE_BLOCKS),
             "constrain_to_admissible": True,
         }
     )

@@ -38,7 +38,7 @@ from typing import Any
 
 import numpy as np
 
-from envs.common.actions import THINK_ACTION
+from envs.common.actions import THINK_ACTION, plan_execute_blocks
 from envs.common.text_env import Observation, TextEnv
 
 ROOM_NAMES = ("hall", "kitchen", "cellar", "attic", "study", "garden", "library", "pantry")
@@ -261,6 +261,9 @@ class KeyChestEnv(TextEnv):
 #: back and open the chest.
 KEY_SUBGOAL = "take the key"
 CHEST_SUBGOAL = "open the chest"
+#: The whole-block vocabulary of a one-token-per-block plan-execute policy (tuned_examples/
+#: hiper_keychest.py): both switch blocks, these two subgoals, one action block per command.
+PLAN_EXECUTE_BLOCKS = tuple(plan_execute_blocks([KEY_SUBGOAL, CHEST_SUBGOAL], COMMANDS))
 
 
 def expert_subgoal(env: KeyChestEnv, command: str) -> str:
