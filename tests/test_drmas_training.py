@@ -266,3 +266,26 @@ def test_two_learners_train_a_team_whose_module_one_learner_lacks() -> None:
         ] == replicas  # no rows anywhere: no step
     finally:
         algo.stop()
+
+
+@pytest.mark.parametrize(
+    ("training", "steps"),
+    [
+        ({"minibatch_size": 4, "micro_batch_size": 2}, lambda rows: -(-rows // 4)),
+        ({"minibatches_per_module": 2}, lambda rows: min(2, rows)),
+    ],
+)
+def test_each_module_steps_through_its_own_rows(training: dict[str, int], steps: Any) -> None:
+    """Minibatches of a module's own rows, each once (RLlib's cyclic minibatches gave every module
+    as many steps as the module with the most rows, repeating a smaller one's rows to fill them);
+    or Dr. MAS's fixed number of steps per module (``minibatches_per_module``)."""
+    algo = keychest_team_config(shared=False).training(**training).build_algo()
+    try:
+        learners = algo.train()["learners"]
+    finally:
+        algo.stop()
+    rows = {role: learners[role][f"agent_{role}_num_step_rows"] for role in ROLES}
+    assert rows["planner"] < rows["executor"]
+    for role in ROLES:
+        assert learners[role]["num_optimizer_steps"] == steps(rows[role])
+        assert len(np.atleast_1d(learners[role]["grad_norm_per_step"])) == steps(rows[role])

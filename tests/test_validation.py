@@ -66,6 +66,7 @@ BAD_SETTINGS = [
     ({"lr": [[0, 1e-3], [0, 1e-4]]}, "lr"),  # a schedule's steps increase
     ({"minibatch_size": 0}, "minibatch_size"),
     ({"micro_batch_size": 0}, "micro_batch_size"),
+    ({"minibatches_per_module": 0}, "minibatches_per_module"),
     ({"num_epochs": 0}, "num_epochs"),
     ({"max_prompt_tokens": 0}, "max_prompt_tokens"),
     ({"max_new_tokens": 2.5}, "max_new_tokens"),
@@ -211,6 +212,7 @@ def test_validate_names_an_unknown_weight_transfer() -> None:
         (lambda c: c.learners(num_learners=3), "minibatch_size"),
         (lambda c: c.evaluation(evaluation_duration_unit="timesteps"), "evaluation_duration_unit"),
         (lambda c: c.learners(num_learners=2).training(groups_per_iteration=1), "groups_per_iteration"),
+        (lambda c: c.learners(num_learners=2).training(minibatches_per_module=5), "minibatches_per_module=5"),
         (
             lambda c: c.multi_agent(policies={"a", "b"}, policy_mapping_fn=lambda *a, **k: "a"),
             r"multi_agent\(policies=\['a', 'b'\]\) is invalid with env='keychest': it has one agent",

@@ -17,7 +17,11 @@ from hgpo_rllib.cli.scripts import run_as_script
 from hgpo_rllib.experiments.presets import RunSettings, team_config
 
 settings = RunSettings.from_env()
-config = team_config("webshop_team", {"max_steps": 6}, settings, adv_mode="mean_norm")
+# Five optimiser steps per module and iteration, each on a fifth of its rows, as the authors' search
+# scripts (ppo_mini_update_num=5; docs/drmas.md §Per-module updates).
+config = team_config(
+    "webshop_team", {"max_steps": 6}, settings, adv_mode="mean_norm", minibatches_per_module=5
+)
 stop = {"training_iteration": settings.iterations}
 checkpoint_freq = settings.checkpoint_freq
 name = f"drmas_webshop_{settings.llm_sharing}_{settings.normalize_by}_{settings.run_name}"

@@ -127,6 +127,7 @@ class TextAgentConfig(AlgorithmConfig):
         self.grad_clip = 1.0
         self.grad_clip_by = "global_norm"
         self.minibatch_size = 256
+        self.minibatches_per_module = None
         self.micro_batch_size = 16
         self.num_epochs = 1
         self.shuffle_batch_per_epoch = False
@@ -168,6 +169,7 @@ class TextAgentConfig(AlgorithmConfig):
         entropy_coeff: float = NotProvided,
         weight_decay: float = NotProvided,
         micro_batch_size: int | None = NotProvided,
+        minibatches_per_module: int | None = NotProvided,
         recompute_old_logp: bool = NotProvided,
         async_sampling: bool = NotProvided,
         behaviour_weight_cap: float = NotProvided,
@@ -197,6 +199,11 @@ class TextAgentConfig(AlgorithmConfig):
             micro_batch_size: Rows per forward/backward pass (default 16); a minibatch is
                 processed in such passes with gradient accumulation (exact token mean); also the
                 chunk size of the reference and old log-prob passes. None = the whole minibatch at once.
+            minibatches_per_module: Optimiser steps per epoch of every module, each on a near-equal
+                share of its own rows, whatever their number (Dr. MAS's adaptive mini-batch,
+                ``ppo_mini_update_num``: 1 for math, 5 for search); default None: minibatches of
+                ``minibatch_size`` rows. Either way a learner with several modules (a team) steps
+                each through its own rows, each row once per epoch (docs/drmas.md §Per-module updates).
             recompute_old_logp: The PPO ratio's old log-probs are the learner's own, computed on the
                 whole batch before the update (default True, as verl); False uses the sampler's,
                 which differ slightly with vLLM or bf16 and so clip spuriously. The sampler's are

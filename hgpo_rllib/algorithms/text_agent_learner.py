@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import abc
 import math
+from collections.abc import Iterable
 from typing import Any
 
 import ray
@@ -25,9 +26,11 @@ from ray.rllib.connectors.common.numpy_to_tensor import NumpyToTensor
 from ray.rllib.connectors.connector_v2 import ConnectorV2
 from ray.rllib.core import COMPONENT_RL_MODULE
 from ray.rllib.core.learner.learner import Learner
+from ray.rllib.core.learner.training_data import TrainingData
 from ray.rllib.utils.annotations import OverrideToImplementCustomLogic, override
 from ray.rllib.utils.metrics import WEIGHTS_SEQ_NO
 
+from hgpo_rllib.algorithms.per_module_minibatches import PerModuleMiniBatches
 from hgpo_rllib.columns import FORCE_WEIGHTS
 from hgpo_rllib.connectors.learner.frozen_logp import RecomputeOldLogp, ReferenceLogp
 from hgpo_rllib.connectors.learner.prompt_sharing import PromptSharing
@@ -60,12 +63,56 @@ class TextAgentLearner(Learner, abc.ABC):
             # Sharded learners always run the pass: its all-gathers must happen on every learner,
             # and each would decide by its own row count.
             single_step = self.config.num_epochs == 1 and self.config.learner_sharding != "fsdp"
-            single_step_rows = (self.config.minibatch_size_per_learner or math.inf) if single_step else 0
+            if self.config.minibatches_per_module:  # one step per module, or per row below that
+                single_step_rows = math.inf if self.config.minibatches_per_module == 1 else 1
+            else:
+                single_step_rows = self.config.minibatch_size_per_learner or math.inf
+            single_step_rows = single_step_rows if single_step else 0
             self._learner_connector.append(
                 RecomputeOldLogp(chunk_rows=self.config.micro_batch_size, single_step_rows=single_step_rows)
             )
         if self.config.kl_coeff > 0:
             self._learner_connector.append(ReferenceLogp(chunk_rows=self.config.micro_batch_size))
+
+    @override(Learner)
+    def _create_iterator_if_necessary(
+        self,
+        *,
+        training_data: TrainingData,
+        num_total_minibatches: int = 0,
+        num_epochs: int = 1,
+        minibatch_size: int | None = None,
+        shuffle_batch_per_epoch: bool = False,
+        **kwargs: Any,
+    ) -> Iterable:
+        """RLlib's minibatches, except on a lone learner of several modules (a team) or with
+        ``minibatches_per_module``: there each module steps through its own rows
+        (:class:`PerModuleMiniBatches`). Several DDP learners keep RLlib's cyclic minibatches, which
+        step them in lock-step (a learner past its rows cannot take an empty step: RLlib's update
+        refuses a minibatch of no rows). RLlib has no public hook for the minibatch iterator; this
+        keeps its batch building (the connector pipeline, ``should_module_be_updated``) by asking it
+        for the whole batch as one minibatch."""
+        per_module = self.config.minibatches_per_module
+        one_module = len(self.module) < 2 and not per_module
+        if training_data.data_iterators or self.distributed or one_module:
+            return super()._create_iterator_if_necessary(
+                training_data=training_data,
+                num_total_minibatches=num_total_minibatches,
+                num_epochs=num_epochs,
+                minibatch_size=minibatch_size,
+                shuffle_batch_per_epoch=shuffle_batch_per_epoch,
+                **kwargs,
+            )
+        batch = next(iter(super()._create_iterator_if_necessary(training_data=training_data)), None)
+        if batch is None:
+            return {}
+        return PerModuleMiniBatches(
+            batch,
+            minibatch_size=minibatch_size,
+            minibatches_per_module=per_module,
+            num_epochs=num_epochs,
+            shuffle_batch_per_epoch=shuffle_batch_per_epoch and num_epochs > 1,
+        )
 
     def runner_weights(self, *, force: bool = False) -> dict[str, Any]:
         """What a weight sync sends the env runners, in the shape of ``get_state(inference_only=True)``

@@ -174,6 +174,17 @@ def text_agent_errors(config: Any) -> list[str]:
             "micro_batch_size",
             f"<= the minibatch per learner ({c.minibatch_size_per_learner} rows)",
         )
+    need(
+        c.minibatches_per_module is None
+        or (is_int(c.minibatches_per_module) and c.minibatches_per_module >= 1),
+        "minibatches_per_module",
+        "None or an int >= 1",
+    )
+    if c.minibatches_per_module and c.num_learners > 1:
+        errors.add(
+            f"minibatches_per_module={c.minibatches_per_module} needs one learner, not num_learners="
+            f"{c.num_learners}: several learners step in lock-step on minibatches of minibatch_size rows"
+        )
     need(is_int(c.num_epochs) and c.num_epochs >= 1, "num_epochs", "an int >= 1")
     need(is_int(c.num_env_workers) and c.num_env_workers >= 0, "num_env_workers", "an int >= 0")
     need(c.weight_transfer in WEIGHT_TRANSFERS, "weight_transfer", f"one of {WEIGHT_TRANSFERS}")

@@ -17,7 +17,7 @@ that module's synchronisations with idle rows that carry no loss (DDP; docs/drma
 from __future__ import annotations
 
 import contextlib
-from collections import defaultdict
+from collections import Counter, defaultdict
 from typing import Any
 
 import torch
@@ -97,6 +97,7 @@ class TextAgentTorchLearner(TextAgentLearner, TorchLearner):
         self._num_minibatches = 0
         self._grad_norms: dict[ModuleID, list[float]] = defaultdict(list)
         self._idle_minibatches: dict[ModuleID, int] = defaultdict(int)
+        self._module_steps: Counter[ModuleID] = Counter()  # the minibatches each module was in
 
     @property
     def sharded(self) -> bool:
@@ -170,6 +171,7 @@ class TextAgentTorchLearner(TextAgentLearner, TorchLearner):
         self._token_sums.clear()
         self._grad_norms.clear()
         self._idle_minibatches.clear()
+        self._module_steps.clear()
         self._num_minibatches = 0
 
     @override(TorchLearner)
@@ -181,6 +183,8 @@ class TextAgentTorchLearner(TextAgentLearner, TorchLearner):
         grads = super().postprocess_gradients_for_module(
             module_id=module_id, config=config, module_gradients_dict=module_gradients_dict
         )
+        if not module_gradients_dict:  # not in this minibatch (PerModuleMiniBatches): no step
+            return grads
         for name, _ in self.get_optimizers_for_module(module_id):
             norm = self.metrics.peek((module_id, f"gradients_{name}_global_norm"), default=None)
             if norm is not None:
@@ -228,6 +232,7 @@ class TextAgentTorchLearner(TextAgentLearner, TorchLearner):
                     loss.backward()
                 total[mid] = total.get(mid, 0.0) + loss.detach()
         self._num_minibatches += 1
+        self._module_steps.update(batch.keys())
         grads = {pid: p.grad for pid, p in self._params.items() if p.grad is not None}
         self.apply_gradients(self.postprocess_gradients(grads))
         return fwd_out, total, {}
@@ -375,7 +380,7 @@ class TextAgentTorchLearner(TextAgentLearner, TorchLearner):
             if LOGP_GAP_KEY in sums:
                 gap = sums[LOGP_GAP_KEY] / max(sums["first_minibatch_tokens"], 1.0)
                 self.metrics.log_value((module_id, LOGP_GAP_KEY), gap, window=1)
-            self.metrics.log_value((module_id, NUM_OPTIMIZER_STEPS), self._num_minibatches, window=1)
+            self.metrics.log_value((module_id, NUM_OPTIMIZER_STEPS), self._module_steps[module_id], window=1)
             if self.distributed and len(self.module) > 1:
                 idle = self._idle_minibatches.get(module_id, 0)
                 self.metrics.log_value((module_id, IDLE_MINIBATCHES_KEY), idle, window=1)
