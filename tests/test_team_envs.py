@@ -269,7 +269,7 @@ def test_the_expert_team_buys_the_goal_and_every_role_gets_the_reward(
 ) -> None:
     episode = play_team(webshop, options={"goal_index": goal_index})
     _, _, rewards, terminateds, _, infos = episode.steps[-1]
-    assert rewards == dict.fromkeys((VERIFIER, SEARCHER, BUYER), 10.0) and terminateds[ALL]
+    assert rewards == dict.fromkeys((VERIFIER, SEARCHER, BUYER), 1.0) and terminateds[ALL]  # the score
     assert all(info["won"] and info["score"] == 1.0 for info in infos.values())
     roles = [c.role for c in episode.contexts]
     assert roles[:4] == [VERIFIER, SEARCHER, VERIFIER, BUYER] and roles[-1] == BUYER
@@ -478,5 +478,21 @@ def test_rllibs_multi_agent_episode_takes_a_truncated_episode() -> None:
 def test_rllibs_multi_agent_episode_takes_a_webshop_team_episode(webshop: WebShopTeamEnv) -> None:
     episode, played = play_into_episode(webshop, webshop.expert_action, options={"goal_index": 1})
     assert set(episode.agent_episodes) == {VERIFIER, SEARCHER, BUYER}
-    check_agent_episodes(episode, played, 10.0)
+    check_agent_episodes(episode, played, 1.0)  # the purchase scores 1.0
     assert len(episode.agent_episodes[VERIFIER]) == sum(VERIFIER in step[0] for step in played.steps)
+
+
+def test_a_webshop_team_earns_the_score_of_a_partial_purchase() -> None:
+    """The team reward is the purchase's score, so the goal's item bought without its options
+    still pays its partial match (0.8 on goal 0)."""
+    env = WebShopTeamEnv(data_dir=CATALOG_DIR, max_steps=6)
+    env.reset(options={"goal_index": 0})
+    turn(env, VERIFIER, verdict("no"))
+    turn(env, SEARCHER, env.expert_action(SEARCHER))  # the goal's instruction as the query
+    turn(env, VERIFIER, verdict("yes"))
+    turn(env, BUYER, env.expert_action(BUYER))  # the goal's item
+    turn(env, VERIFIER, verdict("yes"))
+    _, rewards, terminateds, _, infos = turn(env, BUYER, tagged("click[buy now]"))
+    score = infos[BUYER]["score"]
+    assert terminateds[ALL] and 0.0 < score < 1.0 and not infos[BUYER]["won"]
+    assert rewards == dict.fromkeys((VERIFIER, SEARCHER, BUYER), score)

@@ -139,6 +139,11 @@ class TeamTextEnv(MultiAgentEnv, ABC):
         self._messages: list[tuple[str, str]] = []
 
     # ----------------------------------------------------------------- settings
+    def team_reward(self, reward: float, info: dict[str, Any]) -> float:
+        """The team's reward for one game step (every role that acted gets the episode's sum): the
+        game's own reward."""
+        return reward
+
     @classmethod
     def team_settings(cls) -> list[str]:
         """The team's own settings: the keyword-only parameters of its constructor."""
@@ -234,7 +239,7 @@ class TeamTextEnv(MultiAgentEnv, ABC):
             self._game_obs, reward, terminated, truncated, self._game_info = self.game.step(
                 f"<think></think><action>{turn.game_command}</action>"
             )
-            self._game_reward += float(reward)
+            self._game_reward += self.team_reward(float(reward), self._game_info)
             self.game_step += 1
             self._messages = []
         if turn.note is not None:

@@ -12,13 +12,16 @@ verdict. Only the searcher's and the buyer's outputs step the game; a command th
 
 Settings: WebShop's own (``split``, ``goal_sampling``, ``data_dir``, ``max_steps``, ``require_tags``,
 ``render_mode``, ``catalog_file``, ``attributes_file``) plus ``max_turns`` (default ``3 * max_steps``:
-each game step takes two turns). The team reward is the game's (10 when the purchase scores 1.0);
-``info["score"]`` is the raw score.
+each game step takes two turns). The team reward is WebShop's score of the purchase (0 to 1, 0 if
+nothing is bought), as Dr. MAS rewards its search team by the answer's quality; the one-agent env's
+reward is verl-agent's (10 for a score of 1.0, else 0), which a team of small models rarely earns.
+``info["won"]`` is a score of 1.0.
 """
 
 from __future__ import annotations
 
 import os
+from typing import Any
 
 from envs.common.actions import parse_action
 from envs.common.prompts import PromptContext
@@ -58,8 +61,13 @@ class WebShopTeamEnv(TeamTextEnv):
 
     ROLES = (VERIFIER, SEARCHER, BUYER)
     game_class = WebShopEnv
+
     #: The scripted buyer's next command and the game step it was decided at.
     _expert_step: tuple[int, str] | None = None
+
+    def team_reward(self, reward: float, info: dict[str, Any]) -> float:
+        """WebShop's score of the step (the purchase's, 0 on every other step)."""
+        return float(info["score"])
 
     def _start_episode(self) -> None:
         self._expert_step = None
