@@ -139,11 +139,6 @@ class TeamTextEnv(MultiAgentEnv, ABC):
         self._messages: list[tuple[str, str]] = []
 
     # ----------------------------------------------------------------- settings
-    def team_reward(self, reward: float, info: dict[str, Any]) -> float:
-        """The team's reward for one game step (every role that acted gets the episode's sum): the
-        game's own reward."""
-        return reward
-
     @classmethod
     def team_settings(cls) -> list[str]:
         """The team's own settings: the keyword-only parameters of its constructor."""
@@ -206,6 +201,11 @@ class TeamTextEnv(MultiAgentEnv, ABC):
     def _role_info(self, role: str) -> dict[str, Any]:
         """Keys a team adds to every info of ``role`` (default: none)."""
         return {}
+
+    def team_reward(self, reward: float, info: dict[str, Any]) -> float:
+        """The team's reward for one game step (every role that acted gets the episode's sum): the
+        game's own reward."""
+        return reward
 
     # ----------------------------------------------------------------- RLlib API
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
