@@ -126,8 +126,11 @@ def train_run(
     seed: int,
     args: argparse.Namespace,
     progress: Callable[[dict[str, list[dict]]], None],
+    run_name: str | None = None,
 ) -> dict[str, list[dict]]:
-    """Train one run, save its checkpoint, evaluate it on test goals; every table's rows."""
+    """Train one run, save its checkpoint, evaluate it on test goals; every table's rows.
+    ``run_name`` (default ``<estimator>_<normalisation>_<seed>``) names its checkpoint and evaluation."""
+    run_name = run_name or f"{estimator}_{normalisation}_{seed}"
     os.environ.update(
         HGPO_WARM_START=str(args.warm_start),
         HGPO_ESTIMATOR=estimator,
@@ -175,10 +178,10 @@ def train_run(
                     }
                 )
             progress(tables)
-        checkpoint = algo.save(str(args.output / "checkpoints" / f"{estimator}_{normalisation}_{seed}"))
+        checkpoint = algo.save(str(args.output / "checkpoints" / run_name))
     finally:
         algo.stop()
-    evaluation = args.output / "evaluation" / f"{estimator}_{normalisation}_{seed}"
+    evaluation = args.output / "evaluation" / run_name
     evaluate(
         checkpoint.checkpoint.path, seeds=args.eval_seeds, episodes=args.eval_episodes, output=evaluation
     )
@@ -188,6 +191,17 @@ def train_run(
     )
     progress(tables)
     return tables
+
+
+def evaluate_warm_start(args: argparse.Namespace) -> pd.DataFrame:
+    """The warm-start team itself on the test goals, untrained (kept in ``warm_start_evaluation.csv``):
+    the baseline the trained runs' scores are read against."""
+    path = args.output / "warm_start_evaluation.csv"
+    if not path.exists():
+        untrained = argparse.Namespace(**{**vars(args), "iterations": 0})
+        rows = train_run("grpo", "global", 0, untrained, lambda tables: None, run_name="warm_start")
+        pd.DataFrame(rows["evaluation"])[["test_success", "test_score"]].to_csv(path, index=False)
+    return pd.read_csv(path)
 
 
 def _as_list(callbacks: Any) -> list[Any]:
@@ -301,6 +315,7 @@ def main() -> None:
 
     ray.init(num_cpus=3, include_dashboard=False, log_to_driver=False)
     try:
+        baseline = evaluate_warm_start(args)
         for seed in args.seeds:  # seeds outermost: an interrupted study has every variant's first seeds
             for estimator, normalisation in itertools.product(args.estimators, NORMALISATIONS):
                 if (estimator, normalisation, seed) in complete:
@@ -315,8 +330,12 @@ def main() -> None:
     frames = {name: pd.DataFrame(done[name]) for name in names}
     plot(frames, args.output / "curves.png")
     table = summarize(frames)
-    (args.output / "summary.md").write_text(table.to_markdown(index=False) + "\n")
-    print(table.to_markdown(index=False))
+    untrained = (
+        f"Warm start, untrained, on the same test goals: success {baseline['test_success'].iloc[0]:.1f}, "
+        f"score {baseline['test_score'].iloc[0]:.1f}.\n"
+    )
+    (args.output / "summary.md").write_text(table.to_markdown(index=False) + "\n\n" + untrained)
+    print(table.to_markdown(index=False) + "\n\n" + untrained)
 
 
 if __name__ == "__main__":
