@@ -180,11 +180,13 @@ class TextAgentTorchLearner(TextAgentLearner, TorchLearner):
     ) -> dict[str, Any]:
         """RLlib's clipping, which logs the last step's pre-clip global norm only; every step's is
         kept for ``grad_norm_per_step`` and ``grad_norm_max`` (Dr. MAS's stability measure, §2)."""
+        if not module_gradients_dict:
+            # Not in this minibatch (PerModuleMiniBatches): RLlib would log the norm of no gradients
+            # as this module's last step.
+            return {}
         grads = super().postprocess_gradients_for_module(
             module_id=module_id, config=config, module_gradients_dict=module_gradients_dict
         )
-        if not module_gradients_dict:  # not in this minibatch (PerModuleMiniBatches): no step
-            return grads
         for name, _ in self.get_optimizers_for_module(module_id):
             norm = self.metrics.peek((module_id, f"gradients_{name}_global_norm"), default=None)
             if norm is not None:
