@@ -62,12 +62,12 @@ class TextAgentLearner(Learner, abc.ABC):
             # One epoch over one minibatch is one optimiser step: its forward is the old policy's.
             # Sharded learners always run the pass: its all-gathers must happen on every learner,
             # and each would decide by its own row count.
-            single_step = self.config.num_epochs == 1 and self.config.learner_sharding != "fsdp"
-            if self.config.minibatches_per_module:  # one step per module, or per row below that
+            if self.config.num_epochs > 1 or self.config.learner_sharding == "fsdp":
+                single_step_rows = 0
+            elif self.config.minibatches_per_module:  # one step per module, or per row below that
                 single_step_rows = math.inf if self.config.minibatches_per_module == 1 else 1
             else:
                 single_step_rows = self.config.minibatch_size_per_learner or math.inf
-            single_step_rows = single_step_rows if single_step else 0
             self._learner_connector.append(
                 RecomputeOldLogp(chunk_rows=self.config.micro_batch_size, single_step_rows=single_step_rows)
             )
