@@ -14,8 +14,11 @@ warm-started on its role's expert turns) with ``normalize_by="trajectory"`` (glo
 - per run: the trained team's success and score on WebShop's test goals (``rllib evaluate``'s
   protocol, the same goals for every run).
 
-Spikes are optimiser steps whose gradient norm exceeds 3x the running median of that module's
-earlier steps in the run. Writes ``curves.csv``, ``grad_norms.csv``, ``scales.csv``,
+A spike is an iteration whose largest pre-clip gradient norm (over the module's optimiser steps in
+it) exceeds 3x the median of the module's per-iteration maxima in the run's earlier iterations
+(from the third iteration on). Steps within one iteration see different groups' rows, some with
+all-zero advantages, so their norms differ tenfold without any instability; comparing iterations
+measures what the paper calls a spike. Writes ``curves.csv``, ``grad_norms.csv``, ``scales.csv``,
 ``evaluation.csv``, ``summary.md`` and ``curves.png`` to ``--output``; an existing output is never
 overwritten, ``--resume`` keeps its complete runs and redoes the rest. Missing warm starts are built
 first (``rllib sft --env webshop_team --role R``; rerunning resumes them).
@@ -115,9 +118,14 @@ def ensure_warm_starts(
         )
 
 
-def running_median_spikes(norms: list[float]) -> int:
-    """Steps whose norm exceeds SPIKE_FACTOR x the median of the run's earlier steps."""
-    return sum(norm > SPIKE_FACTOR * np.median(norms[:i]) for i, norm in enumerate(norms) if i >= 3)
+def running_median_spikes(iteration_maxima: list[float]) -> int:
+    """Iterations whose largest gradient norm exceeds SPIKE_FACTOR x the median of the earlier
+    iterations' largest norms (from the third iteration on)."""
+    return sum(
+        peak > SPIKE_FACTOR * np.median(iteration_maxima[:i])
+        for i, peak in enumerate(iteration_maxima)
+        if i >= 2
+    )
 
 
 def train_run(
@@ -210,20 +218,20 @@ def _as_list(callbacks: Any) -> list[Any]:
 
 def summarize(tables: dict[str, pd.DataFrame]) -> pd.DataFrame:
     """Per (estimator, normalisation): medians over seeds of the run-level figures."""
+    run_module = ["estimator", "normalisation", "seed", "module"]
     norms = tables["grad_norms"]
-    per_run = (
-        norms.groupby(["estimator", "normalisation", "seed", "module"], sort=False)["grad_norm"]
-        .agg(
-            grad_norm_max="max",
-            grad_norm_median="median",
-            spikes=lambda s: running_median_spikes(list(s)),
-        )
-        .reset_index()
+    per_run = norms.groupby(run_module, sort=False)["grad_norm"].agg(
+        grad_norm_max="max", grad_norm_median="median"
     )
+    iteration_maxima = norms.groupby([*run_module, "iteration"], sort=False)["grad_norm"].max()
+    per_run["spikes"] = iteration_maxima.groupby(run_module, sort=False).agg(
+        lambda s: running_median_spikes(list(s))
+    )
+    per_run = per_run.reset_index()
     per_run["max_over_median"] = per_run["grad_norm_max"] / per_run["grad_norm_median"]
     keys = ["estimator", "normalisation"]
     grad = per_run.groupby(keys, sort=False).agg(
-        max_over_median=("max_over_median", "median"), spikes_per_module_run=("spikes", "mean")
+        max_over_median=("max_over_median", "median"), spike_iterations_per_module_run=("spikes", "mean")
     )
     curves = tables["curves"]
     last = curves[curves["iteration"] > curves["iteration"].max() - 3]
@@ -301,7 +309,7 @@ def main() -> None:
         for name in names:
             table = pd.read_csv(args.output / f"{name}.csv").merge(finished)
             done[name] = table.to_dict("records")
-    elif args.output.exists() and any(args.output.iterdir()):
+    elif not args.resume and args.output.exists() and any(args.output.iterdir()):
         raise SystemExit(f"{args.output} already holds results; choose another --output or pass --resume")
     args.output.mkdir(parents=True, exist_ok=True)
     ensure_warm_starts(

@@ -17,10 +17,12 @@ from hgpo_rllib.cli.scripts import run_as_script
 from hgpo_rllib.experiments.presets import RunSettings, team_config
 
 settings = RunSettings.from_env()
-# Five optimiser steps per module and iteration, each on a fifth of its rows, as the authors' search
-# scripts (ppo_mini_update_num=5; docs/drmas.md §Per-module updates).
+# Advantages divided by their group's std, Dr. MAS's default (norm_by_std=True): per-agent scales are
+# what agent-wise normalisation equalises (docs/drmas.md §The advantage rules). Five optimiser steps per
+# module and iteration, each on a fifth of its rows, as the authors' search scripts
+# (ppo_mini_update_num=5; docs/drmas.md §Per-module updates).
 config = team_config(
-    "webshop_team", {"max_steps": 6}, settings, adv_mode="mean_norm", minibatches_per_module=5
+    "webshop_team", {"max_steps": 6}, settings, adv_mode="mean_std_norm", minibatches_per_module=5
 )
 stop = {"training_iteration": settings.iterations}
 checkpoint_freq = settings.checkpoint_freq

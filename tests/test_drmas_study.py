@@ -1,0 +1,55 @@
+"""Checks of the Dr. MAS study's summary (``benchmarks/drmas_normalisation.py``): what it counts as
+a gradient-norm spike."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+_spec = importlib.util.spec_from_file_location(
+    "drmas_normalisation", Path(__file__).resolve().parents[1] / "benchmarks" / "drmas_normalisation.py"
+)
+assert _spec is not None and _spec.loader is not None
+study = importlib.util.module_from_spec(_spec)
+sys.modules[_spec.name] = study
+_spec.loader.exec_module(study)
+
+RUN = {"estimator": "grpo", "normalisation": "global", "seed": 0}
+
+
+def tables(step_norms: list[list[float]]) -> dict[str, pd.DataFrame]:
+    """One run of one module whose iteration i made the optimiser steps ``step_norms[i]``."""
+    grad_norms = [
+        {**RUN, "iteration": i + 1, "module": "buyer", "step": step, "grad_norm": norm}
+        for i, norms in enumerate(step_norms)
+        for step, norm in enumerate(norms)
+    ]
+    curves = [{**RUN, "iteration": i + 1, "success": 0.5} for i in range(len(step_norms))]
+    return {
+        "grad_norms": pd.DataFrame(grad_norms),
+        "curves": pd.DataFrame(curves),
+        "evaluation": pd.DataFrame([{**RUN, "test_success": 0.0, "test_score": 50.0}]),
+        "scales": pd.DataFrame(
+            [{**RUN, "iteration": 1, "agent": "buyer", "rule": "global", "advantage_sq_mean": 0.9}]
+        ),
+    }
+
+
+def test_variation_inside_iterations_is_not_a_spike() -> None:
+    """Zero-advantage minibatches make a step's norm 10x smaller than its neighbours' every
+    iteration; the iterations' peaks stay level, so nothing spikes."""
+    summary = study.summarize(tables([[0.1, 1.0, 0.1, 1.2, 0.1]] * 6))
+    assert summary["spike_iterations_per_module_run"].item() == 0
+    assert summary["max_over_median"].item() == 12.0
+
+
+def test_an_iteration_peak_above_three_times_the_earlier_median_is_a_spike() -> None:
+    norms = [[1.0, 0.5], [1.1, 0.5], [0.9, 0.5], [4.0, 0.5], [1.0, 0.5], [3.5, 0.5]]
+    # Iteration 4 peaks at 4.0 > 3 x median(1.0, 1.1, 0.9) = 3.0; iteration 6 at
+    # 3.5 > 3 x median(1.0, 1.1, 0.9, 4.0, 1.0) = 3.0; the others stay below.
+    assert study.running_median_spikes([1.0, 1.1, 0.9, 4.0, 1.0, 3.5]) == 2
+    assert study.summarize(tables(norms))["spike_iterations_per_module_run"].item() == 2
+    assert study.running_median_spikes([1.0, 4.0, 1.0]) == 0  # the first two iterations set the scale
