@@ -14,13 +14,14 @@ from pathlib import Path
 RESULTS_DIR = Path(__file__).resolve().parents[1] / "docs" / "results"
 
 
-def write_result(name: str, title: str, table: str) -> Path:
-    """Write ``table`` (markdown) to ``docs/results/<name>.md`` and return the path."""
+def write_result(name: str, title: str, table: str, directory: Path = RESULTS_DIR) -> Path:
+    """Write ``table`` (markdown) to ``<directory>/<name>.md`` (``docs/results/`` by default) and
+    return the path."""
     script = Path(sys.argv[0]).resolve()
     command = shlex.join(["python", f"benchmarks/{script.name}", *sys.argv[1:]])
     load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
     when = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    path = RESULTS_DIR / f"{name}.md"
+    path = directory / f"{name}.md"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(
         f"# {title}\n\n"

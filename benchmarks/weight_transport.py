@@ -33,7 +33,6 @@ from weight_sync import LAYOUTS, RUNNER_NODE, start_ray
 RESULTS = Path(__file__).resolve().parents[1] / "docs" / "results" / "weight_transport.csv"
 TENSOR_MB = 4  # the 0.5B model's linear layers are 1.6-8.7 MB in bfloat16
 ROUTES = ("object-store", "rdt-gloo")
-ROUTES = ("object-store", "rdt-gloo")
 
 
 @ray.remote(num_cpus=1)

@@ -148,6 +148,17 @@ def test_pure_modules_load_neither_torch_transformers_nor_rllib(module: str) -> 
     assert loaded.strip() == "", f"importing {module} loads {loaded.strip()}"
 
 
+@pytest.mark.parametrize(
+    "module",
+    ["hgpo_rllib.rl_module.hidden_states", "hgpo_rllib.rl_module.logprobs", "hgpo_rllib.rl_module.models"],
+)
+def test_the_torch_level_modules_load_without_rllib(module: str) -> None:
+    """benchmarks/tree_attention.py runs these on GPU machines that have torch and Transformers only."""
+    code = f"import sys, {module}; print('ray' in sys.modules)"
+    loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert loaded.strip() == "False", f"importing {module} loads ray"
+
+
 def test_the_iteration_trace_in_rllib_notes_names_what_exists() -> None:
     """docs/rllib_notes.md §5.1 traces one iteration through the code: every class it names (and
     ``Class.method``) must exist, so the trace cannot go stale silently."""

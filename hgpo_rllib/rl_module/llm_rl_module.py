@@ -35,6 +35,7 @@ from hgpo_rllib.rl_module.apis import TokenPolicyAPI
 from hgpo_rllib.rl_module.config import LLMModuleConfig
 from hgpo_rllib.rl_module.engine_weights import ENGINE_WEIGHTS, EngineWeights
 from hgpo_rllib.rl_module.generation import Generator, HFGenerator, trim_left_padding
+from hgpo_rllib.rl_module.hidden_states import TREE_MASK_ATTENTION, packed_states, row_states
 from hgpo_rllib.rl_module.logprobs import token_logp_entropy
 from hgpo_rllib.rl_module.lora import (
     ADAPTER_MARK,
@@ -45,10 +46,6 @@ from hgpo_rllib.rl_module.lora import (
 )
 from hgpo_rllib.rl_module.models import TORCH_DTYPES, chat_prompt, load_lm, resolve_inference_backend
 from hgpo_rllib.rl_module.prefix_sharing import PrefixPacking, attention_pair_cost, pack_shared_prefixes
-
-#: Attention implementations that take a custom [N, 1, L, L] mask (the prefix trees'); flash
-#: attention does not, so there the learner runs the unshared rows.
-TREE_MASK_ATTENTION = ("sdpa", "eager")
 
 
 class WeightGatherer(Protocol):
@@ -286,9 +283,9 @@ class LLMRLModule(TorchRLModule, InferenceOnlyAPI, TokenPolicyAPI):
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Per-token log-probs and entropies [N, T] of ``resp_ids`` at the exploration temperature.
 
-        position_ids = cumsum(mask) - 1 makes left-padded rows see the same positions as in
-        ``generate``. The backbone gives hidden states; the LM head runs only on valid response
-        positions, ``logprob_chunk_tokens`` at a time (:mod:`hgpo_rllib.rl_module.logprobs`).
+        The backbone gives hidden states (:mod:`hgpo_rllib.rl_module.hidden_states`); the LM head runs
+        only on valid response positions, ``logprob_chunk_tokens`` at a time
+        (:mod:`hgpo_rllib.rl_module.logprobs`).
         """
         resp_ids, resp_mask = batch[RESP_IDS], batch[RESP_MASK]
         model = lm.get_base_model() if isinstance(lm, PeftModel) else lm
@@ -299,9 +296,9 @@ class LLMRLModule(TorchRLModule, InferenceOnlyAPI, TokenPolicyAPI):
         mixed = self.compute_dtype != torch.float32
         with torch.autocast(device.type, dtype=self.compute_dtype, enabled=mixed):
             if packing is None:
-                states = self._row_states(backbone, batch)
+                states = row_states(backbone, *(batch[k] for k in TOKEN_COLUMNS))
             else:
-                states = self._packed_states(backbone, packing, device)
+                states = packed_states(backbone, packing, device)
             return token_logp_entropy(
                 states,
                 model.get_output_embeddings(),
@@ -312,19 +309,6 @@ class LLMRLModule(TorchRLModule, InferenceOnlyAPI, TokenPolicyAPI):
                 chunk_tokens=self.llm_config.logprob_chunk_tokens,
                 with_entropy=with_entropy,
             )
-
-    @staticmethod
-    def _row_states(backbone: torch.nn.Module, batch: dict[str, Any]) -> torch.Tensor:
-        """[N, T, H] states predicting ``resp_ids``, one padded row per step (the unshared pass)."""
-        prompt_ids, prompt_mask = trim_left_padding(batch[PROMPT_IDS], batch[PROMPT_MASK])
-        resp_ids, resp_mask = batch[RESP_IDS], batch[RESP_MASK]
-        input_ids = torch.cat([prompt_ids.long(), resp_ids.long()], dim=1)
-        attention_mask = torch.cat([prompt_mask.long(), resp_mask.long()], dim=1)
-        position_ids = (attention_mask.cumsum(dim=1) - 1).clamp(min=0)
-        hidden = backbone(
-            input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False
-        ).last_hidden_state
-        return hidden[:, -(resp_ids.shape[1] + 1) : -1]
 
     def _prefix_packing(self, model: torch.nn.Module, batch: dict[str, Any]) -> PrefixPacking | None:
         """The rows as prefix trees when ``share_prompt_prefixes`` is on, the model's attention takes a
@@ -345,25 +329,6 @@ class LLMRLModule(TorchRLModule, InferenceOnlyAPI, TokenPolicyAPI):
         return attention_pair_cost(
             config.hidden_size, config.intermediate_size, heads, getattr(config, "num_key_value_heads", heads)
         )
-
-    @staticmethod
-    def _packed_states(
-        backbone: torch.nn.Module, packing: PrefixPacking, device: torch.device
-    ) -> torch.Tensor:
-        """[N, T, H] states predicting ``resp_ids``, gathered from one forward over the prefix trees;
-        the gather's backward adds up the gradients of rows that share a state."""
-        attend = torch.from_numpy(packing.attend).to(device).unsqueeze(1)
-        if backbone.config._attn_implementation == "eager":  # eager adds the mask to the scores
-            attend = torch.zeros(attend.shape, device=device).masked_fill(~attend, torch.finfo().min)
-        hidden = backbone(
-            input_ids=torch.from_numpy(packing.input_ids).to(device),
-            attention_mask=attend,
-            position_ids=torch.from_numpy(packing.position_ids).to(device),
-            use_cache=False,
-        ).last_hidden_state
-        predictor = torch.from_numpy(packing.predictor).to(device)
-        flat = hidden.reshape(-1, hidden.shape[-1]).index_select(0, predictor.reshape(-1))
-        return flat.reshape(*predictor.shape, hidden.shape[-1])
 
     def _forward_train(self, batch: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
         """Per-token log-probs and entropies of ``resp_ids`` (0 where ``resp_mask`` is 0)."""
