@@ -33,6 +33,7 @@ from tqdm.auto import tqdm  # noqa: E402
 
 from hgpo_rllib.columns import INVALID_ACTION_RATE, SUCCESS_RATE  # noqa: E402
 from hgpo_rllib.evaluation import ALFWORLD_CATEGORIES, DEFAULT_SEEDS, evaluate  # noqa: E402
+from hgpo_rllib.evaluation.comparison import compare  # noqa: E402
 from hgpo_rllib.experiments.presets import warm_start_cpu_config  # noqa: E402
 from hgpo_rllib.warm_start.cache import ALFWORLD_WARM_START, build_warm_start  # noqa: E402
 
@@ -46,6 +47,7 @@ VARIANTS = {
     "HGPO K=2 adaptive": {"estimator": "hgpo", "weighting": "adaptive"},
 }
 SPLIT_NAMES = {"eval_in_distribution": "in", "eval_out_of_distribution": "out"}
+BASELINES = ("GRPO", "GiGPO")
 
 
 def weights_digest(model_dir: Path) -> str:
@@ -142,6 +144,26 @@ def summary_table(per_run: pd.DataFrame) -> str:
     return "\n".join(tables)
 
 
+def paired_table(runs_dir: Path) -> pd.DataFrame:
+    """Every trained variant against GRPO and GiGPO, per split, paired by training seed and game
+    (``hgpo_rllib.evaluation.comparison``): success difference in points, its bootstrap interval
+    over seeds then games, and the exact sign-flip p-value over the seeds."""
+    frames = []
+    for episodes_file in sorted(runs_dir.glob("*/eval/episodes.csv")):
+        info = json.loads((episodes_file.parents[1] / "run.json").read_text())
+        if info["seed"] is None:  # the warm start: nothing to pair with
+            continue
+        played = pd.read_csv(episodes_file)
+        played = played[played["policy"] == "checkpoint"]
+        frames.append(played.assign(variant=info["variant"], training_seed=info["seed"]))
+    if not frames:
+        return pd.DataFrame()
+    episodes = pd.concat(frames, ignore_index=True)
+    episodes["split"] = episodes["split"].map(SPLIT_NAMES).fillna(episodes["split"])
+    variants = [v for v in VARIANTS if v in set(episodes["variant"])]
+    return compare(episodes, variants, [b for b in BASELINES if b in variants])
+
+
 def plot_curves(curves: pd.DataFrame, path: Path) -> None:
     fig, ax = plt.subplots(figsize=(7, 4.2))
     for variant, group in curves.groupby("variant", sort=False):
@@ -159,6 +181,43 @@ def plot_curves(curves: pd.DataFrame, path: Path) -> None:
     fig.savefig(path, dpi=120)
 
 
+def write_tables(out: Path) -> str:
+    """``per_run.csv``, ``curves.csv``/``.png``, ``comparisons.csv`` and ``table.md`` from the run
+    files under ``out/runs`` (the committed ones included); the table's markdown."""
+    runs = out / "runs"
+    per_run = per_run_table(runs)
+    per_run.to_csv(out / "per_run.csv", index=False)
+    curve_files = sorted(runs.glob("*/curve.csv"))
+    if curve_files:
+        curves = pd.concat([pd.read_csv(f) for f in curve_files], ignore_index=True)
+        curves.to_csv(out / "curves.csv", index=False)
+        plot_curves(curves, out / "curves.png")
+    paired = paired_table(runs)
+    paired.to_csv(out / "comparisons.csv", index=False)
+    settings = pd.DataFrame([json.loads(f.read_text()) for f in sorted(runs.glob("*/run.json"))])
+    trained = settings.dropna(subset=["seed"])
+
+    def values(column: str, frame: pd.DataFrame = settings) -> str:
+        return " / ".join(f"{v:g}" if isinstance(v, float) else str(v) for v in dict.fromkeys(frame[column]))
+
+    eval_seeds = sorted(
+        {int(seed) for f in runs.glob("*/eval/per_seed.csv") for seed in pd.read_csv(f)["seed"]}
+    )
+
+    table = summary_table(per_run)
+    if not paired.empty:
+        table += (
+            "\n### Paired differences (success, points; 95% bootstrap interval over training seeds, then "
+            "games; exact sign-flip p over the seeds)\n\n" + paired.to_markdown(index=False) + "\n"
+        )
+    (out / "table.md").write_text(
+        f"# ALFWorld Table 1 in miniature\n\nWarm start weights `{values('warm_start_weights')}`; "
+        f"{values('minutes', trained)} training minutes per run; {values('eval_episodes')} games per split "
+        f"and evaluation seed {eval_seeds}.\n\n{table}"
+    )
+    return table
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--warm-start", help="an `rllib sft` model directory (default: the main job's)")
@@ -170,7 +229,13 @@ def main() -> None:
     parser.add_argument("--eval-max-steps", type=int, default=50, help="ALFWorld step limit (paper: 50)")
     parser.add_argument("--output", default=str(RESULTS), help="result files (small; committed)")
     parser.add_argument("--work-dir", default="results/alfworld_table1", help="checkpoints (large)")
+    parser.add_argument(
+        "--tables-only", action="store_true", help="rebuild the tables from --output's run files; run nothing"
+    )
     args = parser.parse_args()
+    if args.tables_only:
+        print(write_tables(Path(args.output)))
+        return
     if args.minutes <= 0 or args.eval_episodes < 1:
         parser.error("--minutes and --eval-episodes must be positive")
     if args.warm_start:
@@ -220,20 +285,7 @@ def main() -> None:
             )
     finally:
         ray.shutdown()
-    per_run = per_run_table(out / "runs")
-    per_run.to_csv(out / "per_run.csv", index=False)
-    curve_files = sorted((out / "runs").glob("*/curve.csv"))
-    if curve_files:
-        curves = pd.concat([pd.read_csv(f) for f in curve_files], ignore_index=True)
-        curves.to_csv(out / "curves.csv", index=False)
-        plot_curves(curves, out / "curves.png")
-    table = summary_table(per_run)
-    (out / "table.md").write_text(
-        f"# ALFWorld Table 1 in miniature\n\nWarm start: `{warm_start.name}`; {args.minutes:g} training "
-        f"minutes per run; {args.eval_episodes} games per split and evaluation seed {args.eval_seeds}.\n\n"
-        f"{table}"
-    )
-    print(table)
+    print(write_tables(out))
 
 
 if __name__ == "__main__":
