@@ -53,11 +53,16 @@ SHIPPED_DIR = Path(__file__).parent / "shipped"
 SHIPPED_RECORD = "hgpo_shipped.json"
 
 
-def alfworld_recipe(history_length: int = 2) -> dict[str, Any]:
-    """:data:`ALFWORLD_WARM_START` for a prompt window of ``history_length`` (its prompts differ with K)."""
-    if history_length == SFTSettings.history_length:
-        return dict(ALFWORLD_WARM_START)  # the same digest as always
-    return {**ALFWORLD_WARM_START, "history_length": history_length}
+def alfworld_recipe(history_length: int = 2, answer_format: str | None = None) -> dict[str, Any]:
+    """:data:`ALFWORLD_WARM_START` for a prompt window of ``history_length`` and an answer format
+    (``"plan_execute"``: HiPER's, docs/hiper.md): prompts and answers differ with both. The defaults
+    give the main job's recipe itself, with its digest."""
+    recipe = dict(ALFWORLD_WARM_START)
+    if history_length != SFTSettings.history_length:
+        recipe["history_length"] = history_length
+    if answer_format is not None:
+        recipe["env_config"] = {"answer_format": answer_format}
+    return recipe
 
 
 def recipe_record(recipe: dict[str, Any]) -> dict[str, Any]:
