@@ -1,0 +1,413 @@
+"""The paper's Table 1 in miniature (issue 30): GRPO, GiGPO, HGPO and HiPER on ALFWorld and WebShop, on CPU.
+
+Run: ``python benchmarks/table1.py --env alfworld|webshop [--seeds 0 1 2 3 4] [--variants V ...]``.
+Every variant is a tuned example's CPU run from a warm start (``tuned_examples/hgpo_<env>.py`` with
+its estimator settings, ``tuned_examples/hiper_alfworld.py`` for HiPER): free text, 2 groups of 4,
+lr 1e-5, KL 0.05 to the warm start, for the same wall-clock budget (``--minutes``), once per training
+seed. ALFWorld's warm starts come from the main job's recipe (``hgpo_rllib.warm_start.cache``) at each
+variant's K and answer format: shipped for K = 2, built once into the cache otherwise (K = 4, HiPER's
+plan-execute format). WebShop's is an ``rllib sft --env webshop`` directory (``--warm-start``; its K
+is every WebShop variant's). Each final checkpoint, and each warm start, is then evaluated by
+``rllib evaluate``'s protocol: by default once (evaluation seed 123) on every game of both ALFWorld
+evaluation splits (140 in, 134 out of distribution), or WebShop's 500 test goals.
+
+Resumable across sittings: each run writes its own small result files under ``<output>/runs/<run>/``
+(``curve.csv``, ``trained.json``, the evaluation's ``episodes.csv`` ...) and its checkpoint under
+``--work-dir``; a rerun skips what is finished (training, then each evaluation seed). The tables
+(``table.md``, ``per_run.csv``, ``comparisons.csv``: each variant against GRPO and GiGPO paired by
+training seed and game, ``curves.csv``/``.png``) are rebuilt from the files of all runs so far;
+``--tables-only`` rebuilds them and runs nothing (also for ``docs/results/alfworld_table1``, the
+first, 3-seed ALFWorld table of ``benchmarks/alfworld_table1.py``, which this script replaces).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import re
+import time
+from pathlib import Path
+from typing import NamedTuple
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import pandas as pd  # noqa: E402
+import ray  # noqa: E402
+from tqdm.auto import tqdm  # noqa: E402
+
+from hgpo_rllib.columns import INVALID_ACTION_RATE, SUCCESS_RATE  # noqa: E402
+from hgpo_rllib.evaluation import ALFWORLD_CATEGORIES, evaluate  # noqa: E402
+from hgpo_rllib.evaluation.comparison import compare  # noqa: E402
+from hgpo_rllib.experiments.experiment_file import load_experiment_file  # noqa: E402
+from hgpo_rllib.warm_start.cache import alfworld_recipe, build_warm_start  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "docs" / "results" / "table1"
+TUNED = ROOT / "tuned_examples"
+WARM_START = "warm start"
+
+
+class Variant(NamedTuple):
+    """A tuned example's CPU run from a warm start: its ``HGPO_*`` switches, config overrides on
+    top, and the prompt the warm start must have learned (K, answer format)."""
+
+    example: str
+    switches: dict[str, str]
+    history_length: int = 2
+    answer_format: str | None = None
+    overrides: dict[str, object] = {}
+
+    @property
+    def warm_start_label(self) -> str:
+        return f"K={self.history_length}" + (f" {self.answer_format}" if self.answer_format else "")
+
+
+def _hgpo(example: str, estimator: str, k: int, alpha: float = 1.0, **overrides: object) -> Variant:
+    switches = {"HGPO_ESTIMATOR": estimator, "HGPO_K": str(k), "HGPO_ALPHA": str(alpha)}
+    return Variant(example, switches, k, overrides=overrides)
+
+
+VARIANTS = {
+    "alfworld": {
+        "GRPO": _hgpo("hgpo_alfworld.py", "grpo", 2),
+        "GiGPO": _hgpo("hgpo_alfworld.py", "gigpo", 2),
+        "HGPO K=2 a=1": _hgpo("hgpo_alfworld.py", "hgpo", 2),
+        "HGPO K=4 a=1": _hgpo("hgpo_alfworld.py", "hgpo", 4),
+        "HiPER": Variant("hiper_alfworld.py", {"HGPO_K": "2"}, 2, "plan_execute"),
+        # The first table's other HGPO settings (docs/results.md), not in issue 30's rows.
+        "HGPO K=2 a=0": _hgpo("hgpo_alfworld.py", "hgpo", 2, alpha=0.0),
+        "HGPO K=2 adaptive": _hgpo("hgpo_alfworld.py", "hgpo", 2, weighting="adaptive"),
+    },
+    # The paper's WebShop settings scaled to CPU: the example's mean_norm advantages, K = 4.
+    "webshop": {
+        "GRPO": _hgpo("hgpo_webshop.py", "grpo", 4),
+        "GiGPO": _hgpo("hgpo_webshop.py", "gigpo", 4),
+        "HGPO K=4 a=1": _hgpo("hgpo_webshop.py", "hgpo", 4),
+    },
+}
+DEFAULT_VARIANTS = {
+    "alfworld": ["GRPO", "GiGPO", "HGPO K=2 a=1", "HGPO K=4 a=1", "HiPER"],
+    "webshop": ["GRPO", "GiGPO", "HGPO K=4 a=1"],
+}
+#: Evaluation episodes per split and seed by default: ALFWorld's whole splits, WebShop's test goals.
+EVAL_EPISODES = {"alfworld": None, "webshop": 500}
+#: Evaluation step limits: the paper's ALFWorld 50; WebShop 15, the low end of the authors' 15-30
+#: (docs/hgpo_algorithm.md Q10), as the CPU warm starts train at 15.
+EVAL_MAX_STEPS = {"alfworld": 50, "webshop": 15}
+TITLES = {"alfworld": "ALFWorld", "webshop": "WebShop"}
+SPLIT_NAMES = {"eval_in_distribution": "in", "eval_out_of_distribution": "out"}
+BASELINES = ("GRPO", "GiGPO")
+
+
+def weights_digest(model_dir: Path) -> str:
+    """What the warm start's weights are: a rebuilt warm start (fresh machine) may differ from the one
+    the committed runs started from, and the table must not mix the two."""
+    return hashlib.sha256((model_dir / "model.safetensors").read_bytes()).hexdigest()[:16]
+
+
+def run_name(variant: str, seed: int | None) -> str:
+    slug = re.sub(r"[^a-z0-9]+", "-", variant.lower()).strip("-")
+    return slug if seed is None else f"{slug}-seed{seed}"
+
+
+def variant_config(variant: Variant, warm_start: Path):  # noqa: ANN201 (an RLlib AlgorithmConfig)
+    """The variant's tuned example loaded with its switches and ``HGPO_WARM_START=warm_start``, its
+    overrides on top (the environment is restored afterwards)."""
+    switches = {**variant.switches, "HGPO_WARM_START": str(warm_start)}
+    saved = {name: os.environ.get(name) for name in switches}
+    os.environ.update(switches)
+    try:
+        config = load_experiment_file(TUNED / variant.example).config.copy(copy_frozen=False)
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+    return config.training(**variant.overrides) if variant.overrides else config
+
+
+def warm_start_for(env: str, variant: Variant, given: Path | None) -> Path:
+    """ALFWorld: the main job's recipe at the variant's K and answer format (shipped, cached or
+    built now); WebShop: ``given`` (``--warm-start``)."""
+    if env == "alfworld":
+        return build_warm_start(alfworld_recipe(variant.history_length, variant.answer_format))
+    if given is None:
+        raise SystemExit("--env webshop needs --warm-start DIR (an `rllib sft --env webshop -k 4` directory)")
+    return given
+
+
+def train(
+    name: str, variant: Variant, seed: int, warm_start: Path, minutes: float, run_dir: Path, checkpoint: Path
+) -> None:
+    """Train one (variant, seed) for ``minutes`` of wall time; write its curve and checkpoint."""
+    config = variant_config(variant, warm_start)
+    # Success per iteration: the window is one iteration's episodes, not the last 100.
+    episodes_per_iteration = config.group_size * config.groups_per_iteration
+    config.reporting(metrics_num_episodes_for_smoothing=episodes_per_iteration).debugging(seed=seed)
+    algo = config.build_algo()
+    records, start = [], time.perf_counter()
+    try:
+        with tqdm(total=round(minutes * 60), desc=run_name(name, seed), unit="s", leave=False) as bar:
+            while (elapsed := time.perf_counter() - start) < minutes * 60:
+                result = algo.train()
+                runners = result["env_runners"]
+                records.append(
+                    {
+                        "variant": name,
+                        "seed": seed,
+                        "iteration": result["training_iteration"],
+                        "minutes": (time.perf_counter() - start) / 60,
+                        "success": runners[SUCCESS_RATE],
+                        "episode_len": runners["episode_len_mean"],
+                        "invalid_rate": runners[INVALID_ACTION_RATE],
+                    }
+                )
+                pd.DataFrame(records).to_csv(run_dir / "curve.csv", index=False)
+                bar.update(round(time.perf_counter() - start - elapsed))
+        algo.save_to_path(str(checkpoint))
+    finally:
+        algo.stop()
+    (run_dir / "trained.json").write_text(
+        json.dumps(
+            {
+                "variant": name,
+                "seed": seed,
+                "minutes": minutes,
+                "iterations": len(records),
+                "warm_start": str(warm_start),
+                "checkpoint": str(checkpoint),
+            },
+            indent=2,
+        )
+    )
+
+
+def per_run_table(runs_dir: Path) -> pd.DataFrame:
+    """One row per (run, split): success (WebShop: and score) and per-type rates averaged over the
+    evaluation seeds."""
+    rows = []
+    for per_seed_file in sorted(runs_dir.glob("*/eval/per_seed.csv")):
+        info = json.loads((per_seed_file.parents[1] / "run.json").read_text())
+        per_seed = pd.read_csv(per_seed_file)
+        per_seed = per_seed[per_seed["policy"] == "checkpoint"]
+        for split, group in per_seed.groupby("split"):
+            columns = [
+                c for c in ("success", "score", "steps", "invalid_rate", *ALFWORLD_CATEGORIES) if c in group
+            ]
+            rows.append(
+                {
+                    **info,
+                    "split": SPLIT_NAMES.get(split, split),
+                    "eval_seeds": len(group),
+                    **group[columns].mean().round(2).to_dict(),
+                }
+            )
+    return pd.DataFrame(rows)
+
+
+def row_order(env: str, names: set[str]) -> list[str]:
+    """Warm starts first, then the variants in their table order."""
+    return sorted(n for n in names if n.startswith(WARM_START)) + [v for v in VARIANTS[env] if v in names]
+
+
+def summary_table(per_run: pd.DataFrame, env: str) -> str:
+    """Mean ± std over training seeds, per variant and split (markdown)."""
+    tables = []
+    for split, part in per_run.groupby("split", sort=False):
+        columns = [
+            c for c in ("success", "score", *ALFWORLD_CATEGORIES, "steps", "invalid_rate") if c in part
+        ]
+        grouped = part.groupby("variant")
+        spread = " ± " + grouped[columns].std(ddof=0).round(1).astype(str)
+        spread = spread.where(grouped.size() > 1, "", axis=0)  # one run has no spread to show
+        table = grouped[columns].mean().round(1).astype(str) + spread
+        table.insert(0, "runs", grouped.size())
+        table = table.reindex(row_order(env, set(table.index)))
+        tables.append(f"### `{split}` (rates in %)\n\n{table.to_markdown()}\n")
+    return "\n".join(tables)
+
+
+def paired_table(runs_dir: Path, env: str) -> pd.DataFrame:
+    """Every trained variant against GRPO and GiGPO, per split, paired by training seed and game
+    (``hgpo_rllib.evaluation.comparison``): the difference in success (WebShop: and score) in points,
+    its bootstrap interval over seeds then games, and the exact sign-flip p-value over the seeds."""
+    frames = []
+    for episodes_file in sorted(runs_dir.glob("*/eval/episodes.csv")):
+        info = json.loads((episodes_file.parents[1] / "run.json").read_text())
+        if info["seed"] is None:  # a warm start: nothing to pair with
+            continue
+        played = pd.read_csv(episodes_file)
+        played = played[played["policy"] == "checkpoint"]
+        frames.append(played.assign(variant=info["variant"], training_seed=info["seed"]))
+    if not frames:
+        return pd.DataFrame()
+    episodes = pd.concat(frames, ignore_index=True)
+    episodes["split"] = episodes["split"].map(SPLIT_NAMES).fillna(episodes["split"])
+    variants = row_order(env, set(episodes["variant"]))
+    baselines = [b for b in BASELINES if b in variants]
+    measures = {"success": "won", "score": "score"} if env == "webshop" else {"success": "won"}
+    return pd.concat(
+        [
+            compare(episodes, variants, baselines, value).assign(measure=name)
+            for name, value in measures.items()
+        ],
+        ignore_index=True,
+    )
+
+
+def plot_curves(curves: pd.DataFrame, path: Path, env: str) -> None:
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    for variant, group in curves.groupby("variant", sort=False):
+        group = group.assign(minute=group["minutes"].round())
+        stats = group.groupby("minute")["success"].mean().rolling(3, min_periods=1).mean()
+        ax.plot(stats.index, stats.to_numpy(), label=variant)
+    ax.set(
+        xlabel="training minutes (2 CPU cores)",
+        ylabel="training success (per iteration, smoothed)",
+        ylim=(0, 1.02),
+    )
+    ax.set_title(f"{TITLES[env]} from the warm starts: mean over training seeds")
+    ax.legend(loc="best")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+def write_tables(out: Path) -> str:
+    """``per_run.csv``, ``curves.csv``/``.png``, ``comparisons.csv`` and ``table.md`` from the run
+    files under ``out/runs`` (the committed ones included); the table's markdown."""
+    runs = out / "runs"
+    settings = pd.DataFrame([json.loads(f.read_text()) for f in sorted(runs.glob("*/run.json"))])
+    if settings.empty:
+        raise SystemExit(f"{runs} holds no runs")
+    env = settings["env"].iloc[0] if "env" in settings else "alfworld"  # the first table had one env
+    per_run = per_run_table(runs)
+    per_run.to_csv(out / "per_run.csv", index=False)
+    curve_files = sorted(runs.glob("*/curve.csv"))
+    if curve_files:
+        curves = pd.concat([pd.read_csv(f) for f in curve_files], ignore_index=True)
+        curves.to_csv(out / "curves.csv", index=False)
+        plot_curves(curves, out / "curves.png", env)
+    paired = paired_table(runs, env)
+    paired.to_csv(out / "comparisons.csv", index=False)
+    trained = settings.dropna(subset=["seed"])
+
+    def values(column: str, frame: pd.DataFrame = settings) -> str:
+        return " / ".join(f"{v:g}" if isinstance(v, float) else str(v) for v in dict.fromkeys(frame[column]))
+
+    eval_seeds = sorted(
+        {int(seed) for f in runs.glob("*/eval/per_seed.csv") for seed in pd.read_csv(f)["seed"]}
+    )
+    table = summary_table(per_run, env)
+    if not paired.empty:
+        table += (
+            "\n### Paired differences (points; 95% bootstrap interval over training seeds, then games; "
+            "exact sign-flip p over the seeds)\n\n" + paired.to_markdown(index=False) + "\n"
+        )
+    episodes = values("eval_episodes").replace("nan", "all")
+    (out / "table.md").write_text(
+        f"# {TITLES[env]} Table 1 in miniature\n\nWarm start weights `{values('warm_start_weights')}`; "
+        f"{values('minutes', trained)} training minutes per run; {episodes} games per split "
+        f"and evaluation seed {eval_seeds}.\n\n{table}"
+    )
+    return table
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--env", default="alfworld", choices=list(VARIANTS))
+    parser.add_argument("--warm-start", type=Path, help="WebShop: an `rllib sft --env webshop` directory")
+    parser.add_argument("--minutes", type=float, default=10.0, help="training budget per run")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4], help="training seeds")
+    parser.add_argument("--variants", nargs="+", help="default: the env's Table 1 rows")
+    parser.add_argument(
+        "--eval-episodes", type=int, help="per split and seed (default: ALFWorld's splits, 500 goals)"
+    )
+    parser.add_argument("--eval-seeds", type=int, nargs="+", default=[123])
+    parser.add_argument("--eval-max-steps", type=int, help="step limit (default: ALFWorld 50, WebShop 15)")
+    parser.add_argument(
+        "--output", type=Path, help="result files (small; committed); default docs/results/table1/<env>"
+    )
+    parser.add_argument("--work-dir", type=Path, help="checkpoints (large); default results/table1/<env>")
+    parser.add_argument(
+        "--tables-only", action="store_true", help="rebuild the tables from --output's run files; run nothing"
+    )
+    args = parser.parse_args()
+    env = args.env
+    out = args.output or RESULTS / env
+    if args.tables_only:
+        print(write_tables(out))
+        return
+    variants = args.variants or DEFAULT_VARIANTS[env]
+    if unknown := [v for v in variants if v not in VARIANTS[env]]:
+        parser.error(f"no variant(s) {unknown} on {env}; choose from {list(VARIANTS[env])}")
+    if args.minutes <= 0 or (args.eval_episodes is not None and args.eval_episodes < 1):
+        parser.error("--minutes and --eval-episodes must be positive")
+    if args.warm_start is not None and env != "webshop":
+        parser.error("--warm-start is WebShop's; ALFWorld's warm starts come from the main job's recipe")
+    work = (args.work_dir or Path("results") / "table1" / env).resolve()
+    eval_episodes = args.eval_episodes or EVAL_EPISODES[env]
+    max_steps = args.eval_max_steps or EVAL_MAX_STEPS[env]
+    # Warm starts (built on first use), one row each; then seed-major runs, so that a sitting that ends
+    # early leaves every variant with as many seeds.
+    warm_starts = {}
+    for name in variants:
+        variant = VARIANTS[env][name]
+        warm_starts.setdefault(variant.warm_start_label, warm_start_for(env, variant, args.warm_start))
+    runs = [(f"{WARM_START} ({label})", None) for label in warm_starts]
+    runs += [(name, seed) for seed in args.seeds for name in variants]
+    ray.init(num_cpus=3, include_dashboard=False, log_to_driver=False)
+    try:
+        for name, seed in tqdm(runs, desc="runs", unit="run"):
+            label = name.removeprefix(f"{WARM_START} (").removesuffix(")") if seed is None else None
+            variant = None if seed is None else VARIANTS[env][name]
+            warm_start = warm_starts[label if variant is None else variant.warm_start_label]
+            run_dir, checkpoint = out / "runs" / run_name(name, seed), work / run_name(name, seed)
+            run_dir.mkdir(parents=True, exist_ok=True)
+            settings = {
+                "env": env,
+                "variant": name,
+                "seed": seed,
+                "minutes": None if seed is None else args.minutes,
+                "eval_episodes": eval_episodes,
+                "eval_max_steps": max_steps,
+                "warm_start_weights": weights_digest(warm_start),
+            }
+            saved = run_dir / "run.json"
+            if saved.exists() and json.loads(saved.read_text()) != settings:
+                raise SystemExit(
+                    f"{run_dir} was run with other settings ({saved.read_text()}); "
+                    "choose another --output or the same settings"
+                )
+            saved.write_text(json.dumps(settings, indent=2))
+            if variant is None:
+                policy = warm_start
+            else:
+                if not (run_dir / "trained.json").exists():
+                    train(name, variant, seed, warm_start, args.minutes, run_dir, checkpoint)
+                policy = Path(json.loads((run_dir / "trained.json").read_text())["checkpoint"])
+            evaluate(
+                policy,
+                env=env,
+                split="all" if env == "alfworld" else None,
+                seeds=args.eval_seeds,
+                episodes=eval_episodes,
+                output=run_dir / "eval",
+                baselines=(),
+                env_config={"max_steps": max_steps},
+            )
+    except KeyboardInterrupt:
+        raise SystemExit(
+            f"interrupted; finished runs are kept: rerun the same command to go on ({out})"
+        ) from None
+    finally:
+        ray.shutdown()
+    print(write_tables(out))
+
+
+if __name__ == "__main__":
+    main()

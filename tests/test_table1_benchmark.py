@@ -1,0 +1,123 @@
+"""Checks of ``benchmarks/table1.py``: each variant is its tuned example with the intended settings,
+and the tables (per run, paired comparisons) are rebuilt from run files alone."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from hgpo_rllib import HiPERConfig
+from hgpo_rllib.warm_start.cache import alfworld_recipe, find_warm_start
+from hgpo_rllib.warm_start.format import SFT_CONFIG
+from hgpo_rllib.warm_start.trainer import SFTSettings
+
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+sys.path.insert(0, str(BENCHMARKS))
+_spec = importlib.util.spec_from_file_location("table1", BENCHMARKS / "table1.py")
+assert _spec is not None and _spec.loader is not None
+table1 = importlib.util.module_from_spec(_spec)
+sys.modules[_spec.name] = table1
+_spec.loader.exec_module(table1)
+
+
+@pytest.mark.parametrize(
+    ("name", "estimator", "alpha", "weighting"),
+    [
+        ("GRPO", "grpo", None, None),
+        ("GiGPO", "gigpo", None, None),
+        ("HGPO K=2 a=1", "hgpo", 1.0, "reference"),
+        ("HGPO K=2 adaptive", "hgpo", None, "adaptive"),
+    ],
+)
+def test_each_alfworld_variant_is_its_example_with_its_settings(name, estimator, alpha, weighting) -> None:
+    before = dict(os.environ)
+    config = table1.variant_config(table1.VARIANTS["alfworld"][name], find_warm_start(alfworld_recipe(2)))
+    assert dict(os.environ) == before  # the switches do not leak into later runs
+    assert config.estimator == estimator and config.history_length == 2
+    assert config.lr == 1e-5 and config.kl_coeff == 0.05  # the CPU warm-start run
+    if alpha is not None:
+        assert config.length_weight_alpha == alpha
+    if weighting is not None:
+        assert config.weighting == weighting
+
+
+def test_hiper_runs_its_own_example_and_k4_asks_for_its_own_warm_start() -> None:
+    variants = table1.VARIANTS["alfworld"]
+    hiper = table1.variant_config(variants["HiPER"], find_warm_start(alfworld_recipe(2)))
+    assert isinstance(hiper, HiPERConfig)
+    assert variants["HiPER"].warm_start_label == "K=2 plan_execute"
+    with pytest.raises(ValueError, match="differs from the warm start's K=2"):
+        table1.variant_config(variants["HGPO K=4 a=1"], find_warm_start(alfworld_recipe(2)))
+
+
+def write_run(runs: Path, variant: str, seed: int | None, won: list[bool]) -> None:
+    run_dir = runs / table1.run_name(variant, seed) / "eval"
+    run_dir.mkdir(parents=True)
+    settings = {
+        "env": "alfworld",
+        "variant": variant,
+        "seed": seed,
+        "minutes": 10.0,
+        "eval_episodes": None,
+        "eval_max_steps": 50,
+        "warm_start_weights": "abc",
+    }
+    (run_dir.parent / "run.json").write_text(json.dumps(settings))
+    games = [
+        {
+            "split": "eval_out_of_distribution",
+            "policy": "checkpoint",
+            "seed": 123,
+            "task_seed": g,
+            "task_type": "Pick",
+            "won": w,
+            "steps": 10,
+            "invalid_rate": 0.0,
+        }
+        for g, w in enumerate(won)
+    ]
+    pd.DataFrame(games).to_csv(run_dir / "episodes.csv", index=False)
+    per_seed = {
+        "split": "eval_out_of_distribution",
+        "policy": "checkpoint",
+        "seed": 123,
+        "success": 100 * sum(won) / len(won),
+        "steps": 10.0,
+        "invalid_rate": 0.0,
+        "Pick": 0.0,
+    }
+    pd.DataFrame([per_seed]).to_csv(run_dir / "per_seed.csv", index=False)
+
+
+def test_tables_are_rebuilt_from_run_files(tmp_path: Path) -> None:
+    runs = tmp_path / "runs"
+    write_run(runs, "warm start (K=2)", None, [True, False, False, False])
+    for seed in (0, 1, 2):
+        write_run(runs, "GRPO", seed, [True, False, False, False])
+        write_run(runs, "HGPO K=2 a=1", seed, [True, True, False, False])
+    table = table1.write_tables(tmp_path)
+    assert "Paired differences" in table and "warm start (K=2)" in table
+    paired = pd.read_csv(tmp_path / "comparisons.csv")
+    (row,) = paired[(paired["variant"] == "HGPO K=2 a=1") & (paired["baseline"] == "GRPO")].to_dict("records")
+    assert row["difference"] == 25.0 and row["seeds"] == 3 and row["sign_flip_p"] == 0.25
+    per_run = pd.read_csv(tmp_path / "per_run.csv")
+    assert sorted(per_run["variant"].unique()) == ["GRPO", "HGPO K=2 a=1", "warm start (K=2)"]
+
+
+def test_webshop_variants_start_from_the_given_warm_start(tmp_path: Path) -> None:
+    """hgpo_webshop.py with HGPO_WARM_START: the warm start's env settings and K, mean_norm, free text
+    (before, the CPU example ignored the warm start and trained a random-init tiny model)."""
+    record = {**SFTSettings(env="webshop", episodes=1, history_length=4).record(), "finished": True}
+    (tmp_path / SFT_CONFIG).write_text(json.dumps(record))
+    config = table1.variant_config(table1.VARIANTS["webshop"]["GiGPO"], tmp_path)
+    assert config.estimator == "gigpo" and config.history_length == 4 and config.adv_mode == "mean_norm"
+    assert config.model_config["model"] == str(tmp_path.resolve())
+    assert config.env_config == record["env_config"]
+    with pytest.raises(SystemExit, match="--warm-start"):
+        table1.warm_start_for("webshop", table1.VARIANTS["webshop"]["GiGPO"], None)
