@@ -20,7 +20,13 @@ from envs.common.spaces import TextSpace
 from hgpo_rllib import HGPOConfig, cli
 from hgpo_rllib.columns import group_id_of
 from hgpo_rllib.env_runner.grouped_multi_agent_env_runner import GroupedMultiAgentEnvRunner
-from hgpo_rllib.experiments.presets import SHARED_MODULE_ID, RunSettings, role_module, team_config
+from hgpo_rllib.experiments.presets import (
+    SHARED_MODULE_ID,
+    RunSettings,
+    role_module,
+    team_config,
+    team_warm_start_config,
+)
 
 pytestmark = pytest.mark.usefixtures("ray_session")
 
@@ -186,6 +192,16 @@ def test_a_team_starts_from_a_warm_start_per_role(tmp_path: Path) -> None:
         assert result["env_runners"]["invalid_action_rate_by_agent"]["executor"] < 0.5
     finally:
         algo.stop()
+    # `rllib evaluate` takes the team warm-start folder as it is (team success, per-agent invalid rates).
+    out = tmp_path / "evaluation"
+    args = ["evaluate", str(tmp_path / "team"), "--seeds", "0", "--episodes", "2", "--output", str(out)]
+    assert cli.main([*args, "--baselines", ""]) == 0
+    episodes = pd.read_csv(out / "episodes.csv")
+    assert len(episodes) == 2 and (episodes["policy"] == "checkpoint").all()
+    assert (
+        episodes["invalid_rate_executor"].between(0, 0.5).all()
+    )  # the executor's warm start, not a random one
+    assert team_warm_start_config(tmp_path / "team" / "planner") is None  # one role alone is no team
     with pytest.raises(
         ValueError, match="is no warm start; build it with rllib sft --env keychest_team --output"
     ):

@@ -3,15 +3,21 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from hgpo_rllib.cli.args import count, json_dict
 from hgpo_rllib.cli.quiet import hide_harmless_lines
 from hgpo_rllib.evaluation.protocol import DEFAULT_SEEDS, SPLIT_CHOICES, evaluate
+from hgpo_rllib.experiments.presets import team_warm_start_config
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The options of ``rllib evaluate``."""
-    parser.add_argument("checkpoint", nargs="?", help="algorithm checkpoint dir (omit: baselines only)")
+    parser.add_argument(
+        "checkpoint",
+        nargs="?",
+        help="checkpoint, policy folder, warm start or team warm-start folder (omit: baselines only)",
+    )
     parser.add_argument(
         "--env",
         help="alfworld, webshop, keychest, a registered name or module:Class (default: the checkpoint's)",
@@ -47,6 +53,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     hide_harmless_lines()  # as `rllib train file` does (cli/quiet.py: each line with its reason)
+    source = Path(args.checkpoint).expanduser() if args.checkpoint else None
+    team = team_warm_start_config(source) if source is not None and source.is_dir() else None
     summary = evaluate(
         args.checkpoint,
         env=args.env,
@@ -58,6 +66,7 @@ def run(args: argparse.Namespace) -> int:
         env_config=args.env_config,
         batch_size=args.batch_size,
         samples=args.samples,
+        team_config=team,
     )
     print(summary.to_markdown(index=False))
     print(f"Tables written to {args.output}")

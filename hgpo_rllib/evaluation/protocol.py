@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
@@ -30,6 +30,9 @@ from hgpo_rllib.evaluation.policy_loading import (
 from hgpo_rllib.evaluation.rollout import Policy, expert_policy, play, random_policy, task_seeds
 from hgpo_rllib.evaluation.team import play_team, summarize_team, team_runner
 from hgpo_rllib.run_records import changed_settings, read_record, write_atomically, write_record
+
+if TYPE_CHECKING:
+    from ray.rllib.algorithms.algorithm_config import AlgorithmConfig
 
 DEFAULT_SEEDS = (123, 456, 789)
 #: ``split`` values of :func:`evaluate` (ALFWorld) and the splits each one plays.
@@ -82,6 +85,7 @@ def evaluate(
     env_config: dict[str, Any] | None = None,
     batch_size: int = 16,
     samples: int = 1,
+    team_config: AlgorithmConfig | None = None,
 ) -> pd.DataFrame:
     """Evaluate a checkpoint (and/or the baselines) and write tables to ``output``.
 
@@ -93,7 +97,9 @@ def evaluate(
     ``env_config`` says otherwise. Each finished (split, policy, seed) is written at once
     (atomically) to ``episodes.csv``; a rerun of the same evaluation into the same ``output`` skips
     what is already there and plays the rest. A checkpoint of a multi-agent team (docs/drmas.md) plays
-    each task ``samples`` times (avg@k and pass@k; :mod:`hgpo_rllib.evaluation.team`), without baselines.
+    each task ``samples`` times (avg@k and pass@k; :mod:`hgpo_rllib.evaluation.team`), without baselines;
+    so does a team built from warm starts: ``team_config`` (its modules load them) with ``checkpoint`` the
+    warm-start folder (``rllib evaluate`` of a team warm-start folder).
     """
     if (episodes is not None and episodes < 1) or not seeds or batch_size < 1 or samples < 1:
         raise ValueError("episodes, batch_size and samples must be >= 1 and at least one seed is needed")
@@ -104,11 +110,14 @@ def evaluate(
         raise ValueError(f"unknown baselines {unknown}; choose from ['expert', 'random']")
     if checkpoint is None and (env is None or (baselines is not None and not baselines)):
         raise ValueError("nothing to evaluate: give a checkpoint, or an env and at least one baseline")
-    if checkpoint is not None and is_team_checkpoint(Path(checkpoint).expanduser()):
+    if checkpoint is not None and (
+        team_config is not None or is_team_checkpoint(Path(checkpoint).expanduser())
+    ):
         if baselines:
-            raise ValueError("a team checkpoint is evaluated without baselines (--baselines '')")
+            raise ValueError("a team is evaluated without baselines (--baselines '')")
         return _evaluate_team(
             Path(checkpoint).expanduser().resolve(),
+            team_config,
             env=env,
             split=split,
             seeds=seeds,
@@ -173,6 +182,7 @@ def _check_env(checkpoint: str | Path, env: str, trained_on: str, env_config: di
 
 def _evaluate_team(
     checkpoint: Path,
+    warm_started: AlgorithmConfig | None,
     *,
     env: str | None,
     split: str | None,
@@ -183,8 +193,9 @@ def _evaluate_team(
     batch_size: int,
     samples: int,
 ) -> pd.DataFrame:
-    """:func:`evaluate` for a team checkpoint: the team plays every task ``samples`` times."""
-    config = load_checkpoint_config(checkpoint)
+    """:func:`evaluate` for a team checkpoint, or for the team ``warm_started`` from the warm-start
+    folder ``checkpoint``: the team plays every task ``samples`` times."""
+    config = warm_started or load_checkpoint_config(checkpoint)
     env_name = envs.env_name(str(config.env))
     _check_env(checkpoint, env or env_name, env_name, dict(config.env_config))
     merged = {**dict(config.env_config), **env_config}
@@ -198,7 +209,8 @@ def _evaluate_team(
     def play_split(split_config: dict[str, Any], seed: int, n: int) -> list[dict[str, Any]]:
         key = split_config.get("split")
         if key not in runners:
-            runners[key] = team_runner(config, split_config, checkpoint, batch_size)
+            trained = None if warm_started else checkpoint  # warm starts: the config's own modules
+            runners[key] = team_runner(config, split_config, trained, batch_size)
         return play_team(runners[key], task_seeds(seed, n), samples, seed)
 
     settings = {

@@ -26,16 +26,19 @@ from hgpo_rllib.evaluation.policy_loading import MODULES_DIR
 
 
 def team_runner(
-    config: AlgorithmConfig, env_config: dict[str, Any], checkpoint: Path, batch_size: int
+    config: AlgorithmConfig, env_config: dict[str, Any], checkpoint: Path | None, batch_size: int
 ) -> GroupedMultiAgentEnvRunner:
     """A local runner of ``config`` on ``env_config`` with ``batch_size`` sub-envs, sampling with the
-    checkpoint's modules (their inference parts: no reference model)."""
+    checkpoint's modules (their inference parts: no reference model), or with the modules ``config``
+    builds when ``checkpoint`` is None (a team of warm starts)."""
     config = (
         config.copy(copy_frozen=False)
         .environment(env_config=env_config)
         .env_runners(num_envs_per_env_runner=batch_size, num_env_runners=0)
     )
     runner = GroupedMultiAgentEnvRunner(config=config)
+    if checkpoint is None:
+        return runner
     trained = MultiRLModule.from_checkpoint(checkpoint / MODULES_DIR)
     runner.module.set_state(
         {mid: trained[mid].get_state(inference_only=True) for mid in runner.module.keys()}

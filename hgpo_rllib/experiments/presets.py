@@ -311,6 +311,27 @@ def team_config(env_name: str, env_config: dict[str, Any], settings: RunSettings
     return config
 
 
+def team_warm_start_config(path: Path) -> Any | None:
+    """The CPU team config of the team warm starts in ``path`` (``rllib evaluate`` of a warm-start
+    team): one shared LLM when ``path`` is a warm start of a team env without a role, one per role
+    when its sub-folders are role warm starts (``rllib sft --env <team> --role R --output path/R``);
+    None when ``path`` is neither. Env settings and K are the warm starts'."""
+    path = Path(path).expanduser()
+    if is_warm_start(path):
+        record, sharing = read_settings(path), "shared"
+        if record.get("role") is not None or not issubclass(
+            envs.env_class(record["env"], record["env_config"]), envs.TeamTextEnv
+        ):
+            return None
+    else:
+        roles = [read_settings(sub) for sub in sorted(path.iterdir()) if sub.is_dir() and is_warm_start(sub)]
+        if not roles or any(r.get("role") is None for r in roles):
+            return None
+        record, sharing = roles[0], "separate"
+    settings = RunSettings(warm_start=str(path), llm_sharing=sharing, history_length=record["history_length"])
+    return team_config(record["env"], dict(record["env_config"]), settings)
+
+
 def _start_team_from_warm_starts(
     config: Any, env_name: str, warm_start: Path, roles: Sequence[str], shared: bool
 ) -> None:
