@@ -2,7 +2,7 @@
 
 Training seeds dominate the spread of small runs, so a variant is compared with a baseline trained
 with the same seeds and evaluated on the same games: per training seed, the mean over games of the
-per-game difference (won or score). Two readings of those differences (docs/table1.md):
+per-game difference (won or score). Two readings of those differences (docs/results.md, Table 1):
 
 - :func:`bootstrap_interval`: a percentile interval of the mean difference that resamples training
   seeds, then each drawn seed's games (both sources of spread);
