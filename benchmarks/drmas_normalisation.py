@@ -52,6 +52,7 @@ from envs import registry as envs  # noqa: E402
 from hgpo_rllib.advantages.step_table import StepTable, estimate_advantages  # noqa: E402
 from hgpo_rllib.evaluation.protocol import evaluate  # noqa: E402
 from hgpo_rllib.experiments.experiment_file import load_experiment_file  # noqa: E402
+from hgpo_rllib.experiments.presets import team_warm_start_config  # noqa: E402
 from hgpo_rllib.warm_start.trainer import train_warm_start  # noqa: E402
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "tuned_examples" / "drmas_webshop.py"
@@ -134,11 +135,9 @@ def train_run(
     seed: int,
     args: argparse.Namespace,
     progress: Callable[[dict[str, list[dict]]], None],
-    run_name: str | None = None,
 ) -> dict[str, list[dict]]:
-    """Train one run, save its checkpoint, evaluate it on test goals; every table's rows.
-    ``run_name`` (default ``<estimator>_<normalisation>_<seed>``) names its checkpoint and evaluation."""
-    run_name = run_name or f"{estimator}_{normalisation}_{seed}"
+    """Train one run, save its checkpoint, evaluate it on test goals; every table's rows."""
+    run_name = f"{estimator}_{normalisation}_{seed}"
     os.environ.update(
         HGPO_WARM_START=str(args.warm_start),
         HGPO_ESTIMATOR=estimator,
@@ -203,12 +202,21 @@ def train_run(
 
 def evaluate_warm_start(args: argparse.Namespace) -> pd.DataFrame:
     """The warm-start team itself on the test goals, untrained (kept in ``warm_start_evaluation.csv``):
-    the baseline the trained runs' scores are read against."""
+    the baseline the trained runs' scores are read against (``rllib evaluate`` of the team folder)."""
     path = args.output / "warm_start_evaluation.csv"
     if not path.exists():
-        untrained = argparse.Namespace(**{**vars(args), "iterations": 0})
-        rows = train_run("grpo", "global", 0, untrained, lambda tables: None, run_name="warm_start")
-        pd.DataFrame(rows["evaluation"])[["test_success", "test_score"]].to_csv(path, index=False)
+        evaluation = args.output / "evaluation" / "warm_start"
+        team = team_warm_start_config(args.warm_start)
+        evaluate(
+            args.warm_start,
+            seeds=args.eval_seeds,
+            episodes=args.eval_episodes,
+            output=evaluation,
+            team_config=team,
+        )
+        per_seed = pd.read_csv(evaluation / "per_seed.csv")
+        summary = {"test_success": per_seed["success"].mean(), "test_score": per_seed["score"].mean()}
+        pd.DataFrame([summary]).to_csv(path, index=False)
     return pd.read_csv(path)
 
 
