@@ -20,7 +20,8 @@ it) exceeds 3x the median of the module's per-iteration maxima in the run's earl
 all-zero advantages, so their norms differ tenfold without any instability; comparing iterations
 measures what the paper calls a spike. Writes ``curves.csv``, ``grad_norms.csv``, ``scales.csv``,
 ``evaluation.csv``, ``summary.md`` and ``curves.png`` to ``--output``; an existing output is never
-overwritten, ``--resume`` keeps its complete runs and redoes the rest. Missing warm starts are built
+overwritten, ``--resume`` keeps its complete runs and redoes the rest, ``--tables-only`` rebuilds the
+summary and plot of its finished runs. Missing warm starts are built
 first (``rllib sft --env webshop_team --role R``; rerunning resumes them).
 
 Run: ``python benchmarks/drmas_normalisation.py --warm-start ws_team --iterations 15 --output
@@ -61,6 +62,8 @@ ESTIMATORS = ("grpo", "hgpo")
 NORMALISATIONS = {"global": "trajectory", "agent-wise": "agent"}
 SPIKE_FACTOR = 3.0
 SCALE_KEY = "advantage_sq_mean_by_rule"
+#: The result tables, one CSV each.
+TABLES = ("curves", "grad_norms", "scales", "evaluation")
 
 
 class AdvantageScaleProbe(RLlibCallback):
@@ -255,16 +258,17 @@ def summarize(tables: dict[str, pd.DataFrame]) -> pd.DataFrame:
 
 
 def plot(tables: dict[str, pd.DataFrame], path: Path) -> None:
-    """Training success per iteration (mean, min-max over seeds) and each module's gradient norms."""
+    """The team's training score per iteration (its reward: mean, min-max over seeds) and each
+    module's gradient norms."""
     modules = list(dict.fromkeys(tables["grad_norms"]["module"]))
     fig, axes = plt.subplots(1, 1 + len(modules), figsize=(5 * (1 + len(modules)), 4))
     for (estimator, normalisation), group in tables["curves"].groupby(
         ["estimator", "normalisation"], sort=False
     ):
-        stats = group.groupby("iteration")["success"].agg(["mean", "min", "max"])
+        stats = group.groupby("iteration")["score"].agg(["mean", "min", "max"])
         axes[0].plot(stats.index, stats["mean"], label=f"{estimator} {normalisation}")
         axes[0].fill_between(stats.index, stats["min"], stats["max"], alpha=0.15)
-    axes[0].set(xlabel="training iteration", ylabel="team success (training goals)", ylim=(0, 1.02))
+    axes[0].set(xlabel="training iteration", ylabel="team score (training goals)", ylim=(0, 1.02))
     axes[0].legend()
     norms = tables["grad_norms"].copy()
     norms["order"] = norms.groupby(["estimator", "normalisation", "seed", "module"]).cumcount()
@@ -279,12 +283,33 @@ def plot(tables: dict[str, pd.DataFrame], path: Path) -> None:
     fig.savefig(path, dpi=110)
 
 
+def finished_runs(output: Path) -> dict[str, list[dict]]:
+    """Every table's rows of the runs that finished (evaluated) in ``output``."""
+    if not (output / "evaluation.csv").exists():
+        return {name: [] for name in TABLES}
+    finished = pd.read_csv(output / "evaluation.csv")[["estimator", "normalisation", "seed"]]
+    return {name: pd.read_csv(output / f"{name}.csv").merge(finished).to_dict("records") for name in TABLES}
+
+
+def write_tables(output: Path, done: dict[str, list[dict]]) -> str:
+    """``curves.png`` and ``summary.md`` of the finished runs, the untrained warm start beside them."""
+    frames = {name: pd.DataFrame(done[name]) for name in TABLES}
+    plot(frames, output / "curves.png")
+    baseline = pd.read_csv(output / "warm_start_evaluation.csv")
+    summary = summarize(frames).to_markdown(index=False) + (
+        f"\n\nWarm start, untrained, on the same test goals: success {baseline['test_success'].iloc[0]:.1f}, "
+        f"score {baseline['test_score'].iloc[0]:.1f}.\n"
+    )
+    (output / "summary.md").write_text(summary)
+    return summary
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument(
-        "--warm-start", type=Path, required=True, help="team warm starts, one folder per role"
+        "--warm-start", type=Path, help="team warm starts, one folder per role (required to run)"
     )
     # 100 expert episodes, one epoch: 486 s for the three roles on 2 cores, too little for a team that
     # buys anything (docs/drmas.md, which gives the recipe used).
@@ -308,17 +333,25 @@ def main() -> None:
     parser.add_argument("--eval-episodes", type=int, default=32, help="test goals per evaluation seed")
     parser.add_argument("--output", type=Path, default=Path("results/drmas_normalisation"))
     parser.add_argument("--resume", action="store_true", help="continue an interrupted --output")
+    parser.add_argument(
+        "--tables-only",
+        action="store_true",
+        help="rebuild summary.md and curves.png of --output's finished runs",
+    )
     args = parser.parse_args()
-    args.warm_start, args.output = args.warm_start.resolve(), args.output.resolve()
-    names = ("curves", "grad_norms", "scales", "evaluation")
-    done: dict[str, list[dict]] = {name: [] for name in names}
-    if args.resume and (args.output / "evaluation.csv").exists():
-        finished = pd.read_csv(args.output / "evaluation.csv")[["estimator", "normalisation", "seed"]]
-        for name in names:
-            table = pd.read_csv(args.output / f"{name}.csv").merge(finished)
-            done[name] = table.to_dict("records")
-    elif not args.resume and args.output.exists() and any(args.output.iterdir()):
+    args.output = args.output.resolve()
+    if args.tables_only:
+        print(write_tables(args.output, finished_runs(args.output)))
+        return
+    if args.warm_start is None:
+        parser.error("--warm-start is required (unless --tables-only)")
+    args.warm_start = args.warm_start.resolve()
+    if args.resume:
+        done = finished_runs(args.output)
+    elif args.output.exists() and any(args.output.iterdir()):
         raise SystemExit(f"{args.output} already holds results; choose another --output or pass --resume")
+    else:
+        done = {name: [] for name in TABLES}
     args.output.mkdir(parents=True, exist_ok=True)
     ensure_warm_starts(
         args.warm_start, args.warm_start_episodes, args.warm_start_epochs, args.warm_start_train_on_prompt
@@ -326,32 +359,24 @@ def main() -> None:
     complete = {(r["estimator"], r["normalisation"], r["seed"]) for r in done["evaluation"]}
 
     def save(current: dict[str, list[dict]]) -> None:
-        for name in names:
+        for name in TABLES:
             pd.DataFrame(done[name] + current[name]).to_csv(args.output / f"{name}.csv", index=False)
 
     ray.init(num_cpus=3, include_dashboard=False, log_to_driver=False)
     try:
-        baseline = evaluate_warm_start(args)
+        evaluate_warm_start(args)
         for seed in args.seeds:  # seeds outermost: an interrupted study has every variant's first seeds
             for estimator, normalisation in itertools.product(args.estimators, NORMALISATIONS):
                 if (estimator, normalisation, seed) in complete:
                     continue
                 tables = train_run(estimator, normalisation, seed, args, save)
-                for name in names:
+                for name in TABLES:
                     done[name] += tables[name]
     except KeyboardInterrupt:
         raise SystemExit(
             f"interrupted; finished runs are kept: rerun with --resume --output {args.output}"
         ) from None
-    frames = {name: pd.DataFrame(done[name]) for name in names}
-    plot(frames, args.output / "curves.png")
-    table = summarize(frames)
-    untrained = (
-        f"Warm start, untrained, on the same test goals: success {baseline['test_success'].iloc[0]:.1f}, "
-        f"score {baseline['test_score'].iloc[0]:.1f}.\n"
-    )
-    (args.output / "summary.md").write_text(table.to_markdown(index=False) + "\n\n" + untrained)
-    print(table.to_markdown(index=False) + "\n\n" + untrained)
+    print(write_tables(args.output, done))
 
 
 if __name__ == "__main__":

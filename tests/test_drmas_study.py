@@ -53,3 +53,20 @@ def test_an_iteration_peak_above_three_times_the_earlier_median_is_a_spike() -> 
     assert study.running_median_spikes([1.0, 1.1, 0.9, 4.0, 1.0, 3.5]) == 2
     assert study.summarize(tables(norms))["spike_iterations_per_module_run"].item() == 2
     assert study.running_median_spikes([1.0, 4.0, 1.0]) == 0  # the first two iterations set the scale
+
+
+def test_tables_only_rebuilds_the_summary_of_finished_runs(tmp_path) -> None:  # noqa: ANN001
+    """A run still training (in curves.csv, not in evaluation.csv) stays out of the summary."""
+    frames = tables([[1.0, 0.5]] * 3)
+    frames["curves"]["score"] = 0.25
+    unfinished = frames["curves"].assign(seed=1)
+    frames["curves"] = pd.concat([frames["curves"], unfinished])
+    for name, frame in frames.items():
+        frame.to_csv(tmp_path / f"{name}.csv", index=False)
+    pd.DataFrame([{"test_success": 0.0, "test_score": 50.4}]).to_csv(
+        tmp_path / "warm_start_evaluation.csv", index=False
+    )
+    done = study.finished_runs(tmp_path)
+    assert {row["seed"] for row in done["curves"]} == {0}
+    summary = study.write_tables(tmp_path, done)
+    assert "score 50.4" in summary and (tmp_path / "curves.png").exists()
