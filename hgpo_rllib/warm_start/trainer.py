@@ -11,7 +11,6 @@ make an interrupted run resume.
 from __future__ import annotations
 
 import dataclasses
-import math
 import signal
 import threading
 import time
@@ -279,7 +278,8 @@ def fit(
         "optimizer_steps": trainer.state.global_step,
         "epochs_done": round(trainer.state.epoch or 0.0, 3),
         "train_seconds_this_session": round(time.monotonic() - started, 1),
-        "final_loss": losses[-1] if losses else math.nan,
+        # None (JSON null, not the non-standard NaN) when the run was shorter than the logging interval.
+        "final_loss": losses[-1] if losses else None,
         "train_loss": result.training_loss,
     }
 
