@@ -18,7 +18,7 @@ from hgpo_rllib.warm_start.format import SFT_CONFIG
 from hgpo_rllib.warm_start.trainer import SFTSettings
 
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
-sys.path.insert(0, str(BENCHMARKS))
+sys.path.append(str(BENCHMARKS))
 _spec = importlib.util.spec_from_file_location("table1", BENCHMARKS / "table1.py")
 assert _spec is not None and _spec.loader is not None
 table1 = importlib.util.module_from_spec(_spec)

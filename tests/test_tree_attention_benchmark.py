@@ -12,7 +12,7 @@ import numpy as np
 import torch
 
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
-sys.path.insert(0, str(BENCHMARKS))  # the benchmark imports its sibling results_file
+sys.path.append(str(BENCHMARKS))  # the benchmark imports its sibling results_file
 _spec = importlib.util.spec_from_file_location("tree_attention", BENCHMARKS / "tree_attention.py")
 assert _spec is not None and _spec.loader is not None
 bench = importlib.util.module_from_spec(_spec)
