@@ -132,6 +132,13 @@ def running_median_spikes(iteration_maxima: list[float]) -> int:
     )
 
 
+def evaluation_scores(evaluation: Path) -> dict[str, float]:
+    """A team's success and score on the test goals (percent, mean over evaluation seeds) from its
+    ``rllib evaluate`` output."""
+    per_seed = pd.read_csv(evaluation / "per_seed.csv")
+    return {"test_success": per_seed["success"].mean(), "test_score": per_seed["score"].mean()}
+
+
 def train_run(
     estimator: str,
     normalisation: str,
@@ -195,10 +202,7 @@ def train_run(
     evaluate(
         checkpoint.checkpoint.path, seeds=args.eval_seeds, episodes=args.eval_episodes, output=evaluation
     )
-    per_seed = pd.read_csv(evaluation / "per_seed.csv")  # success and score in percent, per seed
-    tables["evaluation"].append(
-        {**run_id, "test_success": per_seed["success"].mean(), "test_score": per_seed["score"].mean()}
-    )
+    tables["evaluation"].append({**run_id, **evaluation_scores(evaluation)})
     progress(tables)
     return tables
 
@@ -217,9 +221,7 @@ def evaluate_warm_start(args: argparse.Namespace) -> pd.DataFrame:
             output=evaluation,
             team_config=team,
         )
-        per_seed = pd.read_csv(evaluation / "per_seed.csv")
-        summary = {"test_success": per_seed["success"].mean(), "test_score": per_seed["score"].mean()}
-        pd.DataFrame([summary]).to_csv(path, index=False)
+        pd.DataFrame([evaluation_scores(evaluation)]).to_csv(path, index=False)
     return pd.read_csv(path)
 
 

@@ -35,7 +35,7 @@ from results_file import RESULTS_DIR, write_result, write_rows  # benchmarks/ is
 from transformers import AutoModelForCausalLM, PretrainedConfig, Qwen2Config
 
 from hgpo_rllib.rl_module.config import TINY_MODEL_DEFAULTS
-from hgpo_rllib.rl_module.hidden_states import packed_states, row_states
+from hgpo_rllib.rl_module.hidden_states import response_states
 from hgpo_rllib.rl_module.logprobs import token_logp_entropy
 from hgpo_rllib.rl_module.prefix_sharing import PrefixPacking, attention_pair_cost, pack_shared_prefixes
 
@@ -106,10 +106,7 @@ def token_logp(
     them (autocast to ``dtype`` over float32 weights)."""
     backbone, device = getattr(model, model.base_model_prefix), tokens["resp_ids"].device
     with torch.autocast(device.type, dtype=dtype, enabled=dtype != torch.float32):
-        if packing is None:
-            states = row_states(backbone, *(tokens[k] for k in TOKENS))
-        else:
-            states = packed_states(backbone, packing, device)
+        states = response_states(backbone, *(tokens[k] for k in TOKENS), packing)
         return token_logp_entropy(
             states, model.get_output_embeddings(), tokens["resp_ids"], tokens["resp_mask"], temperature=1.0
         )
@@ -306,10 +303,7 @@ def main() -> None:
         model = AutoModelForCausalLM.from_config(
             config, attn_implementation=args.attention, dtype=torch.float32
         )
-    heads = config.num_attention_heads
-    pair_cost = attention_pair_cost(
-        config.hidden_size, config.intermediate_size, heads, getattr(config, "num_key_value_heads", heads)
-    )
+    pair_cost = attention_pair_cost(config)
     label = (
         torch.cuda.get_device_name(device)
         if device.type == "cuda"

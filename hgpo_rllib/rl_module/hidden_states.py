@@ -2,7 +2,8 @@
 
 - :func:`row_states`: one left-padded row per step, as ``generate`` saw it (the unshared pass);
 - :func:`packed_states`: one forward over prefix trees (:mod:`~hgpo_rllib.rl_module.prefix_sharing`),
-  each row's states gathered from its path through its tree (issue 29: each shared prompt once).
+  each row's states gathered from its path through its tree (issue 29: each shared prompt once);
+- :func:`response_states`: the one or the other, as a micro-batch's packing says.
 
 Plain torch and Transformers (no RLlib), so the GPU kernel checks of ``benchmarks/tree_attention.py``
 run them where RLlib is not installed.
@@ -56,3 +57,18 @@ def packed_states(backbone: torch.nn.Module, packing: PrefixPacking, device: tor
     predictor = torch.from_numpy(packing.predictor).to(device)
     flat = hidden.reshape(-1, hidden.shape[-1]).index_select(0, predictor.reshape(-1))
     return flat.reshape(*predictor.shape, hidden.shape[-1])
+
+
+def response_states(
+    backbone: torch.nn.Module,
+    prompt_ids: torch.Tensor,
+    prompt_mask: torch.Tensor,
+    resp_ids: torch.Tensor,
+    resp_mask: torch.Tensor,
+    packing: PrefixPacking | None,
+) -> torch.Tensor:
+    """[N, T, H] states predicting ``resp_ids``: from the prefix trees of ``packing``, or from the
+    plain rows where there is none (on the token batch's device)."""
+    if packing is None:
+        return row_states(backbone, prompt_ids, prompt_mask, resp_ids, resp_mask)
+    return packed_states(backbone, packing, resp_ids.device)

@@ -35,7 +35,7 @@ from hgpo_rllib.rl_module.apis import TokenPolicyAPI
 from hgpo_rllib.rl_module.config import LLMModuleConfig
 from hgpo_rllib.rl_module.engine_weights import ENGINE_WEIGHTS, EngineWeights
 from hgpo_rllib.rl_module.generation import Generator, HFGenerator, trim_left_padding
-from hgpo_rllib.rl_module.hidden_states import TREE_MASK_ATTENTION, packed_states, row_states
+from hgpo_rllib.rl_module.hidden_states import TREE_MASK_ATTENTION, response_states
 from hgpo_rllib.rl_module.logprobs import token_logp_entropy
 from hgpo_rllib.rl_module.lora import (
     ADAPTER_MARK,
@@ -295,10 +295,7 @@ class LLMRLModule(TorchRLModule, InferenceOnlyAPI, TokenPolicyAPI):
         # Learners: float32 master weights, the forward in the compute dtype (no-op for float32).
         mixed = self.compute_dtype != torch.float32
         with torch.autocast(device.type, dtype=self.compute_dtype, enabled=mixed):
-            if packing is None:
-                states = row_states(backbone, *(batch[k] for k in TOKEN_COLUMNS))
-            else:
-                states = packed_states(backbone, packing, device)
+            states = response_states(backbone, *(batch[k] for k in TOKEN_COLUMNS), packing)
             return token_logp_entropy(
                 states,
                 model.get_output_embeddings(),
@@ -324,11 +321,7 @@ class LLMRLModule(TorchRLModule, InferenceOnlyAPI, TokenPolicyAPI):
     def attention_pair_cost(self) -> float:
         """The model's attention cost per (query, key) pair relative to a token's linear layers
         (what :mod:`~hgpo_rllib.rl_module.prefix_sharing` weighs a longer packed sequence by)."""
-        config = self.lm.config
-        heads = config.num_attention_heads
-        return attention_pair_cost(
-            config.hidden_size, config.intermediate_size, heads, getattr(config, "num_key_value_heads", heads)
-        )
+        return attention_pair_cost(self.lm.config)
 
     def _forward_train(self, batch: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
         """Per-token log-probs and entropies of ``resp_ids`` (0 where ``resp_mask`` is 0)."""

@@ -22,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 from collections import Counter
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -192,15 +193,16 @@ def pack_shared_prefixes(
     )
 
 
-def attention_pair_cost(
-    hidden_size: int, intermediate_size: int, num_attention_heads: int, num_key_value_heads: int
-) -> float:
+def attention_pair_cost(config: Any) -> float:
     """Multiply-adds of one (query, key) pair of attention (scores and weighted values over all
     heads) per multiply-add of one token's linear layers (q, k, v, o projections and a gated MLP):
-    what a token of a longer sequence costs in attention against what sharing it saves."""
-    kv_width = hidden_size // num_attention_heads * num_key_value_heads
-    linear = hidden_size * (2 * hidden_size + 2 * kv_width) + 3 * hidden_size * intermediate_size
-    return 2 * hidden_size / linear
+    what a token of a longer sequence costs in attention against what sharing it saves. ``config``:
+    a Hugging Face model config (``hidden_size``, ``intermediate_size``, ``num_attention_heads`` and,
+    with grouped-query attention, ``num_key_value_heads``)."""
+    hidden, heads = config.hidden_size, config.num_attention_heads
+    kv_width = hidden // heads * getattr(config, "num_key_value_heads", heads)
+    linear = hidden * (2 * hidden + 2 * kv_width) + 3 * hidden * config.intermediate_size
+    return 2 * hidden / linear
 
 
 def _distinct_prefixes(sequences: Sequence[np.ndarray]) -> int:
