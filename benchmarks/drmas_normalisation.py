@@ -12,16 +12,19 @@ warm-started on its role's expert turns) with ``normalize_by="trajectory"`` (glo
   batch under *both* normalisations (computed from the same sampled episodes by a callback, so the
   scales compare on identical data whichever rule trained the run);
 - per run: the trained team's success and score on WebShop's test goals (``rllib evaluate``'s
-  protocol, the same goals for every run).
+  protocol, the same goals for every run), and each goal's score (``episodes.csv``), from which the
+  summary pairs runs by training seed and goal: agent-wise against global under each estimator, HGPO
+  against GRPO with one baseline (``hgpo_rllib.evaluation.comparison``: the mean difference, its
+  bootstrap interval over seeds then goals, the exact sign-flip test over seeds).
 
 A spike is an iteration whose largest pre-clip gradient norm (over the module's optimiser steps in
 it) exceeds 3x the median of the module's per-iteration maxima in the run's earlier iterations
 (from the third iteration on). Steps within one iteration see different groups' rows, some with
 all-zero advantages, so their norms differ tenfold without any instability; comparing iterations
 measures what the paper calls a spike. Writes ``curves.csv``, ``grad_norms.csv``, ``scales.csv``,
-``evaluation.csv``, ``summary.md`` and ``curves.png`` to ``--output``; an existing output is never
-overwritten, ``--resume`` keeps its complete runs and redoes the rest, ``--tables-only`` rebuilds the
-summary and plot of its finished runs. Missing warm starts are built
+``evaluation.csv``, ``episodes.csv``, ``summary.md`` and ``curves.png`` to ``--output``; an existing
+output is never overwritten, ``--resume`` keeps its complete runs and redoes the rest,
+``--tables-only`` rebuilds the summary and plot of its finished runs. Missing warm starts are built
 first (``rllib sft --env webshop_team --role R``; rerunning resumes them).
 
 Run: ``python benchmarks/drmas_normalisation.py --warm-start ws_team --iterations 15 --output
@@ -51,6 +54,7 @@ from tqdm.auto import tqdm  # noqa: E402
 
 from envs import registry as envs  # noqa: E402
 from hgpo_rllib.advantages.step_table import StepTable, estimate_advantages  # noqa: E402
+from hgpo_rllib.evaluation.comparison import compare  # noqa: E402
 from hgpo_rllib.evaluation.protocol import evaluate  # noqa: E402
 from hgpo_rllib.experiments.experiment_file import load_experiment_file  # noqa: E402
 from hgpo_rllib.experiments.presets import team_warm_start_config  # noqa: E402
@@ -63,7 +67,14 @@ NORMALISATIONS = {"global": "trajectory", "agent-wise": "agent"}
 SPIKE_FACTOR = 3.0
 SCALE_KEY = "advantage_sq_mean_by_rule"
 #: The result tables, one CSV each.
-TABLES = ("curves", "grad_norms", "scales", "evaluation")
+TABLES = ("curves", "grad_norms", "scales", "evaluation", "episodes")
+#: The pairs the summary compares, (variant, baseline): Dr. MAS's question under each estimator, then
+#: HGPO's own.
+PAIRS = (
+    ("grpo agent-wise", "grpo global"),
+    ("hgpo agent-wise", "hgpo global"),
+    ("hgpo global", "grpo global"),
+)
 
 
 class AdvantageScaleProbe(RLlibCallback):
@@ -157,7 +168,7 @@ def train_run(
     config = load_experiment_file(EXAMPLE).config.copy(copy_frozen=False)
     config.debugging(seed=seed).callbacks([*_as_list(config.callbacks_class), AdvantageScaleProbe])
     run_id = {"estimator": estimator, "normalisation": normalisation, "seed": seed}
-    tables: dict[str, list[dict]] = {"curves": [], "grad_norms": [], "scales": [], "evaluation": []}
+    tables: dict[str, list[dict]] = {name: [] for name in TABLES}
     algo = config.build_algo()
     start = time.perf_counter()
     try:
@@ -203,6 +214,9 @@ def train_run(
         checkpoint.checkpoint.path, seeds=args.eval_seeds, episodes=args.eval_episodes, output=evaluation
     )
     tables["evaluation"].append({**run_id, **evaluation_scores(evaluation)})
+    # "seed" names the run's training seed in every table; the evaluation's own seed is kept apart.
+    episodes = pd.read_csv(evaluation / "episodes.csv").rename(columns={"seed": "eval_seed"})
+    tables["episodes"] = episodes.assign(**run_id).to_dict("records")
     progress(tables)
     return tables
 
@@ -259,6 +273,17 @@ def summarize(tables: dict[str, pd.DataFrame]) -> pd.DataFrame:
     return pd.concat([test, train, grad, scales], axis=1).round(3).reset_index()
 
 
+def paired_comparisons(episodes: pd.DataFrame) -> pd.DataFrame:
+    """The :data:`PAIRS` on the test goals' scores (points of 100), paired by training seed and goal."""
+    games = episodes.rename(columns={"seed": "training_seed", "eval_seed": "seed"}).assign(
+        variant=episodes["estimator"] + " " + episodes["normalisation"]
+    )
+    return pd.concat(
+        [compare(games, [variant], [baseline], value="score") for variant, baseline in PAIRS],
+        ignore_index=True,
+    )
+
+
 def plot(tables: dict[str, pd.DataFrame], path: Path) -> None:
     """The team's training score per iteration (its reward: mean, min-max over seeds) and each
     module's gradient norms."""
@@ -300,7 +325,11 @@ def write_tables(output: Path, done: dict[str, list[dict]]) -> str:
     baseline = pd.read_csv(output / "warm_start_evaluation.csv")
     summary = summarize(frames).to_markdown(index=False) + (
         f"\n\nWarm start, untrained, on the same test goals: success {baseline['test_success'].iloc[0]:.1f}, "
-        f"score {baseline['test_score'].iloc[0]:.1f}.\n"
+        f"score {baseline['test_score'].iloc[0]:.1f}.\n\n"
+        "Test score differences (points), paired by training seed and goal; 95% bootstrap interval over "
+        "seeds then goals; exact sign-flip p over the seeds:\n\n"
+        + paired_comparisons(frames["episodes"]).to_markdown(index=False)
+        + "\n"
     )
     (output / "summary.md").write_text(summary)
     return summary

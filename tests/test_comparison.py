@@ -29,7 +29,7 @@ def enumerated_sign_flip(values: list[float]) -> float:
 
 
 @pytest.mark.parametrize(
-    "values", [[0.1, 0.2, 0.05, 0.3, 0.15], [0.1, -0.2, 0.05, 0.3, -0.15], [0.0, 0.1, -0.1]]
+    "values", [[0.1, 0.2, 0.05, 0.3, 0.15], [0.1, -0.2, 0.05, 0.3, -0.15], [0.0, 0.1, -0.1], [0.3]]
 )
 def test_sign_flip_is_the_exact_enumeration(values: list[float]) -> None:
     assert sign_flip_p_value(np.array(values)) == pytest.approx(enumerated_sign_flip(values))

@@ -75,6 +75,8 @@ def sign_flip_p_value(seed_means: np.ndarray) -> float:
     seed_means = np.asarray(seed_means, dtype=float)
     if seed_means.size == 0:
         raise ValueError("no seed differences to test")
+    if seed_means.size == 1:
+        return 1.0  # both signs of one difference reach its |mean| (scipy wants two samples)
     result = stats.permutation_test(
         (seed_means,), np.mean, permutation_type="samples", n_resamples=np.inf, alternative="two-sided"
     )
