@@ -189,6 +189,7 @@ def check_fault(tmp_path: Path, fault: str, phase: str, algorithm: str = "HGPO")
     else:
         assert status == 128 + signal.Signals[signal_name], err[-3000:]
         assert "Traceback" not in err and "Aborted" not in err, err[-3000:]
+        assert f"checkpointed after iteration {FAULT_ITERATION[phase]};" in err, err[-3000:]
         assert resume_as_told(err, signal_name) == 0
         kept = list(range(1, FAULT_ITERATION[phase] + 1))  # up to the final checkpoint
     result_rows, progress_rows, first_run_rows = rows_by_run(tmp_path / "out" / "run")

@@ -20,6 +20,7 @@ import sys
 import textwrap
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pandas as pd
 import pytest
@@ -33,7 +34,7 @@ from hgpo_rllib.algorithms.text_agent import (
     remove_orphaned_checkpoint_copies,
 )
 from hgpo_rllib.cli.result_files import OneRowPerIterationCsv, OneRowPerIterationJson
-from hgpo_rllib.cli.stopping import MetricStopper, unknown_stop_keys
+from hgpo_rllib.cli.stopping import MetricStopper, unknown_stop_keys, what_was_saved
 from hgpo_rllib.cli.train import check_trial_resources, claim_experiment_dir, experiment_runs
 from hgpo_rllib.evaluation.policy_loading import POLICY_RECORD, say_pickle_trust_once
 from hgpo_rllib.orphans import owner_tag
@@ -304,6 +305,30 @@ def test_a_stop_key_typo_is_refused_naming_the_metric(
     ]
     assert not MetricStopper({"env_runners/success_rate": 0.9})("trial", result)
     assert MetricStopper({"training_iteration": 1})("trial", result)
+
+
+def test_the_stop_line_says_which_iteration_each_trial_resumes_after() -> None:
+    """A Ctrl-C before the first iteration ended said "stopped early after a checkpoint" with none
+    saved (found in a fresh-clone run): the line now says what the trials kept."""
+
+    def result(iteration: int | None, checkpointed: int | None) -> SimpleNamespace:
+        checkpoint = None if checkpointed is None else SimpleNamespace(path=f"/ckpt/{checkpointed}")
+        earlier = SimpleNamespace(path="/ckpt/earlier")
+        kept = [(earlier, {"training_iteration": 1})] + (
+            [(checkpoint, {"training_iteration": checkpointed})] if checkpoint else []
+        )
+        return SimpleNamespace(
+            checkpoint=checkpoint, metrics={"training_iteration": iteration}, best_checkpoints=kept
+        )
+
+    assert what_was_saved([SimpleNamespace(checkpoint=None, metrics=None, best_checkpoints=[])]) == (
+        "no iteration had finished, so nothing was saved; it starts again from the beginning"
+    )
+    # The checkpoint's own iteration, not the last reported one (a second Ctrl-C skips the final save).
+    assert what_was_saved([result(4, 3)]) == "checkpointed after iteration 3"
+    assert what_was_saved([result(3, 3), result(None, None)]) == (
+        "checkpointed after iteration 3; 1 of 2 trials had not finished an iteration and start again"
+    )
 
 
 @pytest.mark.usefixtures("ray_session")

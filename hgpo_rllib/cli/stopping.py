@@ -125,6 +125,30 @@ class StopSignals:
         STOP_REQUESTED.set()
 
 
+def checkpoint_iteration(result: Any) -> int | None:
+    """The iteration of a Tune result's latest checkpoint (the metrics Tune kept beside it)."""
+    for checkpoint, metrics in reversed(result.best_checkpoints or []):
+        if checkpoint.path == result.checkpoint.path:
+            return metrics.get("training_iteration")
+    return None
+
+
+def what_was_saved(results: Any) -> str:
+    """What the trials of a run stopped by a signal kept, for the line that tells how to resume: a
+    trial still starting when the signal came (Tune had not begun its first iteration) has no
+    checkpoint and ``--resume`` starts it from its first iteration."""
+    trials = list(results)
+    saved = [checkpoint_iteration(r) for r in trials if r.checkpoint is not None]
+    if not saved:
+        return "no iteration had finished, so nothing was saved; it starts again from the beginning"
+    iterations = "/".join(str(i) for i in sorted({i for i in saved if i is not None}))
+    unsaved = len(trials) - len(saved)
+    kept = f"checkpointed after iteration {iterations}" if iterations else "checkpointed"
+    if unsaved:
+        kept += f"; {unsaved} of {len(trials)} trials had not finished an iteration and start again"
+    return kept
+
+
 class CheckpointThenStop(tune.Callback):
     """After a stop signal, each running trial's next result asks Tune for a checkpoint (Tune lets
     callbacks mark a result ``should_checkpoint``); once every running trial has saved one, Tune's

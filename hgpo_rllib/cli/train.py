@@ -37,6 +37,7 @@ from hgpo_rllib.cli.stopping import (
     check_stop_criteria,
     criteria_met,
     unknown_stop_keys,
+    what_was_saved,
 )
 from hgpo_rllib.cli.tensorboard_layout import TensorboardLayout
 from hgpo_rllib.experiments.experiment_file import (
@@ -377,8 +378,8 @@ def run(args: argparse.Namespace) -> int:
     stop = args.stop or experiment.stop
     if stop_signal is not None:
         print(
-            f"rllib: {signal.Signals(stop_signal).name}: the run stopped early after a checkpoint; it "
-            f"continues with: {resume_command(args.argv)}",
+            f"rllib: {signal.Signals(stop_signal).name}: the run stopped early, "
+            f"{what_was_saved(results)}; it continues with: {resume_command(args.argv)}",
             file=sys.stderr,
         )
         return 128 + stop_signal
