@@ -190,6 +190,9 @@ def check_fault(tmp_path: Path, fault: str, phase: str, algorithm: str = "HGPO")
         assert status == 128 + signal.Signals[signal_name], err[-3000:]
         assert "Traceback" not in err and "Aborted" not in err, err[-3000:]
         assert f"checkpointed after iteration {FAULT_ITERATION[phase]};" in err, err[-3000:]
+        # One line tells how to resume, and it is the last (Tune's own API hint is not shown).
+        assert err.strip().splitlines()[-1].startswith(f"rllib: {signal_name}"), err[-3000:]
+        assert "Tuner.restore" not in err, err[-3000:]
         assert resume_as_told(err, signal_name) == 0
         kept = list(range(1, FAULT_ITERATION[phase] + 1))  # up to the final checkpoint
     result_rows, progress_rows, first_run_rows = rows_by_run(tmp_path / "out" / "run")

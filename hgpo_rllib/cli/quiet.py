@@ -25,10 +25,26 @@ HARMLESS_LINES: dict[str, tuple[tuple[str, str], ...]] = {
     "ray.tune.trainable.trainable": (
         ("Trainable.setup took", "building an LLM module takes longer than Tune's 10 s hint threshold"),
     ),
+    "ray.tune.analysis.experiment_analysis": (
+        (
+            "Failed to fetch metrics for",
+            "a trial that finished no iteration (stopped while starting, or failed first) has no result "
+            "files; the CLI's last lines say which, and why",
+        ),
+    ),
     "ray.tune.tune": (
         (
             "Wrote the latest version of all result files",
             "bookkeeping after every run; the CLI says where results are",
+        ),
+        (
+            "Stop signal received",
+            "Tune announcing the graceful stop the CLI asks for after Ctrl-C or SIGTERM; the CLI's own "
+            "line has said what happens",
+        ),
+        (
+            "Experiment has been interrupted",
+            "Tune's resume hint names its Python API; the CLI's last line gives the command instead",
         ),
     ),
 }

@@ -377,6 +377,8 @@ def run(args: argparse.Namespace) -> int:
     results, stop_signal = outcome
     stop = args.stop or experiment.stop
     if stop_signal is not None:
+        # Ray's workers report being stopped as the driver disconnects: before the last line, not after.
+        ray.shutdown()
         print(
             f"rllib: {signal.Signals(stop_signal).name}: the run stopped early, "
             f"{what_was_saved(results)}; it continues with: {resume_command(args.argv)}",
