@@ -22,6 +22,7 @@ from hgpo_rllib.cli.tensorboard_layout import LAYOUT
 from hgpo_rllib.cli.train import experiment_runs
 from hgpo_rllib.connectors.env_to_module.history_window import HistoryWindowPrompt
 from hgpo_rllib.evaluation import ALFWORLD_CATEGORIES, CheckpointPolicy, evaluate, protocol
+from hgpo_rllib.evaluation.rollout import task_seeds
 from hgpo_rllib.experiments.experiment_file import apply_config_overrides, load_experiment_file
 
 pytestmark = pytest.mark.usefixtures("ray_session")
@@ -382,6 +383,48 @@ def test_evaluate_keeps_finished_seeds_after_a_crash_and_resumes(
     another = r"holds results of another evaluation \(episodes was 3, now 4\)"
     with pytest.raises(FileExistsError, match=another):
         evaluate(None, **{**settings, "episodes": 4})
+
+
+def test_evaluate_resumes_an_interrupted_seed_at_its_first_unfinished_game(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    out = tmp_path / "eval"
+    settings = {"env": "keychest", "seeds": [1, 2], "episodes": 5, "output": out, "baselines": ["random"]}
+    play = protocol.play
+    calls = []
+
+    def interrupt_after_two_games_of_seed_2(*args: Any, desc: str, on_episode_end: Any, **kwargs: Any) -> Any:
+        calls.append((desc, list(args[3])))
+        ended = []
+
+        def end(record: dict[str, Any]) -> None:
+            on_episode_end(record)
+            ended.append(record)
+            if desc == "random seed 2" and len(ended) == 2:
+                raise KeyboardInterrupt
+
+        return play(*args, desc=desc, on_episode_end=end, **kwargs)
+
+    monkeypatch.setattr(protocol, "play", interrupt_after_two_games_of_seed_2)
+    with pytest.raises(KeyboardInterrupt):
+        evaluate(None, **settings)
+    (games,) = out.glob(".games-*")
+    kept = [json.loads(line) for line in games.read_text().splitlines()]
+    assert games.name == ".games-random-seed2.jsonl" and len(kept) == 2
+    assert set(pd.read_csv(out / "episodes.csv").seed) == {1}  # seed 2 is not in the table yet
+    calls.clear()
+    evaluate(None, **settings)
+    seed_2_tasks = task_seeds(2, 5)
+    ((desc, tasks),) = calls  # seed 1 is not played again, nor seed 2's two finished games
+    assert desc == "random seed 2 (2 of 5 games saved before)"
+    assert tasks == [t for t in seed_2_tasks if t not in {game["task_seed"] for game in kept}]
+    episodes = pd.read_csv(out / "episodes.csv")
+    seed_2 = episodes[episodes.seed == 2]
+    assert list(seed_2.task_seed) == seed_2_tasks  # in task order, as an uninterrupted run writes them
+    for game in kept:  # the games played before the interruption, as they were
+        row = seed_2[seed_2.task_seed == game["task_seed"]].iloc[0]
+        assert (row.won, row.steps) == (game["won"], game["steps"])
+    assert not list(out.glob(".games-*"))
 
 
 def test_rllib_evaluate_alfworld_split_has_per_task_columns(tmp_path: Path) -> None:

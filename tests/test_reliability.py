@@ -37,9 +37,9 @@ from hgpo_rllib.cli.result_files import OneRowPerIterationCsv, OneRowPerIteratio
 from hgpo_rllib.cli.stopping import MetricStopper, unknown_stop_keys, what_was_saved
 from hgpo_rllib.cli.train import check_trial_resources, claim_experiment_dir, experiment_runs
 from hgpo_rllib.evaluation.policy_loading import POLICY_RECORD, say_pickle_trust_once
+from hgpo_rllib.evaluation.rollout import read_played_episodes
 from hgpo_rllib.orphans import owner_tag
 from hgpo_rllib.run_records import exclusive_directory
-from hgpo_rllib.warm_start.demonstrations import read_played_episodes
 
 CHECKPOINT = DATA / "checkpoints" / "keychest_hgpo_0.1.0"
 #: Tests that load the committed checkpoint: it was saved by 0.1.0, so its pickles name moved modules.

@@ -47,7 +47,7 @@ _COMMANDS = {
 #: What to do after Ctrl-C, per command (each one's output resumes).
 _RESUME_HINTS = {
     "train": "rerun the command with --resume to continue from the last checkpoint",
-    "evaluate": "rerun the same command to resume (finished seeds are kept)",
+    "evaluate": "rerun the same command to resume (finished games are kept)",
     "sft": "rerun the same command to resume",
     "export": "nothing was written; rerun the same command",
 }

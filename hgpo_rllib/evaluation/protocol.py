@@ -12,6 +12,7 @@ and Markdown.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -27,7 +28,14 @@ from hgpo_rllib.evaluation.policy_loading import (
     CheckpointPolicy,
     load_checkpoint_config,
 )
-from hgpo_rllib.evaluation.rollout import Policy, expert_policy, play, random_policy, task_seeds
+from hgpo_rllib.evaluation.rollout import (
+    Policy,
+    expert_policy,
+    play,
+    random_policy,
+    read_played_episodes,
+    task_seeds,
+)
 from hgpo_rllib.evaluation.team import play_team, summarize_team, team_runner
 from hgpo_rllib.run_records import changed_settings, read_record, write_atomically, write_record
 
@@ -69,8 +77,11 @@ def summarize(episodes: pd.DataFrame, env_name: str) -> tuple[pd.DataFrame, pd.D
     return per_seed.round(3), summary.reset_index()
 
 
-#: A policy's player: (the split's env config, evaluation seed, episodes) -> one record per episode.
-Player = Callable[[dict[str, Any], int, int], list[dict[str, Any]]]
+#: A policy's player: (the split's env config, sampler seed, task seeds, a callback for each finished
+#: game's record, a progress label) -> the episodes' records, in task order.
+Player = Callable[
+    [dict[str, Any], int, Sequence[int], Callable[[dict[str, Any]], None], str], list[dict[str, Any]]
+]
 
 
 def evaluate(
@@ -95,11 +106,12 @@ def evaluate(
     ``env_config`` names a split) selects ALFWorld's evaluation split(s); ``episodes`` (default: the
     whole split for ALFWorld, else 32) is per seed and split. WebShop plays its ``test`` goals unless
     ``env_config`` says otherwise. Each finished (split, policy, seed) is written at once
-    (atomically) to ``episodes.csv``; a rerun of the same evaluation into the same ``output`` skips
-    what is already there and plays the rest. A checkpoint of a multi-agent team (docs/drmas.md) plays
-    each task ``samples`` times (avg@k and pass@k; :mod:`hgpo_rllib.evaluation.team`), without baselines;
-    so does a team built from warm starts: ``team_config`` (its modules load them) with ``checkpoint`` the
-    warm-start folder (``rllib evaluate`` of a team warm-start folder).
+    (atomically) to ``episodes.csv``, and each game as it ends to a hidden file beside it; a rerun of
+    the same evaluation into the same ``output`` skips what is already there and plays the rest. A
+    checkpoint of a multi-agent team (docs/drmas.md) plays each task ``samples`` times (avg@k and
+    pass@k; :mod:`hgpo_rllib.evaluation.team`), without baselines; so does a team built from warm
+    starts: ``team_config`` (its modules load them) with ``checkpoint`` the warm-start folder
+    (``rllib evaluate`` of a team warm-start folder).
     """
     if (episodes is not None and episodes < 1) or not seeds or batch_size < 1 or samples < 1:
         raise ValueError("episodes, batch_size and samples must be >= 1 and at least one seed is needed")
@@ -155,17 +167,29 @@ def evaluate(
     if "random" in baselines:
         policies["random"] = random_policy
 
-    def player(name: str, make_policy: Callable[[int], Policy]) -> Player:
-        def play_split(split_config: dict[str, Any], seed: int, n: int) -> list[dict[str, Any]]:
-            desc = f"{name} seed {seed}" + (f" {split_config['split']}" if "split" in split_config else "")
-            policy = make_policy(seed)
-            return play(env_name, split_config, policy, task_seeds(seed, n), batch_size=batch_size, desc=desc)
+    def player(make_policy: Callable[[int], Policy]) -> Player:
+        def play_split(
+            split_config: dict[str, Any],
+            seed: int,
+            tasks: Sequence[int],
+            on_episode_end: Callable[[dict[str, Any]], None],
+            desc: str,
+        ) -> list[dict[str, Any]]:
+            return play(
+                env_name,
+                split_config,
+                make_policy(seed),
+                tasks,
+                batch_size=batch_size,
+                desc=desc,
+                on_episode_end=on_episode_end,
+            )
 
         return play_split
 
     checkpoint_path = None if checkpoint is None else str(Path(checkpoint).expanduser().resolve())
     settings = {"env": env_name, "episodes": episodes, "env_config": config, "checkpoint": checkpoint_path}
-    players = {name: player(name, make_policy) for name, make_policy in policies.items()}
+    players = {name: player(make_policy) for name, make_policy in policies.items()}
     table, lines = _play_all(players, env_name, splits, config, seeds, episodes, output, settings)
     return _write_tables(Path(output).expanduser(), env_name, lines, seeds, *summarize(table, env_name))
 
@@ -206,12 +230,15 @@ def _evaluate_team(
     game_config = {k: v for k, v in merged.items() if k not in team_class.team_settings()}
     runners: dict[str | None, Any] = {}
 
-    def play_split(split_config: dict[str, Any], seed: int, n: int) -> list[dict[str, Any]]:
+    def play_split(
+        split_config: dict[str, Any], seed: int, tasks: Sequence[int], *_: object
+    ) -> list[dict[str, Any]]:
+        # A team's tasks come back all at once (``samples`` episodes each): none is reported early.
         key = split_config.get("split")
         if key not in runners:
             trained = None if warm_started else checkpoint  # warm starts: the config's own modules
             runners[key] = team_runner(config, split_config, trained, batch_size)
-        return play_team(runners[key], task_seeds(seed, n), samples, seed)
+        return play_team(runners[key], tasks, samples, seed)
 
     settings = {
         "env": env_name,
@@ -245,7 +272,8 @@ def _play_all(
     """Every (split, player, seed) not already in ``output``'s ``episodes.csv``, each written there
     as it finishes; returns the table of the requested players and seeds, and a line per split
     (``game`` names the env whose splits these are, ``game_config`` its settings when ``config`` also
-    holds others)."""
+    holds others). Meanwhile each game is kept as it ends (:func:`_resumed_games`), so an interrupted
+    (split, player, seed) plays only the games it had not finished."""
     out_dir = Path(output).expanduser()
     table = _open_output(out_dir, {**settings, "splits": list(splits)})
     if splits != (None,) and "split" not in table:
@@ -266,11 +294,40 @@ def _play_all(
                     done &= table["split"] == split_name
                 if done.any():
                     continue  # finished by an earlier run into the same directory
-                records = play_split(split_config, seed, n)
+                split = f"-{split_name}" if split_name else ""
+                games = out_dir / f".games-{name}-seed{seed}{split}.jsonl"
+                desc = f"{name} seed {seed}" + (f" {split_name}" if split_name else "")
+                records = _resumed_games(games, play_split, split_config, seed, task_seeds(seed, n), desc)
                 rows = pd.DataFrame([{**label, "policy": name, "seed": seed, **record} for record in records])
                 table = rows if table.empty else pd.concat([table, rows], ignore_index=True)
                 write_atomically(out_dir / "episodes.csv", table.to_csv(index=False))
+                games.unlink()  # now in episodes.csv
     return table[table["policy"].isin(list(players)) & table["seed"].isin(list(seeds))], lines
+
+
+def _resumed_games(
+    games: Path, play_split: Player, split_config: dict[str, Any], seed: int, tasks: list[int], desc: str
+) -> list[dict[str, Any]]:
+    """``tasks`` played by ``play_split``, each finished game appended to the JSON-lines file ``games``
+    as it ends; games an interrupted run left there are not played again. The sampler of a resumed
+    run is seeded anew (from ``seed`` and the number of games already played), so a resumed evaluation
+    is as random as a whole one but not the same draw."""
+    played = read_played_episodes(games)
+    remaining = [task for task in tasks if task not in played]
+    if played:
+        desc += f" ({len(played)} of {len(tasks)} games saved before)"
+        seed = int(np.random.SeedSequence([seed, len(played)]).generate_state(1)[0])
+    with games.open("a") as saved:
+
+        def keep(record: dict[str, Any]) -> None:
+            saved.write(json.dumps(record) + "\n")
+            saved.flush()
+
+        records = play_split(split_config, seed, remaining, keep, desc) if remaining else []
+    new: dict[int, list[dict[str, Any]]] = {}
+    for record in records:  # a team plays each task ``samples`` times
+        new.setdefault(record["task_seed"], []).append(record)
+    return [record for task in tasks for record in ([played[task]] if task in played else new[task])]
 
 
 def _write_tables(

@@ -7,8 +7,10 @@ demonstration seed s are ``s * TASK_SEED_STRIDE + i``, disjoint across seeds.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
@@ -17,6 +19,7 @@ from ray.rllib.env.single_agent_episode import SingleAgentEpisode
 from tqdm.auto import tqdm
 
 import envs
+from hgpo_rllib.run_records import write_atomically
 
 TASK_SEED_STRIDE = 1_000_003
 
@@ -63,6 +66,30 @@ def random_policy(seed: int) -> Policy:
         return answers
 
     return act
+
+
+def read_played_episodes(path: Path) -> dict[int, dict[str, Any]]:
+    """The episodes an earlier run wrote to ``path``, by task seed. A last line cut short by a crash
+    (no newline at the end) is dropped from the file, so that episode is played again; any other
+    line that is not JSON is a ValueError naming the file and the line."""
+    if not path.exists():
+        return {}
+    text = path.read_text()
+    lines = text.splitlines()
+    if lines and not text.endswith("\n"):
+        print(f"{path}: dropping its last line, cut short by an interrupted run", flush=True)
+        lines.pop()
+        write_atomically(path, "".join(line + "\n" for line in lines))
+    played = {}
+    for number, line in enumerate(lines, start=1):
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise ValueError(
+                f"{path} line {number} is not JSON ({exc}); delete that line to replay it"
+            ) from None
+        played[record["task_seed"]] = record
+    return played
 
 
 def new_episode(observation: str, info: dict[str, Any]) -> SingleAgentEpisode:

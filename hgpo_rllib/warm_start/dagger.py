@@ -20,14 +20,9 @@ from typing import Any
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from hgpo_rllib.evaluation.policy_loading import CheckpointPolicy
-from hgpo_rllib.evaluation.rollout import EpisodeSlot, play, task_seeds
+from hgpo_rllib.evaluation.rollout import EpisodeSlot, play, read_played_episodes, task_seeds
 from hgpo_rllib.run_records import exclusive_directory, read_record, write_atomically
-from hgpo_rllib.warm_start.demonstrations import (
-    demonstrated_response,
-    make_demonstrator,
-    prompt_renderer,
-    read_played_episodes,
-)
+from hgpo_rllib.warm_start.demonstrations import demonstrated_response, make_demonstrator, prompt_renderer
 from hgpo_rllib.warm_start.format import DEMONSTRATIONS, SFT_CONFIG, read_settings
 from hgpo_rllib.warm_start.phases import BuildClock, dagger_phase
 from hgpo_rllib.warm_start.trainer import fit, open_run, tokenize_examples, write_run_record

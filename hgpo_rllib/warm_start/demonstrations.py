@@ -33,8 +33,7 @@ from envs.common.actions import PLAN_EXECUTE, THINK_ACTION, current_subgoal
 from envs.common.team_env import ALL, TeamTextEnv
 from envs.registry import load_object
 from hgpo_rllib.connectors.env_to_module.history_window import prompt_connector
-from hgpo_rllib.evaluation.rollout import EpisodeSlot, new_episode, task_seeds
-from hgpo_rllib.run_records import write_atomically
+from hgpo_rllib.evaluation.rollout import EpisodeSlot, new_episode, read_played_episodes, task_seeds
 from hgpo_rllib.warm_start.format import plan_execute_text, response_text
 
 
@@ -219,30 +218,6 @@ def _play_task(task_seed: int) -> dict[str, Any]:
     if isinstance(_worker["env"], TeamTextEnv):
         return play_team_demonstration(_worker["env"], _worker["render"], task_seed)
     return play_demonstration(_worker["env"], _worker["actor"], _worker["render"], task_seed)
-
-
-def read_played_episodes(path: Path) -> dict[int, dict[str, Any]]:
-    """The episodes an earlier run wrote to ``path``, by task seed. A last line cut short by a crash
-    (no newline at the end) is dropped from the file, so that episode is played again; any other
-    line that is not JSON is a ValueError naming the file and the line."""
-    if not path.exists():
-        return {}
-    text = path.read_text()
-    lines = text.splitlines()
-    if lines and not text.endswith("\n"):
-        print(f"{path}: dropping its last line, cut short by an interrupted run", flush=True)
-        lines.pop()
-        write_atomically(path, "".join(line + "\n" for line in lines))
-    played = {}
-    for number, line in enumerate(lines, start=1):
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise ValueError(
-                f"{path} line {number} is not JSON ({exc}); delete that line to replay it"
-            ) from None
-        played[record["task_seed"]] = record
-    return played
 
 
 def collect_demonstrations(
