@@ -165,6 +165,9 @@ def train(
                         "success": runners[SUCCESS_RATE],
                         "episode_len": runners["episode_len_mean"],
                         "invalid_rate": runners[INVALID_ACTION_RATE],
+                        # The machine's 1-minute load: a wall-clock budget buys fewer iterations
+                        # beside other work, so each figure carries the load it was made under.
+                        "load_1min": os.getloadavg()[0],
                     }
                 )
                 pd.DataFrame(records).to_csv(run_dir / "curve.csv", index=False)
@@ -179,6 +182,7 @@ def train(
                 "seed": seed,
                 "minutes": minutes,
                 "iterations": len(records),
+                "load_1min_median": float(pd.Series([r["load_1min"] for r in records]).median()),
                 "warm_start": str(warm_start),
                 "checkpoint": str(checkpoint),
             },
@@ -189,10 +193,14 @@ def train(
 
 def per_run_table(runs_dir: Path) -> pd.DataFrame:
     """One row per (run, split): success (WebShop: and score) and per-type rates averaged over the
-    evaluation seeds."""
+    evaluation seeds, with the run's training iterations and median load where it trained."""
     rows = []
     for per_seed_file in sorted(runs_dir.glob("*/eval/per_seed.csv")):
         info = json.loads((per_seed_file.parents[1] / "run.json").read_text())
+        trained_file = per_seed_file.parents[1] / "trained.json"
+        if trained_file.exists():
+            trained = json.loads(trained_file.read_text())
+            info |= {k: trained[k] for k in ("iterations", "load_1min_median") if k in trained}
         per_seed = pd.read_csv(per_seed_file)
         per_seed = per_seed[per_seed["policy"] == "checkpoint"]
         for split, group in per_seed.groupby("split"):
@@ -309,10 +317,19 @@ def write_tables(out: Path) -> str:
             "exact sign-flip p over the seeds)\n\n" + paired.to_markdown(index=False) + "\n"
         )
     episodes = values("eval_episodes").replace("nan", "all")
+    load = ""
+    if "load_1min_median" in per_run:
+        runs_trained = per_run.dropna(subset=["load_1min_median"]).drop_duplicates("variant seed".split())
+        load = (
+            f" Training iterations per run {runs_trained['iterations'].min():g}-"
+            f"{runs_trained['iterations'].max():g}, under a machine load (1-minute average, median "
+            f"per run) of {runs_trained['load_1min_median'].min():.1f}-"
+            f"{runs_trained['load_1min_median'].max():.1f}."
+        )
     (out / "table.md").write_text(
         f"# {TITLES[env]} Table 1 in miniature\n\nWarm start weights `{values('warm_start_weights')}`; "
         f"{values('minutes', trained)} training minutes per run; {episodes} games per split "
-        f"and evaluation seed {eval_seeds}.\n\n{table}"
+        f"and evaluation seed {eval_seeds}.{load}\n\n{table}"
     )
     return table
 

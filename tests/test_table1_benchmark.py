@@ -69,6 +69,9 @@ def write_run(runs: Path, variant: str, seed: int | None, won: list[bool]) -> No
         "warm_start_weights": "abc",
     }
     (run_dir.parent / "run.json").write_text(json.dumps(settings))
+    if seed is not None:
+        trained = {"iterations": 4 + seed, "load_1min_median": 2.0 + seed / 10}
+        (run_dir.parent / "trained.json").write_text(json.dumps(trained))
     games = [
         {
             "split": "eval_out_of_distribution",
@@ -108,6 +111,10 @@ def test_tables_are_rebuilt_from_run_files(tmp_path: Path) -> None:
     assert row["difference"] == 25.0 and row["seeds"] == 3 and row["sign_flip_p"] == 0.25
     per_run = pd.read_csv(tmp_path / "per_run.csv")
     assert sorted(per_run["variant"].unique()) == ["GRPO", "HGPO K=2 a=1", "warm start (K=2)"]
+    assert per_run.set_index(["variant", "seed"]).loc[("GRPO", 2), "iterations"] == 6
+    # Each figure with the load it was made under (a wall-clock budget buys fewer iterations).
+    assert "Training iterations per run 4-6, under a machine load" in (tmp_path / "table.md").read_text()
+    assert "of 2.0-2.2." in (tmp_path / "table.md").read_text()
 
 
 def test_webshop_variants_start_from_the_given_warm_start(tmp_path: Path) -> None:
