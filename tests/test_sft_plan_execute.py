@@ -9,7 +9,7 @@ import re
 from pathlib import Path
 
 import pytest
-from helpers import sft_args
+from helpers import TUNED, sft_args
 
 import envs
 from envs.keychest.prompts import PLAN_TAG_INSTRUCTION
@@ -17,6 +17,7 @@ from envs.webshop.expert import subgoal as webshop_subgoal
 from hgpo_rllib import cli
 from hgpo_rllib.connectors.env_to_module.history_window import prompt_connector
 from hgpo_rllib.evaluation.rollout import new_episode, task_seeds
+from hgpo_rllib.experiments.experiment_file import load_experiment_file
 from hgpo_rllib.warm_start.cache import alfworld_recipe, recipe_directory, recipe_record
 from hgpo_rllib.warm_start.demonstrations import (
     demonstrated_response,
@@ -211,3 +212,17 @@ def test_each_expert_names_its_phases() -> None:
     assert webshop_subgoal("click[buy now]", product) == "buy it"
     with pytest.raises(ValueError, match="names no subgoals.*use the searcher"):
         make_demonstrator("alfworld", "expert").subgoal(None, [], [], [], "go to desk 1")
+
+
+def test_hiper_alfworld_from_a_warm_start_in_the_format_has_a_critic(
+    warm_start: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``HGPO_WARM_START=<dir>`` on hiper_alfworld.py: the critic starts from the warm start's own
+    weights (before, the config had no critic and its validation refused it)."""
+    monkeypatch.setenv("HGPO_WARM_START", str(warm_start))
+    config = load_experiment_file(TUNED / "hiper_alfworld.py").config
+    config.validate()
+    assert config.user_model_config()["critic"] == config.user_model_config()["model"] == str(warm_start)
+    monkeypatch.setenv("HGPO_CRITIC", "tiny-qwen2")
+    named = load_experiment_file(TUNED / "hiper_alfworld.py").config
+    assert named.user_model_config()["critic"] == "tiny-qwen2"

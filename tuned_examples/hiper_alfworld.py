@@ -8,10 +8,11 @@ trained with Hierarchical Advantage Estimation and a three-head critic.
 On CPU, ``HGPO_WARM_START=none`` (``--warm-start none``) runs the pipeline demo: a random-init tiny
 policy and critic that write plan-execute answers (invalid ones: they know no language) through every
 piece in minutes. ``HGPO_WARM_START=<dir>`` starts from an ``rllib sft`` model directory trained in
-the format (``rllib sft --env alfworld --env-config '{"answer_format": "plan_execute"}' ...``) with a
-tiny critic. The paper presets use the authors' settings (docs/hiper.md §Hyperparameters: 128 episodes
-of up to 50 steps per iteration, lr 1e-6 policy / 1e-5 critic, keep penalty -0.3) on the GPU layout
-of the HGPO presets, and need local model directories for the policy and the critic (HGPO_CRITIC).
+the format (``rllib sft --env alfworld --env-config '{"answer_format": "plan_execute"}' ...``), its
+critic a copy of the warm start (or ``HGPO_CRITIC``) with three fresh heads. The paper presets use
+the authors' settings (docs/hiper.md §Hyperparameters: 128 episodes of up to 50 steps per iteration,
+lr 1e-6 policy / 1e-5 critic, keep penalty -0.3) on the GPU layout of the HGPO presets, and need
+local model directories for the policy and the critic (HGPO_CRITIC).
 """
 
 from hgpo_rllib import HiPERConfig
@@ -32,6 +33,10 @@ else:
     config = warm_start_cpu_config(
         settings.warm_start, {"history_length": settings.history_length}, algorithm=HiPERConfig()
     ).training(critic_lr=1e-4)
+    # The critic starts from the warm start's weights unless HGPO_CRITIC names another model, as the
+    # authors start theirs from the actor's base model.
+    policy_model = config.user_model_config()["model"]
+    config.rl_module(model_config={**config.user_model_config(), "critic": settings.critic or policy_model})
 stop = {"training_iteration": settings.iterations}
 checkpoint_freq = settings.checkpoint_freq
 demo = settings.preset == "cpu" and (settings.warm_start or "none").lower() == "none"
