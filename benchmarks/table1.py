@@ -319,7 +319,7 @@ def write_tables(out: Path) -> str:
     episodes = values("eval_episodes").replace("nan", "all")
     load = ""
     if "load_1min_median" in per_run:
-        runs_trained = per_run.dropna(subset=["load_1min_median"]).drop_duplicates("variant seed".split())
+        runs_trained = per_run.dropna(subset=["load_1min_median"]).drop_duplicates(["variant", "seed"])
         load = (
             f" Training iterations per run {runs_trained['iterations'].min():g}-"
             f"{runs_trained['iterations'].max():g}, under a machine load (1-minute average, median "
