@@ -192,8 +192,9 @@ def train(
 
 
 def per_run_table(runs_dir: Path) -> pd.DataFrame:
-    """One row per (run, split): success (WebShop: and score) and per-type rates averaged over the
-    evaluation seeds, with the run's training iterations and median load where it trained."""
+    """One row per (run, split): success (WebShop: and score), per-type and invalid-answer rates (all
+    in %) averaged over the evaluation seeds, with the run's training iterations and median load where
+    it trained."""
     rows = []
     for per_seed_file in sorted(runs_dir.glob("*/eval/per_seed.csv")):
         info = json.loads((per_seed_file.parents[1] / "run.json").read_text())
@@ -207,12 +208,15 @@ def per_run_table(runs_dir: Path) -> pd.DataFrame:
             columns = [
                 c for c in ("success", "score", "steps", "invalid_rate", *ALFWORLD_CATEGORIES) if c in group
             ]
+            means = group[columns].mean()
+            if "invalid_rate" in means:  # the protocol's one fraction among percentages
+                means["invalid_rate"] *= 100
             rows.append(
                 {
                     **info,
                     "split": SPLIT_NAMES.get(split, split),
                     "eval_seeds": len(group),
-                    **group[columns].mean().round(2).to_dict(),
+                    **means.round(2).to_dict(),
                 }
             )
     return pd.DataFrame(rows)
@@ -316,7 +320,8 @@ def write_tables(out: Path) -> str:
             "\n### Paired differences (points; 95% bootstrap interval over training seeds, then games; "
             "exact sign-flip p over the seeds)\n\n" + paired.to_markdown(index=False) + "\n"
         )
-    episodes = values("eval_episodes").replace("nan", "all")
+    episodes = values("eval_episodes").replace("nan", "all").replace("None", "all")
+    budget = f"{values('minutes', trained)} training minutes per run; " if not trained.empty else ""
     load = ""
     if "load_1min_median" in per_run:
         runs_trained = per_run.dropna(subset=["load_1min_median"]).drop_duplicates(["variant", "seed"])
@@ -328,7 +333,7 @@ def write_tables(out: Path) -> str:
         )
     (out / "table.md").write_text(
         f"# {TITLES[env]} Table 1 in miniature\n\nWarm start weights `{values('warm_start_weights')}`; "
-        f"{values('minutes', trained)} training minutes per run; {episodes} games per split "
+        f"{budget}{episodes} games per split "
         f"and evaluation seed {eval_seeds}.{load}\n\n{table}"
     )
     return table

@@ -92,7 +92,7 @@ def write_run(runs: Path, variant: str, seed: int | None, won: list[bool]) -> No
         "seed": 123,
         "success": 100 * sum(won) / len(won),
         "steps": 10.0,
-        "invalid_rate": 0.0,
+        "invalid_rate": 0.05,  # the protocol's fraction; the table's rates are in %
         "Pick": 0.0,
     }
     pd.DataFrame([per_seed]).to_csv(run_dir / "per_seed.csv", index=False)
@@ -112,9 +112,17 @@ def test_tables_are_rebuilt_from_run_files(tmp_path: Path) -> None:
     per_run = pd.read_csv(tmp_path / "per_run.csv")
     assert sorted(per_run["variant"].unique()) == ["GRPO", "HGPO K=2 a=1", "warm start (K=2)"]
     assert per_run.set_index(["variant", "seed"]).loc[("GRPO", 2), "iterations"] == 6
+    assert (per_run["invalid_rate"] == 5.0).all()
     # Each figure with the load it was made under (a wall-clock budget buys fewer iterations).
     assert "Training iterations per run 4-6, under a machine load" in (tmp_path / "table.md").read_text()
     assert "of 2.0-2.2." in (tmp_path / "table.md").read_text()
+
+
+def test_a_table_of_warm_starts_only_names_no_training_budget(tmp_path: Path) -> None:
+    write_run(tmp_path / "runs", "warm start (K=2)", None, [True, False])
+    table1.write_tables(tmp_path)
+    header = (tmp_path / "table.md").read_text().splitlines()[2]
+    assert header == "Warm start weights `abc`; all games per split and evaluation seed [123]."
 
 
 def test_webshop_variants_start_from_the_given_warm_start(tmp_path: Path) -> None:
