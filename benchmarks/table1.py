@@ -325,11 +325,14 @@ def write_tables(out: Path) -> str:
     load = ""
     if "load_1min_median" in per_run:
         runs_trained = per_run.dropna(subset=["load_1min_median"]).drop_duplicates(["variant", "seed"])
+
+        def span(column: str, spec: str) -> str:
+            low, high = (format(runs_trained[column].agg(end), spec) for end in ("min", "max"))
+            return low if low == high else f"{low}-{high}"
+
         load = (
-            f" Training iterations per run {runs_trained['iterations'].min():g}-"
-            f"{runs_trained['iterations'].max():g}, under a machine load (1-minute average, median "
-            f"per run) of {runs_trained['load_1min_median'].min():.1f}-"
-            f"{runs_trained['load_1min_median'].max():.1f}."
+            f" Training iterations per run {span('iterations', 'g')}, under a machine load (1-minute "
+            f"average, median per run) of {span('load_1min_median', '.1f')}."
         )
     (out / "table.md").write_text(
         f"# {TITLES[env]} Table 1 in miniature\n\nWarm start weights `{values('warm_start_weights')}`; "
