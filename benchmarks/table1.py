@@ -308,8 +308,14 @@ def write_tables(out: Path) -> str:
     paired.to_csv(out / "comparisons.csv", index=False)
     trained = settings.dropna(subset=["seed"])
 
+    def label(value: object) -> str:
+        # Only eval_episodes has missing values: None (JSON null) for a whole split.
+        if pd.isna(value):
+            return "all"
+        return f"{value:g}" if isinstance(value, float) else str(value)
+
     def values(column: str, frame: pd.DataFrame = settings) -> str:
-        return " / ".join(f"{v:g}" if isinstance(v, float) else str(v) for v in dict.fromkeys(frame[column]))
+        return " / ".join(dict.fromkeys(label(v) for v in frame[column]))
 
     eval_seeds = sorted(
         {int(seed) for f in runs.glob("*/eval/per_seed.csv") for seed in pd.read_csv(f)["seed"]}
@@ -320,7 +326,7 @@ def write_tables(out: Path) -> str:
             "\n### Paired differences (points; 95% bootstrap interval over training seeds, then games; "
             "exact sign-flip p over the seeds)\n\n" + paired.to_markdown(index=False) + "\n"
         )
-    episodes = values("eval_episodes").replace("nan", "all").replace("None", "all")
+    episodes = values("eval_episodes")
     budget = f"{values('minutes', trained)} training minutes per run; " if not trained.empty else ""
     load = ""
     if "load_1min_median" in per_run:

@@ -35,8 +35,8 @@ else:
     ).training(critic_lr=1e-4)
     # The critic starts from the warm start's weights unless HGPO_CRITIC names another model, as the
     # authors start theirs from the actor's base model.
-    policy_model = config.user_model_config()["model"]
-    config.rl_module(model_config={**config.user_model_config(), "critic": settings.critic or policy_model})
+    model_config = config.user_model_config()
+    config.rl_module(model_config={**model_config, "critic": settings.critic or model_config["model"]})
 stop = {"training_iteration": settings.iterations}
 checkpoint_freq = settings.checkpoint_freq
 demo = settings.preset == "cpu" and (settings.warm_start or "none").lower() == "none"
