@@ -6,10 +6,11 @@ its estimator settings, ``tuned_examples/hiper_alfworld.py`` for HiPER): free te
 lr 1e-5, KL 0.05 to the warm start, for the same wall-clock budget (``--minutes``), once per training
 seed. ALFWorld's warm starts come from the main job's recipe (``hgpo_rllib.warm_start.cache``) at each
 variant's K and answer format: shipped for K = 2, built once into the cache otherwise (K = 4, HiPER's
-plan-execute format). WebShop's is an ``rllib sft --env webshop`` directory (``--warm-start``; its K
-is every WebShop variant's). Each final checkpoint, and each warm start, is then evaluated by
-``rllib evaluate``'s protocol: by default once (evaluation seed 123) on every game of both ALFWorld
-evaluation splits (140 in, 134 out of distribution), or WebShop's 500 test goals.
+plan-execute format). WebShop's is ``WEBSHOP_WARM_START`` (K = 4, shipped) or an ``rllib sft --env
+webshop`` directory (``--warm-start``; its K is every WebShop variant's). Each final checkpoint, and
+each warm start, is then evaluated by ``rllib evaluate``'s protocol: by default once (evaluation
+seed 123) on every game of both ALFWorld evaluation splits (140 in, 134 out of distribution), or
+WebShop's 500 test goals.
 
 Resumable across sittings: each run writes its own small result files under ``<output>/runs/<run>/``
 (``curve.csv``, ``trained.json``, the evaluation's ``episodes.csv`` ...) and its checkpoint under
@@ -43,7 +44,7 @@ from hgpo_rllib.columns import INVALID_ACTION_RATE, SUCCESS_RATE  # noqa: E402
 from hgpo_rllib.evaluation import ALFWORLD_CATEGORIES, evaluate  # noqa: E402
 from hgpo_rllib.evaluation.comparison import compare  # noqa: E402
 from hgpo_rllib.experiments.experiment_file import load_experiment_file  # noqa: E402
-from hgpo_rllib.warm_start.cache import alfworld_recipe, build_warm_start  # noqa: E402
+from hgpo_rllib.warm_start.cache import WEBSHOP_WARM_START, alfworld_recipe, build_warm_start  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "docs" / "results" / "table1"
@@ -132,13 +133,11 @@ def variant_config(variant: Variant, warm_start: Path):  # noqa: ANN201 (an RLli
 
 
 def warm_start_for(env: str, variant: Variant, given: Path | None) -> Path:
-    """ALFWorld: the main job's recipe at the variant's K and answer format (shipped, cached or
-    built now); WebShop: ``given`` (``--warm-start``)."""
+    """ALFWorld: the main job's recipe at the variant's K and answer format; WebShop: ``given``
+    (``--warm-start``), else ``WEBSHOP_WARM_START`` (each shipped, cached or built now)."""
     if env == "alfworld":
         return build_warm_start(alfworld_recipe(variant.history_length, variant.answer_format))
-    if given is None:
-        raise SystemExit("--env webshop needs --warm-start DIR (an `rllib sft --env webshop -k 4` directory)")
-    return given
+    return given or build_warm_start(WEBSHOP_WARM_START)
 
 
 def train(
@@ -351,7 +350,11 @@ def write_tables(out: Path) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--env", default="alfworld", choices=list(VARIANTS))
-    parser.add_argument("--warm-start", type=Path, help="WebShop: an `rllib sft --env webshop` directory")
+    parser.add_argument(
+        "--warm-start",
+        type=Path,
+        help="WebShop: an `rllib sft --env webshop` directory (default: the shipped one)",
+    )
     parser.add_argument("--minutes", type=float, default=10.0, help="training budget per run")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4], help="training seeds")
     parser.add_argument("--variants", nargs="+", help="default: the env's Table 1 rows")

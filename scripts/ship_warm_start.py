@@ -1,7 +1,8 @@
-"""Build the CPU main job's warm start (if the cache has none), ship it inside the package in bf16,
-and evaluate the shipped copy on ALFWorld's 134 ``eval_out_of_distribution`` games.
+"""Build a warm start's recipe (if the cache has none), ship it inside the package in bf16, and
+evaluate the shipped copy: ALFWorld's (the CPU main job's at ``-k`` and ``--answer-format``) on the
+134 ``eval_out_of_distribution`` games, WebShop's (``WEBSHOP_WARM_START``) on its first 100 test goals.
 
-    python scripts/ship_warm_start.py --cache ~/.cache/hgpo_rllib
+    python scripts/ship_warm_start.py --cache ~/.cache/hgpo_rllib [--env webshop]
 
 Resumable: the build and the evaluation both continue where an interrupted run stopped.
 """
@@ -11,7 +12,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from hgpo_rllib.warm_start.cache import alfworld_recipe, build_warm_start
+import envs
+from hgpo_rllib.warm_start.cache import WEBSHOP_WARM_START, alfworld_recipe, build_warm_start
 from hgpo_rllib.warm_start.shipping import describe, ship_warm_start
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -20,25 +22,41 @@ ROOT = Path(__file__).resolve().parent.parent
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cache", type=Path, default=None, help="the cache to build in (default: ~/.cache)")
-    parser.add_argument("-k", "--history-length", type=int, default=2)
+    parser.add_argument("--env", choices=["alfworld", "webshop"], default="alfworld")
+    parser.add_argument("-k", "--history-length", type=int, default=2, help="ALFWorld's K (WebShop's is 4)")
+    parser.add_argument("--answer-format", choices=envs.ANSWER_FORMATS, help="ALFWorld's answer format")
     parser.add_argument("--seed", type=int, default=123, help="evaluation seed (one pass over the split)")
     parser.add_argument(
         "--output",
         type=Path,
-        default=ROOT / "docs" / "results" / "alfworld_shipped_warm_start_eval",
-        help="where the evaluation's tables go",
+        help="where the evaluation's tables go (default docs/results/<env>_shipped_warm_start_eval, "
+        "suffixed with K and the answer format where they are not the defaults)",
     )
     args = parser.parse_args()
-    recipe = alfworld_recipe(args.history_length)
+    command, name = "python scripts/ship_warm_start.py", f"{args.env}_shipped_warm_start_eval"
+    if args.env == "webshop":
+        if args.history_length != 2 or args.answer_format:
+            parser.error("WebShop's warm start has its own K (4) and answer format")
+        recipe, command = WEBSHOP_WARM_START, f"{command} --env webshop"
+        evaluation = {
+            "env": "webshop",
+            "seeds": [args.seed],
+            "episodes": 100,
+            "env_config": {"max_steps": 15},
+        }
+    else:
+        recipe = alfworld_recipe(args.history_length, args.answer_format)
+        if args.history_length != 2:
+            command, name = f"{command} -k {args.history_length}", f"{name}_k{args.history_length}"
+        if args.answer_format:
+            command, name = f"{command} --answer-format {args.answer_format}", f"{name}_{args.answer_format}"
+        evaluation = {"env": "alfworld", "split": "out", "seeds": [args.seed]}
     built = build_warm_start(recipe, args.cache, use_shipped=False)
-    command = "python scripts/ship_warm_start.py" + (
-        f" -k {args.history_length}" if args.history_length != 2 else ""
-    )
     shipped = ship_warm_start(
         recipe,
         built,
-        evaluation={"env": "alfworld", "split": "out", "seeds": [args.seed]},
-        output=args.output,
+        evaluation=evaluation,
+        output=args.output or ROOT / "docs" / "results" / name,
         build_command=command,
     )
     print(describe(shipped))

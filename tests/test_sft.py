@@ -5,6 +5,7 @@ resumable warm start, DAgger rounds, and the cache of named recipes.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import signal
@@ -34,16 +35,23 @@ from hgpo_rllib.warm_start.cache import (
 from hgpo_rllib.warm_start.dagger import DaggerSettings
 from hgpo_rllib.warm_start.demonstrations import make_demonstrator
 from hgpo_rllib.warm_start.format import DEMONSTRATIONS, SFT_CONFIG
-from hgpo_rllib.warm_start.phases import BuildClock
+from hgpo_rllib.warm_start.phases import BuildClock, fit_seconds
 from hgpo_rllib.warm_start.shipping import ship_warm_start
-from hgpo_rllib.warm_start.trainer import IGNORE_INDEX, SFTSettings, tokenize_examples, train_warm_start
+from hgpo_rllib.warm_start.trainer import (
+    IGNORE_INDEX,
+    SFTSettings,
+    check_answers_fit,
+    describe_examples,
+    tokenize_examples,
+    train_warm_start,
+)
 
 MICRO_RECIPE = {
     "env": "keychest",
     "episodes": 2,
     "model": MICRO,
     "vocab_size": 300,
-    "max_new_tokens": 16,
+    "max_new_tokens": 72,  # KeyChest's answers take up to 67 tokens of the 300-token vocabulary
     "batch_size": 4,
     "epochs": 1.0,
 }
@@ -182,6 +190,11 @@ def test_a_build_announces_each_phase_with_its_estimate_and_the_whole_builds() -
     )
     assert phases.names == ["demonstrations", "SFT", "DAgger round 1: the model plays", "DAgger round 1: SFT"]
     assert 100 * 60 < sum(phases.expected.values()) < 150 * 60  # about 2 h on 2 idle cores, as measured
+    # Fitting estimates count tokens: the two measured step times come back within 20%.
+    assert 0.8 * 2.1 < fit_seconds([720] * 8, 1.0) < 1.2 * 2.1
+    assert 0.8 * 9.5 < fit_seconds([1970] * 8, 1.0) < 1.2 * 9.5
+    clock.start_fit("b", [1970] * 800, 1.0)
+    assert "b: about 32 min;" in lines[-1]  # 16 min of tokens, at this build's half speed
 
 
 def episode_of(observations: list[str], actions: list[str], infos: list[dict[str, Any]]) -> Any:
@@ -249,7 +262,7 @@ def test_warm_start_is_a_model_dir_for_rl_and_evaluate(warm_start: Path, tmp_pat
     module = inference_module(config_for_warm_start(warm_start))
     prompts = module.encode_prompts(["You are in room 1."])
     out = module.forward_inference(prompts)
-    assert out["actions"].shape == (1, 16) and isinstance(out["action_text"][0], str)
+    assert out["actions"].shape == (1, 72) and isinstance(out["action_text"][0], str)
     assert torch.equal(module.lm.get_input_embeddings().weight, module.lm.get_output_embeddings().weight)
     out_dir = tmp_path / "eval"
     summary = evaluate(
@@ -263,6 +276,72 @@ def test_warm_start_is_a_model_dir_for_rl_and_evaluate(warm_start: Path, tmp_pat
     )
     assert list(summary["policy"]) == ["checkpoint"]
     assert len(pd.read_csv(out_dir / "episodes.csv")) == 2
+
+
+def test_examples_report_cut_prompts_and_answers_too_long_for_the_policy(warm_start: Path) -> None:
+    tokenizer = CheckpointPolicy(warm_start).module.tokenizer
+    steps = [
+        {"prompt": "You are in room 1. Your task is to: open the chest.", "response": "<action>look</action>"}
+    ]
+    whole, cut = tokenize_examples(tokenizer, steps, 4096), tokenize_examples(tokenizer, steps, 8)
+    answer = whole.answer_tokens[0]
+    assert cut.answer_tokens == [answer] and cut.full_prompt_tokens == whole.prompt_tokens
+    assert (whole.cut_prompts, cut.cut_prompts, cut.prompt_tokens) == (0, 1, [8])
+    assert whole.lengths == [whole.prompt_tokens[0] + answer + 1]  # + end of turn
+    assert (
+        describe_examples(whole, 4096)
+        == f"1 examples: prompts of {whole.prompt_tokens[0]} tokens on average, answers up to {answer}"
+    )
+    assert f"; 1 prompts (100%) are longer than max_prompt_tokens=8 (up to {whole.prompt_tokens[0]})" in (
+        describe_examples(cut, 8)
+    )
+    check_answers_fit(whole, answer)
+    with pytest.raises(ValueError, match=f"1 of 1 .* longest has {answer} tokens.*--max-new-tokens {answer}"):
+        check_answers_fit(whole, answer - 1)
+
+
+def test_sft_refuses_answers_longer_than_max_new_tokens_before_training(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "model"
+    assert cli.main(micro_sft_args(out, "--max-new-tokens", "8")) == 2
+    assert "longer than max_new_tokens=8" in capsys.readouterr().err
+    assert not (out / trainer.CHECKPOINTS).exists() and not (out / "model.safetensors").exists()
+
+
+def test_a_trainer_checkpoint_is_saved_every_few_minutes_whatever_save_steps_says(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from transformers import TrainerControl
+
+    now = [0.0]
+    monkeypatch.setattr(trainer.time, "monotonic", lambda: now[0])
+    save_every = trainer._SaveEvery(10.0)
+    control = TrainerControl()
+    now[0] = 599.0
+    assert not save_every.on_step_end(None, None, control).should_save
+    now[0] = 600.0
+    assert save_every.on_step_end(None, None, control).should_save
+    save_every.on_save(None, None, TrainerControl())  # the save restarts the clock
+    now[0] = 1100.0
+    assert not save_every.on_step_end(None, None, TrainerControl()).should_save
+
+
+def test_the_batching_benchmark_compares_the_samplers_on_a_warm_starts_examples(
+    warm_start: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    spec = importlib.util.spec_from_file_location(
+        "sft_batching", TUNED.parent / "benchmarks" / "sft_batching.py"
+    )
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    monkeypatch.setattr("sys.argv", ["sft_batching.py", str(warm_start), "--time-batches", "1"])
+    bench.main()
+    table = [line.split("|") for line in capsys.readouterr().out.splitlines() if line.startswith("| ")]
+    header, rows = [cell.strip() for cell in table[0]], {row[1].strip(): row for row in table[1:]}
+    assert set(rows) == {"random", "similar lengths"} and "measured epoch (min)" in header
+    padding = header.index("padding %")
+    assert 0 <= float(rows["similar lengths"][padding]) <= float(rows["random"][padding])
 
 
 def test_sft_rejects_bad_input(tmp_path: Path) -> None:

@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 
 from hgpo_rllib import HiPERConfig
-from hgpo_rllib.warm_start.cache import alfworld_recipe, find_warm_start
+from hgpo_rllib.warm_start.cache import WEBSHOP_WARM_START, alfworld_recipe, find_warm_start
 from hgpo_rllib.warm_start.format import SFT_CONFIG
 from hgpo_rllib.warm_start.trainer import SFTSettings
 
@@ -125,7 +125,9 @@ def test_a_table_of_warm_starts_only_names_no_training_budget(tmp_path: Path) ->
     assert header == "Warm start weights `abc`; all games per split and evaluation seed [123]."
 
 
-def test_webshop_variants_start_from_the_given_warm_start(tmp_path: Path) -> None:
+def test_webshop_variants_start_from_the_given_warm_start(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """hgpo_webshop.py with HGPO_WARM_START: the warm start's env settings and K, mean_norm, free text
     (before, the CPU example ignored the warm start and trained a random-init tiny model)."""
     record = {**SFTSettings(env="webshop", episodes=1, history_length=4).record(), "finished": True}
@@ -134,5 +136,8 @@ def test_webshop_variants_start_from_the_given_warm_start(tmp_path: Path) -> Non
     assert config.estimator == "gigpo" and config.history_length == 4 and config.adv_mode == "mean_norm"
     assert config.model_config["model"] == str(tmp_path.resolve())
     assert config.env_config == record["env_config"]
-    with pytest.raises(SystemExit, match="--warm-start"):
-        table1.warm_start_for("webshop", table1.VARIANTS["webshop"]["GiGPO"], None)
+    gigpo = table1.VARIANTS["webshop"]["GiGPO"]
+    assert table1.warm_start_for("webshop", gigpo, tmp_path) == tmp_path
+    built = []  # without --warm-start: the shipped recipe's (built when the package ships none)
+    monkeypatch.setattr(table1, "build_warm_start", lambda recipe: built.append(recipe) or tmp_path)
+    assert table1.warm_start_for("webshop", gigpo, None) == tmp_path and built == [WEBSHOP_WARM_START]

@@ -69,7 +69,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="size of the locally trained tokenizer",
     )
     parser.add_argument("--model", type=json_dict, default={}, help="Qwen2Config overrides as JSON")
-    parser.add_argument("--save-steps", type=count(1), default=200, help="checkpoint every N optimiser steps")
+    parser.add_argument(
+        "--save-steps",
+        type=count(1),
+        default=200,
+        help="checkpoint every N optimiser steps (and at least every 10 minutes)",
+    )
     parser.add_argument("--seed", type=count(0), default=_SFT["seed"])
     parser.add_argument("--workers", type=count(1), default=1, help="processes playing demonstrations")
     parser.add_argument(

@@ -19,17 +19,17 @@ import os
 from pathlib import Path
 from typing import Any
 
+import envs
 from hgpo_rllib.run_records import read_record
 from hgpo_rllib.warm_start.dagger import DaggerSettings, train_dagger
 from hgpo_rllib.warm_start.format import SFT_CONFIG
 from hgpo_rllib.warm_start.phases import (
+    DEMONSTRATION_COSTS,
     SECONDS_PER_DAGGER_GAME,
-    SECONDS_PER_DEMONSTRATION,
     STATES_PER_DAGGER_GAME,
-    STEPS_PER_DEMONSTRATION,
     BuildClock,
     dagger_phase,
-    sft_seconds,
+    fit_seconds,
 )
 from hgpo_rllib.warm_start.trainer import SFTSettings, train_warm_start
 
@@ -42,6 +42,18 @@ ALFWORLD_WARM_START: dict[str, Any] = {
     "demonstrator": "searcher",
     "train_on_prompt": True,
     "dagger": {"rounds": 2, "episodes": 96},
+}
+#: WebShop's warm start (issue 30), at the paper's WebShop K = 4: the expert's play of 1,000 training
+#: goals (939 won), 1.5 epochs with the prompt loss; prompts of up to 3,584 tokens (8 of 4,861 lose
+#: their opening) and answers of up to 224 (the expert's longest, a search, has 216).
+WEBSHOP_WARM_START: dict[str, Any] = {
+    "env": "webshop",
+    "episodes": 1000,
+    "epochs": 1.5,
+    "history_length": 4,
+    "train_on_prompt": True,
+    "max_prompt_tokens": 3584,
+    "max_new_tokens": 224,
 }
 #: Part of every cached warm start's name: bump it when a demonstrator's thoughts or commands change.
 DEMONSTRATION_FORMAT = 3
@@ -136,9 +148,10 @@ def build_warm_start(
 def build_phases(sft: SFTSettings, dagger: DaggerSettings | None, workers: int = 1) -> BuildClock:
     """The clock of a build: the warm start of ``sft`` (demonstrations in ``workers`` processes, then
     SFT over their steps), then ``dagger``'s rounds, if any."""
+    cost = DEMONSTRATION_COSTS.get(envs.get_env_spec(sft.env).name, DEMONSTRATION_COSTS["alfworld"])
     phases = [
-        ("demonstrations", sft.episodes * SECONDS_PER_DEMONSTRATION * 2 / max(workers, 1)),
-        ("SFT", sft_seconds(round(sft.episodes * STEPS_PER_DEMONSTRATION), sft.batch_size, sft.epochs)),
+        ("demonstrations", sft.episodes * cost.seconds / max(workers, 1)),
+        ("SFT", fit_seconds([cost.tokens] * round(sft.episodes * cost.examples), sft.epochs)),
     ]
     if dagger is None:
         return BuildClock(phases)
@@ -147,6 +160,6 @@ def build_phases(sft: SFTSettings, dagger: DaggerSettings | None, workers: int =
         examples = round(2 * round_ * dagger.episodes * STATES_PER_DAGGER_GAME)
         phases += [
             (dagger_phase(round_, "play"), dagger.episodes * SECONDS_PER_DAGGER_GAME),
-            (dagger_phase(round_, "SFT"), sft_seconds(examples, sft.batch_size, dagger.epochs)),
+            (dagger_phase(round_, "SFT"), fit_seconds([cost.tokens] * examples, dagger.epochs)),
         ]
     return BuildClock(phases)

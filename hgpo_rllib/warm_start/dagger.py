@@ -25,7 +25,13 @@ from hgpo_rllib.run_records import exclusive_directory, read_record, write_atomi
 from hgpo_rllib.warm_start.demonstrations import demonstrated_response, make_demonstrator, prompt_renderer
 from hgpo_rllib.warm_start.format import DEMONSTRATIONS, SFT_CONFIG, read_settings
 from hgpo_rllib.warm_start.phases import BuildClock, dagger_phase
-from hgpo_rllib.warm_start.trainer import fit, open_run, tokenize_examples, write_run_record
+from hgpo_rllib.warm_start.trainer import (
+    check_answers_fit,
+    fit,
+    open_run,
+    tokenize_examples,
+    write_run_record,
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -198,9 +204,10 @@ def _play_and_train_rounds(
             examples = tokenize_examples(
                 tokenizer, states + replay, kept["max_prompt_tokens"], kept["train_on_prompt"]
             )
+            check_answers_fit(examples, kept["max_new_tokens"])
             lm = AutoModelForCausalLM.from_pretrained(previous)
             if clock is not None:
-                clock.start_fit(dagger_phase(round_, "SFT"), len(examples), kept["batch_size"], dagger.epochs)
+                clock.start_fit(dagger_phase(round_, "SFT"), examples.lengths, dagger.epochs)
             summary = fit(
                 lm,
                 tokenizer,

@@ -2,23 +2,40 @@
 
 A build is demonstrations, then SFT, then per DAgger round the model's play and another SFT. Each
 phase has its own progress bar; :class:`BuildClock` prints one line as each starts. The estimates
-come from the ALFWorld main-job recipe measured on 2 idle cores (``docs/results/alfworld_warm_start.md``);
-once a phase of this build has run for a minute or more, the remaining estimates are rescaled by how
-fast this machine turned out to be against them.
+come from builds measured on 2 idle cores (ALFWorld's main-job recipe,
+``docs/results/alfworld_warm_start.md``, and WebShop's K = 4 warm start); fitting counts the
+examples' tokens once they are known. Once a phase of this build has run for a minute or more, the
+remaining estimates are rescaled by how fast this machine turned out to be against them.
 """
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Callable
+from typing import NamedTuple
 
-#: 800 searcher games in about 21 minutes with 2 worker processes.
-SECONDS_PER_DEMONSTRATION = 1.6
-#: 10,991 steps in 800 won games.
-STEPS_PER_DEMONSTRATION = 13.7
-#: 2,061 optimiser steps of 8 examples (about 490 tokens each) in 61 minutes.
-SECONDS_PER_OPTIMIZER_STEP = 1.8
+
+class DemonstrationCost(NamedTuple):
+    """One demonstration episode: seconds to play it in one process, the examples it leaves (steps
+    of won episodes) and their typical tokens at the env's usual K."""
+
+    seconds: float
+    examples: float
+    tokens: float
+
+
+#: ALFWorld: 800 searcher games in about 21 minutes with 2 processes, 10,991 steps of about 490 tokens
+#: (K = 2). WebShop: 1,000 expert goals in 4 s, 939 won, 4,861 steps of about 1,380 tokens (K = 4).
+#: Other envs are estimated as ALFWorld.
+DEMONSTRATION_COSTS = {
+    "alfworld": DemonstrationCost(3.2, 13.7, 490),
+    "webshop": DemonstrationCost(0.005, 4.9, 1380),
+}
+#: A fitting step's time per example token and per squared example token (attention), on 2 cores with
+#: batches of similar lengths: fitted to ALFWorld K = 2 (8 x ~720 tokens, 2.1 s a step) and WebShop
+#: K = 4 batches (8 x ~1,970 tokens, 9.5 s a step).
+SECONDS_PER_TOKEN = 2.3e-4
+SECONDS_PER_SQUARED_TOKEN = 1.9e-7
 #: The warm start playing 96 games of up to 50 steps, with its states labelled.
 SECONDS_PER_DAGGER_GAME = 10.0
 #: 4,396 labelled states in 96 games.
@@ -27,9 +44,10 @@ STATES_PER_DAGGER_GAME = 45.8
 _MIN_TIMED_S = 60.0
 
 
-def sft_seconds(examples: int, batch_size: int, epochs: float) -> float:
-    """The typical time of fitting ``epochs`` over ``examples``."""
-    return math.ceil(examples / batch_size) * epochs * SECONDS_PER_OPTIMIZER_STEP
+def fit_seconds(lengths: list[float], epochs: float) -> float:
+    """The typical time of fitting ``epochs`` over examples of ``lengths`` tokens (a WebShop K = 4
+    example costs several ALFWorld ones)."""
+    return epochs * sum(SECONDS_PER_TOKEN * n + SECONDS_PER_SQUARED_TOKEN * n * n for n in lengths)
 
 
 def duration(seconds: float) -> str:
@@ -84,9 +102,9 @@ class BuildClock:
             f"the build about {duration(total)} more (around {finish})"
         )
 
-    def start_fit(self, name: str, examples: int, batch_size: int, epochs: float) -> None:
-        """Phase ``name`` starts, fitting ``epochs`` over ``examples`` (estimated from their number)."""
-        self.start(name, sft_seconds(examples, batch_size, epochs))
+    def start_fit(self, name: str, lengths: list[int], epochs: float) -> None:
+        """Phase ``name`` starts, fitting ``epochs`` over examples of ``lengths`` tokens."""
+        self.start(name, fit_seconds(lengths, epochs))
 
 
 def dagger_phase(round_: int, part: str) -> str:

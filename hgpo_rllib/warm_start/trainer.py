@@ -56,6 +56,8 @@ DEFAULT_ENV_CONFIG = {
     "keychest": {"max_steps": 10},
 }
 IGNORE_INDEX = -100
+#: A Trainer checkpoint is saved at least this often (and every ``save_steps`` optimiser steps).
+SAVE_EVERY_MINUTES = 10.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -141,9 +143,31 @@ def open_run(output: Path, settings: dict[str, Any], reuse_finished: bool = Fals
 
 
 class _Examples(torch.utils.data.Dataset):
-    def __init__(self, rows: list[dict[str, list[int]]], prompt_tokens: list[int]):
+    """Tokenized steps; ``prompt_tokens`` as kept, ``full_prompt_tokens`` before the cut to
+    ``max_prompt_tokens``, ``answer_tokens`` without the end-of-turn token."""
+
+    def __init__(
+        self,
+        rows: list[dict[str, list[int]]],
+        prompt_tokens: list[int],
+        full_prompt_tokens: list[int],
+        answer_tokens: list[int],
+    ):
         self.rows = rows
         self.prompt_tokens = prompt_tokens
+        self.full_prompt_tokens = full_prompt_tokens
+        self.answer_tokens = answer_tokens
+
+    @property
+    def lengths(self) -> list[int]:
+        return [len(row["input_ids"]) for row in self.rows]
+
+    @property
+    def cut_prompts(self) -> int:
+        """How many prompts lost their opening to ``max_prompt_tokens``."""
+        return sum(
+            full > kept for full, kept in zip(self.full_prompt_tokens, self.prompt_tokens, strict=True)
+        )
 
     def __len__(self) -> int:
         return len(self.rows)
@@ -158,11 +182,13 @@ def tokenize_examples(
     """Prompt as the policy reads it (chat template, last ``max_prompt_tokens`` tokens) + response +
     end-of-turn; labels on the response and its end-of-turn token, and on the prompt too with
     ``train_on_prompt``."""
-    rows, prompt_tokens = [], []
+    rows, prompt_tokens, full_prompt_tokens, answer_tokens = [], [], [], []
     for step in steps:
         prompt = tokenizer(chat_prompt(tokenizer, step["prompt"]), add_special_tokens=False)["input_ids"]
+        full_prompt_tokens.append(len(prompt))
         prompt = prompt[-max_prompt_tokens:]
         response = tokenizer(step["response"], add_special_tokens=False)["input_ids"]
+        answer_tokens.append(len(response))
         response.append(tokenizer.eos_token_id)
         rows.append(
             {
@@ -172,7 +198,37 @@ def tokenize_examples(
             }
         )
         prompt_tokens.append(len(prompt))
-    return _Examples(rows, prompt_tokens)
+    return _Examples(rows, prompt_tokens, full_prompt_tokens, answer_tokens)
+
+
+def check_answers_fit(examples: _Examples, max_new_tokens: int) -> None:
+    """Refuse, before any training, demonstrations whose answers the policy could not write: it stops
+    after ``max_new_tokens``, so a longer answer teaches an action it never reaches (every such step
+    of a WebShop pilot ended as an invalid action)."""
+    longest = max(examples.answer_tokens, default=0)
+    if longest > max_new_tokens:
+        over = sum(n > max_new_tokens for n in examples.answer_tokens)
+        raise ValueError(
+            f"{over} of {len(examples)} demonstration answers are longer than max_new_tokens="
+            f"{max_new_tokens} (the longest has {longest} tokens): the policy would stop before their "
+            f"action; rerun with --max-new-tokens {longest} or more"
+        )
+
+
+def describe_examples(examples: _Examples, max_prompt_tokens: int) -> str:
+    """One line on what is about to be learned, and what ``max_prompt_tokens`` cut."""
+    cut = examples.cut_prompts
+    line = (
+        f"{len(examples)} examples: prompts of {round(sum(examples.prompt_tokens) / len(examples))} tokens "
+        f"on average, answers up to {max(examples.answer_tokens)}"
+    )
+    if cut:
+        line += (
+            f"; {cut} prompts ({100 * cut / len(examples):.0f}%) are longer than max_prompt_tokens="
+            f"{max_prompt_tokens} (up to {max(examples.full_prompt_tokens)}) and lose their opening, "
+            "the task included"
+        )
+    return line
 
 
 def _time_limit_callback(minutes: float) -> Any:
@@ -189,6 +245,25 @@ def _time_limit_callback(minutes: float) -> Any:
             return control
 
     return TimeLimit()
+
+
+class _SaveEvery(TrainerCallback):
+    """Saves a Trainer checkpoint once ``minutes`` have passed since the last one, whatever
+    ``save_steps`` says: long-prompt runs take many seconds a step, and a stop should cost at most
+    minutes of training."""
+
+    def __init__(self, minutes: float) -> None:
+        self.seconds = minutes * 60
+        self.last = time.monotonic()
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
+        if time.monotonic() - self.last >= self.seconds:
+            control.should_save = True
+        return control
+
+    def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
+        self.last = time.monotonic()
+        return control
 
 
 class _SaveOnCtrlC(TrainerCallback):
@@ -244,6 +319,9 @@ def fit(
         use_cpu=True,
         seed=seed,
         dataloader_num_workers=0,
+        # Batches of similar lengths: a batch is padded to its longest example, and WebShop's K = 4
+        # prompts range from a few hundred to thousands of tokens.
+        train_sampling_strategy="group_by_length",
     )
     ctrl_c = _SaveOnCtrlC()
     trainer = Trainer(
@@ -252,7 +330,8 @@ def fit(
         train_dataset=examples,
         data_collator=DataCollatorForSeq2Seq(tokenizer, label_pad_token_id=IGNORE_INDEX),
         processing_class=tokenizer,
-        callbacks=[ctrl_c] + ([] if max_minutes is None else [_time_limit_callback(max_minutes)]),
+        callbacks=[ctrl_c, _SaveEvery(SAVE_EVERY_MINUTES)]
+        + ([] if max_minutes is None else [_time_limit_callback(max_minutes)]),
     )
     resume = any((out / CHECKPOINTS).glob("checkpoint-*"))
     started = time.monotonic()
@@ -349,19 +428,12 @@ def _train(
         seed=sft.seed,
         workers=workers,
     )
-    # Only won episodes are demonstrations worth imitating (of a team: the role's turns, or all).
-    role = record.get("role")
-    steps = [step for r in records if r["won"] for step in r["steps"] if role in (None, step.get("role"))]
-    if not steps:
-        raise RuntimeError(
-            f"{record['demonstrator']!r} won none of the {sft.episodes} episodes: nothing to learn"
-        )
-    corpus = [*envs.get_tokenizer_corpus(env_name), *(s["prompt"] + s["response"] for s in steps)]
-    tokenizer = build_tiny_tokenizer(corpus, sft.vocab_size)
-    examples = tokenize_examples(tokenizer, steps, sft.max_prompt_tokens, sft.train_on_prompt)
+    tokenizer, examples = demonstration_examples(records, sft, record)
+    check_answers_fit(examples, sft.max_new_tokens)
+    print(describe_examples(examples, sft.max_prompt_tokens), flush=True)
     lm = build_tiny_model(tokenizer, record["model"], sft.seed)
     if clock is not None:
-        clock.start_fit("SFT", len(examples), sft.batch_size, sft.epochs)
+        clock.start_fit("SFT", examples.lengths, sft.epochs)
     summary = fit(
         lm,
         tokenizer,
@@ -375,6 +447,22 @@ def _train(
         max_minutes=max_minutes,
     )
     write_run_record(out, {**record, "episodes_won": sum(r["won"] for r in records), **summary})
+
+
+def demonstration_examples(
+    records: list[dict[str, Any]], sft: SFTSettings, record: dict[str, Any]
+) -> tuple[Any, _Examples]:
+    """The tokenizer trained on the env's text and the demonstrations, and the examples: the steps of
+    won episodes (only those are worth imitating; of a team, the role's turns or every turn)."""
+    role = record.get("role")
+    steps = [step for r in records if r["won"] for step in r["steps"] if role in (None, step.get("role"))]
+    if not steps:
+        raise RuntimeError(
+            f"{record['demonstrator']!r} won none of the {sft.episodes} episodes: nothing to learn"
+        )
+    corpus = [*envs.get_tokenizer_corpus(record["env"]), *(s["prompt"] + s["response"] for s in steps)]
+    tokenizer = build_tiny_tokenizer(corpus, sft.vocab_size)
+    return tokenizer, tokenize_examples(tokenizer, steps, sft.max_prompt_tokens, sft.train_on_prompt)
 
 
 def write_run_record(out: Path, record: dict[str, Any]) -> None:
