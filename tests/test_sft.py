@@ -345,7 +345,7 @@ def test_the_batching_benchmark_compares_the_samplers_on_a_warm_starts_examples(
 
 
 def test_sft_rejects_bad_input(tmp_path: Path) -> None:
-    with pytest.raises(ValueError, match="alfworld only"):
+    with pytest.raises(ValueError, match="alfworld and webshop only"):
         make_demonstrator("keychest", "searcher")
     with pytest.raises(ValueError, match="episodes >= 1"):
         train_warm_start(tmp_path / "a", env="keychest", episodes=0)

@@ -24,7 +24,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--demonstrator",
         choices=["expert", "searcher"],
-        help="default: searcher on alfworld, expert elsewhere",
+        help="default: searcher on alfworld, expert elsewhere (webshop has a searcher too: it decides "
+        "from the page alone, the expert from the goal)",
     )
     parser.add_argument("--env-config", type=json_dict, default={}, help="env settings as JSON")
     parser.add_argument(

@@ -65,6 +65,9 @@ EXPERT_SUBGOALS = {
     "webshop": "envs.webshop.expert:expert_subgoal",
 }
 
+#: Per env, its searcher: a demonstrator that decides from what the prompt shows.
+SEARCHERS = {"alfworld": "envs.alfworld.searcher:Searcher", "webshop": "envs.webshop.searcher:Searcher"}
+
 
 class ExpertDemonstrator:
     """The env's own expert (``expert_action()``); its thought only restates the chosen command.
@@ -99,17 +102,18 @@ class ExpertDemonstrator:
 
 
 def make_demonstrator(env_name: str, name: str, history_length: int = 2) -> Demonstrator:
-    """``expert`` (any env) or ``searcher`` (ALFWorld: decides from the prompt's last
-    ``history_length`` steps alone, searching receptacles in a fixed order)."""
+    """``expert`` (any env) or ``searcher`` (ALFWorld and WebShop: decides from what the prompt
+    shows, its last ``history_length`` steps included: ALFWorld's searches receptacles in a fixed
+    order, WebShop's buys the result that best matches the instruction)."""
     if name == "expert":
         subgoals = EXPERT_SUBGOALS.get(env_name)
         return ExpertDemonstrator(load_object(subgoals) if subgoals else None, env_name)
     if name == "searcher":
-        if env_name != "alfworld":
-            raise ValueError(f"demonstrator 'searcher' exists for alfworld only, not {env_name!r}")
-        from envs.alfworld.searcher import Searcher
-
-        return Searcher(history_length)
+        if env_name not in SEARCHERS:
+            raise ValueError(
+                f"demonstrator 'searcher' exists for {' and '.join(SEARCHERS)} only, not {env_name!r}"
+            )
+        return load_object(SEARCHERS[env_name])(history_length)
     raise ValueError(f"unknown demonstrator {name!r}; choose 'expert' or 'searcher'")
 
 
