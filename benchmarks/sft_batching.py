@@ -26,10 +26,14 @@ from transformers.trainer_pt_utils import LengthGroupedSampler
 
 from hgpo_rllib.rl_module.tokenizer import build_tiny_model
 from hgpo_rllib.run_records import read_record
-from hgpo_rllib.warm_start.demonstrations import collect_demonstrations
-from hgpo_rllib.warm_start.format import DEMONSTRATIONS, SFT_CONFIG
+from hgpo_rllib.warm_start.format import SFT_CONFIG
 from hgpo_rllib.warm_start.phases import fit_seconds
-from hgpo_rllib.warm_start.trainer import IGNORE_INDEX, SFTSettings, demonstration_examples
+from hgpo_rllib.warm_start.trainer import (
+    IGNORE_INDEX,
+    SFTSettings,
+    demonstration_examples,
+    play_demonstrations,
+)
 
 
 def batches(sampler: torch.utils.data.Sampler, batch_size: int) -> list[list[int]]:
@@ -59,16 +63,9 @@ def main() -> None:
     args = parser.parse_args()
     record = read_record(args.directory / SFT_CONFIG)
     sft = SFTSettings(**{f.name: record[f.name] for f in dataclasses.fields(SFTSettings) if f.name in record})
-    records = collect_demonstrations(
-        args.directory / DEMONSTRATIONS,
-        record["env"],
-        record["env_config"],
-        episodes=sft.episodes,
-        history_length=sft.history_length,
-        demonstrator=record["demonstrator"],
-        seed=sft.seed,
+    tokenizer, examples = demonstration_examples(
+        play_demonstrations(args.directory, sft, record), sft, record
     )
-    tokenizer, examples = demonstration_examples(records, sft, record)
     tokenizer.padding_side = "right"
     lengths = examples.lengths
     generator = torch.Generator().manual_seed(args.seed)

@@ -415,19 +415,9 @@ def _train(
     clock: BuildClock | None,
 ) -> None:
     """Collect the demonstrations, train, and record the summary (the body of :func:`train_warm_start`)."""
-    env_name, env_config = record["env"], record["env_config"]
     if clock is not None:
         clock.start("demonstrations")
-    records = collect_demonstrations(
-        out / DEMONSTRATIONS,
-        env_name,
-        env_config,
-        episodes=sft.episodes,
-        history_length=sft.history_length,
-        demonstrator=record["demonstrator"],
-        seed=sft.seed,
-        workers=workers,
-    )
+    records = play_demonstrations(out, sft, record, workers)
     tokenizer, examples = demonstration_examples(records, sft, record)
     check_answers_fit(examples, sft.max_new_tokens)
     print(describe_examples(examples, sft.max_prompt_tokens), flush=True)
@@ -447,6 +437,23 @@ def _train(
         max_minutes=max_minutes,
     )
     write_run_record(out, {**record, "episodes_won": sum(r["won"] for r in records), **summary})
+
+
+def play_demonstrations(
+    out: Path, sft: SFTSettings, record: dict[str, Any], workers: int = 1
+) -> list[dict[str, Any]]:
+    """The demonstrations of the run in ``out`` (settings ``sft``, settings record ``record``): those
+    already in its file, the rest played now in ``workers`` processes."""
+    return collect_demonstrations(
+        out / DEMONSTRATIONS,
+        record["env"],
+        record["env_config"],
+        episodes=sft.episodes,
+        history_length=sft.history_length,
+        demonstrator=record["demonstrator"],
+        seed=sft.seed,
+        workers=workers,
+    )
 
 
 def demonstration_examples(
