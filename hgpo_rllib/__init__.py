@@ -5,10 +5,14 @@ as "HGPO" (``tune.Tuner("HGPO", ...)``); ``HiPER, HiPERConfig`` likewise (docs/h
 (:mod:`hgpo_rllib.advantages`) imports no Ray,
 so this package loads RLlib only when an algorithm is asked for. ``load_policy(DIR)`` loads a shared
 policy folder (safetensors and JSON, no pickle) that acts on an env's observations. The README's
-"Layout" section maps the sub-packages.
+"Layout" section maps the sub-packages. Importing it sets how long torch's OpenMP threads spin
+while waiting, unless you did (:mod:`hgpo_rllib.openmp`).
 """
 
 from hgpo_rllib._imports import lazy_getattr
+from hgpo_rllib.openmp import wait_briefly
+
+wait_briefly()  # before anything loads torch
 
 __version__ = "0.2.0"
 __all__ = ["HGPO", "HGPOConfig", "HiPER", "HiPERConfig", "load_policy"]

@@ -22,6 +22,8 @@ from collections.abc import Iterator
 
 import pytest
 
+import hgpo_rllib  # noqa: F401  (sets OpenMP waiting before any test module loads torch)
+
 _HOME = tempfile.mkdtemp(prefix="hgpo-tests-home-")
 os.environ["HOME"] = _HOME
 # Everything the suite's processes put in the temp dir (Ray's sessions and sockets, torch's compile

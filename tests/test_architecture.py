@@ -1,6 +1,7 @@
 """The package's layering: imports point down, no cycles, and the pure parts stay light.
 
 Layers, lowest first (the README's "Layout"): leaf modules (column names, checks, settings records,
+OpenMP waiting,
 the numpy maths, the module config and API, the memory plan, the warm-start file format) <
 ``rl_module`` < ``connectors`` < ``env_runner`` < ``algorithms`` < ``evaluation`` < ``warm_start`` <
 ``experiments`` < ``cli``. Every import between project modules counts, function-level ones too, so
@@ -21,6 +22,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "hgpo_rllib"
 #: Module-name prefix -> layer; the longest matching prefix decides.
 LAYERS = {
     "hgpo_rllib._imports": 0,
+    "hgpo_rllib.openmp": 0,
     "hgpo_rllib.columns": 0,
     "hgpo_rllib.checks": 0,
     "hgpo_rllib.run_records": 0,
@@ -39,7 +41,7 @@ LAYERS = {
     "hgpo_rllib.warm_start": 6,
     "hgpo_rllib.experiments": 7,
     "hgpo_rllib.cli": 8,
-    "hgpo_rllib": 9,  # the package's own __init__ (lazy exports only)
+    "hgpo_rllib": 9,  # the package's own __init__ (lazy exports, OpenMP waiting)
 }
 
 
