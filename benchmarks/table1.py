@@ -3,10 +3,11 @@
 Run: ``python benchmarks/table1.py --env alfworld|webshop [--seeds 0 1 2 3 4] [--variants V ...]``.
 Every variant is a tuned example's CPU run from a warm start (``tuned_examples/hgpo_<env>.py`` with
 its estimator settings, ``tuned_examples/hiper_alfworld.py`` for HiPER): free text, 2 groups of 4,
-lr 1e-5, KL 0.05 to the warm start, for the same wall-clock budget (``--minutes``), once per training
-seed. ALFWorld's warm starts come from the main job's recipe (``hgpo_rllib.warm_start.cache``) at each
-variant's K and answer format: shipped for K = 2, built once into the cache otherwise (K = 4, HiPER's
-plan-execute format). WebShop's is ``WEBSHOP_WARM_START`` (K = 4, shipped) or an ``rllib sft --env
+lr 1e-5, KL 0.05 to the warm start, for the same number of training iterations (``--iterations``: a
+wall-clock budget would buy fewer beside other work), once per training seed. ALFWorld's warm
+starts come from the main job's recipe (``hgpo_rllib.warm_start.cache``) at each variant's K and
+answer format: shipped for K = 2, built once into the cache otherwise (K = 4, HiPER's plan-execute
+format). WebShop's is ``WEBSHOP_WARM_START`` (K = 4, shipped) or an ``rllib sft --env
 webshop`` directory (``--warm-start``; its K is every WebShop variant's). Each final checkpoint, and
 each warm start, is then evaluated by ``rllib evaluate``'s protocol: by default once (evaluation
 seed 123) on every game of both ALFWorld evaluation splits (140 in, 134 out of distribution), or
@@ -141,9 +142,9 @@ def warm_start_for(env: str, variant: Variant, given: Path | None) -> Path:
 
 
 def train(
-    name: str, variant: Variant, seed: int, warm_start: Path, minutes: float, run_dir: Path, checkpoint: Path
+    name: str, variant: Variant, seed: int, warm_start: Path, iterations: int, run_dir: Path, checkpoint: Path
 ) -> None:
-    """Train one (variant, seed) for ``minutes`` of wall time; write its curve and checkpoint."""
+    """Train one (variant, seed) for ``iterations``; write its curve and checkpoint."""
     config = variant_config(variant, warm_start)
     # Success per iteration: the window is one iteration's episodes, not the last 100.
     episodes_per_iteration = config.group_size * config.groups_per_iteration
@@ -151,26 +152,23 @@ def train(
     algo = config.build_algo()
     records, start = [], time.perf_counter()
     try:
-        with tqdm(total=round(minutes * 60), desc=run_name(name, seed), unit="s", leave=False) as bar:
-            while (elapsed := time.perf_counter() - start) < minutes * 60:
-                result = algo.train()
-                runners = result["env_runners"]
-                records.append(
-                    {
-                        "variant": name,
-                        "seed": seed,
-                        "iteration": result["training_iteration"],
-                        "minutes": (time.perf_counter() - start) / 60,
-                        "success": runners[SUCCESS_RATE],
-                        "episode_len": runners["episode_len_mean"],
-                        "invalid_rate": runners[INVALID_ACTION_RATE],
-                        # The machine's 1-minute load: a wall-clock budget buys fewer iterations
-                        # beside other work, so each figure carries the load it was made under.
-                        "load_1min": os.getloadavg()[0],
-                    }
-                )
-                pd.DataFrame(records).to_csv(run_dir / "curve.csv", index=False)
-                bar.update(round(time.perf_counter() - start - elapsed))
+        for _ in tqdm(range(iterations), desc=run_name(name, seed), unit="it", leave=False):
+            result = algo.train()
+            runners = result["env_runners"]
+            records.append(
+                {
+                    "variant": name,
+                    "seed": seed,
+                    "iteration": result["training_iteration"],
+                    "minutes": (time.perf_counter() - start) / 60,
+                    "success": runners[SUCCESS_RATE],
+                    "episode_len": runners["episode_len_mean"],
+                    "invalid_rate": runners[INVALID_ACTION_RATE],
+                    # The machine's 1-minute load: the iterations' minutes depend on it.
+                    "load_1min": os.getloadavg()[0],
+                }
+            )
+            pd.DataFrame(records).to_csv(run_dir / "curve.csv", index=False)
         algo.save_to_path(str(checkpoint))
     finally:
         algo.stop()
@@ -179,8 +177,8 @@ def train(
             {
                 "variant": name,
                 "seed": seed,
-                "minutes": minutes,
                 "iterations": len(records),
+                "wall_minutes": (time.perf_counter() - start) / 60,
                 "load_1min_median": float(pd.Series([r["load_1min"] for r in records]).median()),
                 "warm_start": str(warm_start),
                 "checkpoint": str(checkpoint),
@@ -192,15 +190,17 @@ def train(
 
 def per_run_table(runs_dir: Path) -> pd.DataFrame:
     """One row per (run, split): success (WebShop: and score), per-type and invalid-answer rates (all
-    in %) averaged over the evaluation seeds, with the run's training iterations and median load where
-    it trained."""
+    in %) averaged over the evaluation seeds, with the run's training iterations, their minutes and the
+    median load they ran under."""
     rows = []
     for per_seed_file in sorted(runs_dir.glob("*/eval/per_seed.csv")):
         info = json.loads((per_seed_file.parents[1] / "run.json").read_text())
         trained_file = per_seed_file.parents[1] / "trained.json"
         if trained_file.exists():
             trained = json.loads(trained_file.read_text())
-            info |= {k: trained[k] for k in ("iterations", "load_1min_median") if k in trained}
+            info |= {
+                k: trained[k] for k in ("iterations", "wall_minutes", "load_1min_median") if k in trained
+            }
         per_seed = pd.read_csv(per_seed_file)
         per_seed = per_seed[per_seed["policy"] == "checkpoint"]
         for split, group in per_seed.groupby("split"):
@@ -274,14 +274,9 @@ def paired_table(runs_dir: Path, env: str) -> pd.DataFrame:
 def plot_curves(curves: pd.DataFrame, path: Path, env: str) -> None:
     fig, ax = plt.subplots(figsize=(7, 4.2))
     for variant, group in curves.groupby("variant", sort=False):
-        group = group.assign(minute=group["minutes"].round())
-        stats = group.groupby("minute")["success"].mean().rolling(3, min_periods=1).mean()
-        ax.plot(stats.index, stats.to_numpy(), label=variant)
-    ax.set(
-        xlabel="training minutes (2 CPU cores)",
-        ylabel="training success (per iteration, smoothed)",
-        ylim=(0, 1.02),
-    )
+        stats = group.groupby("iteration")["success"].mean()
+        ax.plot(stats.index, stats.to_numpy(), marker="o", label=variant)
+    ax.set(xlabel="training iteration", ylabel="training success (per iteration)", ylim=(0, 1.02))
     ax.set_title(f"{TITLES[env]} from the warm starts: mean over training seeds")
     ax.legend(loc="best")
     fig.tight_layout()
@@ -305,7 +300,6 @@ def write_tables(out: Path) -> str:
         plot_curves(curves, out / "curves.png", env)
     paired = paired_table(runs, env)
     paired.to_csv(out / "comparisons.csv", index=False)
-    trained = settings.dropna(subset=["seed"])
 
     def label(value: object) -> str:
         # Only eval_episodes has missing values: None (JSON null) for a whole split.
@@ -313,8 +307,8 @@ def write_tables(out: Path) -> str:
             return "all"
         return f"{value:g}" if isinstance(value, float) else str(value)
 
-    def values(column: str, frame: pd.DataFrame = settings) -> str:
-        return " / ".join(dict.fromkeys(label(v) for v in frame[column]))
+    def values(column: str) -> str:
+        return " / ".join(dict.fromkeys(label(v) for v in settings[column]))
 
     eval_seeds = sorted(
         {int(seed) for f in runs.glob("*/eval/per_seed.csv") for seed in pd.read_csv(f)["seed"]}
@@ -326,7 +320,6 @@ def write_tables(out: Path) -> str:
             "exact sign-flip p over the seeds)\n\n" + paired.to_markdown(index=False) + "\n"
         )
     episodes = values("eval_episodes")
-    budget = f"{values('minutes', trained)} training minutes per run; " if not trained.empty else ""
     load = ""
     if "load_1min_median" in per_run:
         runs_trained = per_run.dropna(subset=["load_1min_median"]).drop_duplicates(["variant", "seed"])
@@ -335,13 +328,18 @@ def write_tables(out: Path) -> str:
             low, high = (format(runs_trained[column].agg(end), spec) for end in ("min", "max"))
             return low if low == high else f"{low}-{high}"
 
+        minutes = (
+            f" ({span('wall_minutes', '.0f')} minutes)"
+            if "wall_minutes" in runs_trained and runs_trained["wall_minutes"].notna().all()
+            else ""
+        )
         load = (
-            f" Training iterations per run {span('iterations', 'g')}, under a machine load (1-minute "
-            f"average, median per run) of {span('load_1min_median', '.1f')}."
+            f" Training iterations per run {span('iterations', 'g')}{minutes}, under a machine load "
+            f"(1-minute average, median per run) of {span('load_1min_median', '.1f')}."
         )
     (out / "table.md").write_text(
         f"# {TITLES[env]} Table 1 in miniature\n\nWarm start weights `{values('warm_start_weights')}`; "
-        f"{budget}{episodes} games per split "
+        f"{episodes} games per split "
         f"and evaluation seed {eval_seeds}.{load}\n\n{table}"
     )
     return table
@@ -355,7 +353,9 @@ def main() -> None:
         type=Path,
         help="WebShop: an `rllib sft --env webshop` directory (default: the shipped one)",
     )
-    parser.add_argument("--minutes", type=float, default=10.0, help="training budget per run")
+    parser.add_argument(
+        "--iterations", type=int, default=6, help="training iterations per run (every run the same)"
+    )
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4], help="training seeds")
     parser.add_argument("--variants", nargs="+", help="default: the env's Table 1 rows")
     parser.add_argument(
@@ -379,8 +379,8 @@ def main() -> None:
     variants = args.variants or DEFAULT_VARIANTS[env]
     if unknown := [v for v in variants if v not in VARIANTS[env]]:
         parser.error(f"no variant(s) {unknown} on {env}; choose from {list(VARIANTS[env])}")
-    if args.minutes <= 0 or (args.eval_episodes is not None and args.eval_episodes < 1):
-        parser.error("--minutes and --eval-episodes must be positive")
+    if args.iterations < 1 or (args.eval_episodes is not None and args.eval_episodes < 1):
+        parser.error("--iterations and --eval-episodes must be positive")
     if args.warm_start is not None and env != "webshop":
         parser.error("--warm-start is WebShop's; ALFWorld's warm starts come from the main job's recipe")
     work = (args.work_dir or Path("results") / "table1" / env).resolve()
@@ -406,7 +406,7 @@ def main() -> None:
                 "env": env,
                 "variant": name,
                 "seed": seed,
-                "minutes": None if seed is None else args.minutes,
+                "iterations": None if seed is None else args.iterations,
                 "eval_episodes": eval_episodes,
                 "eval_max_steps": max_steps,
                 "warm_start_weights": weights_digest(warm_start),
@@ -422,7 +422,7 @@ def main() -> None:
                 policy = warm_start
             else:
                 if not (run_dir / "trained.json").exists():
-                    train(name, variant, seed, warm_start, args.minutes, run_dir, checkpoint)
+                    train(name, variant, seed, warm_start, args.iterations, run_dir, checkpoint)
                 policy = Path(json.loads((run_dir / "trained.json").read_text())["checkpoint"])
             evaluate(
                 policy,

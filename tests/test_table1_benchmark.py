@@ -63,14 +63,14 @@ def write_run(runs: Path, variant: str, seed: int | None, won: list[bool]) -> No
         "env": "alfworld",
         "variant": variant,
         "seed": seed,
-        "minutes": 10.0,
+        "iterations": None if seed is None else 6,
         "eval_episodes": None,
         "eval_max_steps": 50,
         "warm_start_weights": "abc",
     }
     (run_dir.parent / "run.json").write_text(json.dumps(settings))
     if seed is not None:
-        trained = {"iterations": 4 + seed, "load_1min_median": 2.0 + seed / 10}
+        trained = {"iterations": 4 + seed, "wall_minutes": 20 + seed, "load_1min_median": 2.0 + seed / 10}
         (run_dir.parent / "trained.json").write_text(json.dumps(trained))
     games = [
         {
@@ -113,9 +113,10 @@ def test_tables_are_rebuilt_from_run_files(tmp_path: Path) -> None:
     assert sorted(per_run["variant"].unique()) == ["GRPO", "HGPO K=2 a=1", "warm start (K=2)"]
     assert per_run.set_index(["variant", "seed"]).loc[("GRPO", 2), "iterations"] == 6
     assert (per_run["invalid_rate"] == 5.0).all()
-    # Each figure with the load it was made under (a wall-clock budget buys fewer iterations).
-    assert "Training iterations per run 4-6, under a machine load" in (tmp_path / "table.md").read_text()
-    assert "of 2.0-2.2." in (tmp_path / "table.md").read_text()
+    # Each figure with the minutes its iterations took and the load they ran under.
+    header = (tmp_path / "table.md").read_text()
+    assert "iterations per run 4-6 (20-22 minutes), under a machine load" in header
+    assert "of 2.0-2.2." in header
 
 
 def test_a_table_of_warm_starts_only_names_no_training_budget(tmp_path: Path) -> None:
