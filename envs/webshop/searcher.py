@@ -8,8 +8,10 @@ the wrong attributes (``docs/results/webshop_warm_start.md``). This buyer decide
 last K steps: it searches the instruction, clicks the first result within the instruction's price
 limit (the shop ranks results by BM25 against the query; on 300 training goals this choice won 185,
 against 167 for the best fuzzy title match and 72 for the token-set ratio), clicks each option value
-the instruction asks for, and buys. Its thoughts name what the choice rests on (the result's rank,
-title and price; the option asked for), text the model can copy from its prompt. Only won episodes
+the instruction asks for, and buys. Its thoughts are short fixed sentences naming the rule behind
+the choice (the first result within the price limit; the kind of option asked for): thoughts that
+copied the chosen title and price made the 3.7M-parameter imitator ramble on in prompt text, half its
+answers invalid (``docs/results/webshop_warm_start.md``). Only won episodes
 become demonstrations, so each shows a choice the page supported; like ALFWorld's searcher it labels
 any state, the policy's own included.
 """
@@ -41,8 +43,6 @@ _BUTTONS = {
 }
 #: An option value counts as asked for when it matches a value the instruction names this closely.
 MIN_OPTION_MATCH = 90
-#: Words of a chosen title that its thought repeats.
-TITLE_WORDS = 8
 
 
 def instruction_of(observation: str) -> str:
@@ -85,16 +85,15 @@ def decide(
         for name, wanted in asked_options(instruction):
             best = max(values, key=lambda v: fuzz.ratio(v, wanted), default=None)
             if best is not None and best not in clicked and fuzz.ratio(best, wanted) >= MIN_OPTION_MATCH:
-                return f"The instruction asks for {name}: {wanted}.", f"click[{best}]"
+                return f"The instruction asks for this {name}.", f"click[{best}]"
         return "Every option the instruction asks for is chosen, so I buy it.", "click[buy now]"
     listed = [r for r in results(observation) if r[0] in clickables]
     if listed:
         limit = _PRICE_LIMIT.search(instruction.lower())
         affordable = [r for r in listed if limit is None or r[2] < float(limit.group(1))]
-        asin, title, price = (affordable or listed)[0]
-        short = " ".join(title.split()[:TITLE_WORDS])
+        asin = (affordable or listed)[0][0]
         where = "the first result" if asin == listed[0][0] else "the first result within the price limit"
-        return f"'{short}' at ${price:g} is {where}.", f"click[{asin}]"
+        return f"I click {where}.", f"click[{asin}]"
     return "This page has nothing to choose, so I go back to search.", "click[back to search]"
 
 

@@ -2,7 +2,7 @@
 
 A recipe is the keyword arguments of :func:`~hgpo_rllib.warm_start.trainer.train_warm_start` plus,
 optionally, ``dagger``: those of :func:`~hgpo_rllib.warm_start.dagger.train_dagger`. Its directory is
-named after the digest of the recipe without ``dagger`` and of :data:`DEMONSTRATION_FORMAT`, so recipes
+named after the digest of the recipe without ``dagger`` and of its env's demonstration format, so recipes
 that differ only in their DAgger rounds share the warm start they start from, and a change of the
 demonstrators' texts builds a new one instead of reusing one trained on the old texts.
 
@@ -55,10 +55,14 @@ WEBSHOP_WARM_START: dict[str, Any] = {
     "history_length": 4,
     "train_on_prompt": True,
     "max_prompt_tokens": 3584,
-    "max_new_tokens": 224,
+    "max_new_tokens": 128,
 }
-#: Part of every cached warm start's name: bump it when a demonstrator's thoughts or commands change.
+#: Part of every cached warm start's name: bump an env's format when its demonstrators' thoughts or
+#: commands change (envs without an entry in ENV_DEMONSTRATION_FORMATS use DEMONSTRATION_FORMAT).
 DEMONSTRATION_FORMAT = 3
+#: WebShop 4: the searcher's thoughts are fixed sentences (they copied titles and prices, and the
+#: imitator rambled on in prompt text: docs/results/webshop_warm_start.md).
+ENV_DEMONSTRATION_FORMATS = {"webshop": 4}
 DEFAULT_CACHE_DIR = Path("~/.cache/hgpo_rllib")
 #: Finished warm starts that ship inside the package, at their path inside a cache, their weights in
 #: bf16 (``scripts/ship_warm_start.py`` writes them; runs load them in their own dtype).
@@ -84,11 +88,16 @@ def recipe_record(recipe: dict[str, Any]) -> dict[str, Any]:
     return SFTSettings(**{k: v for k, v in recipe.items() if k != "dagger"}).record()
 
 
+def demonstration_format(env: str) -> int:
+    """The version of ``env``'s demonstration texts (part of its warm starts' names)."""
+    return ENV_DEMONSTRATION_FORMATS.get(env, DEMONSTRATION_FORMAT)
+
+
 def recipe_directory(recipe: dict[str, Any]) -> Path:
     """The recipe's finished warm start's path inside a cache (its last DAgger round, if any)."""
     recipe = dict(recipe)
     dagger = recipe.pop("dagger", None)
-    key = json.dumps([DEMONSTRATION_FORMAT, recipe], sort_keys=True)
+    key = json.dumps([demonstration_format(recipe["env"]), recipe], sort_keys=True)
     digest = hashlib.sha256(key.encode()).hexdigest()[:10]
     base = Path("warm_starts") / f"{recipe['env']}-{digest}"
     if not dagger:
@@ -111,7 +120,7 @@ def shipped_warm_start(recipe: dict[str, Any], shipped_dir: Path | None = None) 
         return None
     shipped = read_record(record)
     same = json.dumps(shipped["recipe"], sort_keys=True) == json.dumps(recipe, sort_keys=True)
-    return path if same and shipped["demonstration_format"] == DEMONSTRATION_FORMAT else None
+    return path if same and shipped["demonstration_format"] == demonstration_format(recipe["env"]) else None
 
 
 def find_warm_start(recipe: dict[str, Any], cache_dir: str | Path | None = None) -> Path:

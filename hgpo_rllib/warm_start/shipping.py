@@ -23,9 +23,9 @@ from safetensors.torch import load_file, save_file
 from hgpo_rllib.evaluation.protocol import evaluate
 from hgpo_rllib.run_records import read_record, write_record
 from hgpo_rllib.warm_start.cache import (
-    DEMONSTRATION_FORMAT,
     SHIPPED_DIR,
     SHIPPED_RECORD,
+    demonstration_format,
     recipe_directory,
 )
 from hgpo_rllib.warm_start.format import SFT_CONFIG
@@ -94,7 +94,7 @@ def ship_warm_start(
         target / SHIPPED_RECORD,
         {
             "recipe": recipe,
-            "demonstration_format": DEMONSTRATION_FORMAT,
+            "demonstration_format": demonstration_format(recipe["env"]),
             "directory": str(recipe_directory(recipe)),
             "built_with": build_command,
             "commit": _git_commit(Path(__file__).parent),
