@@ -14,11 +14,13 @@ import os
 
 #: Spins before a waiting OpenMP thread sleeps (libgomp's ``GOMP_SPINCOUNT``).
 SPIN_COUNT = 3000
+#: The variables by which a user chooses how OpenMP waits; any of them set, nothing is changed.
+USER_CHOICES = ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY")
 
 
 def wait_briefly() -> None:
     """Set ``GOMP_SPINCOUNT`` unless the user chose how OpenMP waits (it, or ``OMP_WAIT_POLICY``).
     Takes effect in processes that load torch afterwards: this one if torch is not yet imported,
     and every child (Ray's workers)."""
-    if "GOMP_SPINCOUNT" not in os.environ and "OMP_WAIT_POLICY" not in os.environ:
+    if not any(name in os.environ for name in USER_CHOICES):
         os.environ["GOMP_SPINCOUNT"] = str(SPIN_COUNT)

@@ -9,15 +9,13 @@ import sys
 
 import pytest
 
-from hgpo_rllib.openmp import SPIN_COUNT, wait_briefly
-
-OPENMP_VARS = ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY")
+from hgpo_rllib.openmp import SPIN_COUNT, USER_CHOICES, wait_briefly
 
 
 def _env_after_import(**overrides: str) -> str:
     """``GOMP_SPINCOUNT`` in a fresh interpreter after ``import hgpo_rllib`` (which must not have
     loaded torch yet, or the setting would come too late for this process)."""
-    env = {k: v for k, v in os.environ.items() if k not in OPENMP_VARS} | overrides
+    env = {k: v for k, v in os.environ.items() if k not in USER_CHOICES} | overrides
     code = (
         "import os, sys, hgpo_rllib\n"
         "assert 'torch' not in sys.modules, 'hgpo_rllib loaded torch before setting GOMP_SPINCOUNT'\n"
@@ -35,7 +33,7 @@ def test_import_sets_a_short_spin_before_torch_loads_unless_the_user_chose() -> 
 
 
 def test_wait_briefly_sets_only_what_is_unset(monkeypatch: pytest.MonkeyPatch) -> None:
-    for var in OPENMP_VARS:
+    for var in USER_CHOICES:
         monkeypatch.delenv(var, raising=False)
     wait_briefly()
     assert os.environ["GOMP_SPINCOUNT"] == str(SPIN_COUNT)

@@ -45,8 +45,9 @@ ALFWORLD_WARM_START: dict[str, Any] = {
 }
 #: WebShop's warm start (issue 30), at the paper's WebShop K = 4: the searcher's play of 1,500 training
 #: goals (it wins about 57% of them, deciding from the page alone: envs/webshop/searcher.py), 1.5
-#: epochs with the prompt loss; prompts of up to 3,584 tokens, answers of up to 224. The same settings
-#: with the privileged expert's 1,000 goals won 0 of 32 test goals (docs/results/webshop_warm_start.md).
+#: epochs with the prompt loss; prompts of up to 3,584 tokens, answers of up to 128 (its longest, a
+#: search, has 106). The privileged expert's 1,000 goals (answers up to 224) won 0 of 32 test goals
+#: (docs/results/webshop_warm_start.md).
 WEBSHOP_WARM_START: dict[str, Any] = {
     "env": "webshop",
     "episodes": 1500,
