@@ -16,8 +16,8 @@ WebShop's 500 test goals.
 Resumable across sittings: each run writes its own small result files under ``<output>/runs/<run>/``
 (``curve.csv``, ``trained.json``, the evaluation's ``episodes.csv`` ...) and its checkpoint under
 ``--work-dir``; a rerun skips what is finished (training, then each evaluation seed). The tables
-(``table.md``, ``per_run.csv``, ``comparisons.csv``: each variant against GRPO and GiGPO paired by
-training seed and game, ``curves.csv``/``.png``) are rebuilt from the files of all runs so far;
+(``table.md``, ``per_run.csv``, ``comparisons.csv``: each variant against GRPO, GiGPO and HGPO K = 2
+paired by training seed and game, ``curves.csv``/``.png``) are rebuilt from the files of all runs so far;
 ``--tables-only`` rebuilds them and runs nothing (also for ``docs/results/alfworld_table1``, the
 first, 3-seed ALFWorld table of ``benchmarks/alfworld_table1.py``, which this script replaces).
 """
@@ -102,7 +102,9 @@ EVAL_EPISODES = {"alfworld": None, "webshop": 500}
 EVAL_MAX_STEPS = {"alfworld": 50, "webshop": 15}
 TITLES = {"alfworld": "ALFWorld", "webshop": "WebShop"}
 SPLIT_NAMES = {"eval_in_distribution": "in", "eval_out_of_distribution": "out"}
-BASELINES = ("GRPO", "GiGPO")
+#: What the other rows are paired against (each against the baselines above it in table order): the
+#: paper's ranked pairs, and HiPER and HGPO K = 4 against HGPO K = 2.
+BASELINES = ("GRPO", "GiGPO", "HGPO K=2 a=1")
 
 
 def weights_digest(model_dir: Path) -> str:
@@ -244,7 +246,7 @@ def summary_table(per_run: pd.DataFrame, env: str) -> str:
 
 
 def paired_table(runs_dir: Path, env: str) -> pd.DataFrame:
-    """Every trained variant against GRPO and GiGPO, per split, paired by training seed and game
+    """Every trained variant against each baseline above it, per split, paired by training seed and game
     (``hgpo_rllib.evaluation.comparison``): the difference in success (WebShop: and score) in points,
     its bootstrap interval over seeds then games, and the exact sign-flip p-value over the seeds."""
     frames = []
@@ -260,12 +262,15 @@ def paired_table(runs_dir: Path, env: str) -> pd.DataFrame:
     episodes = pd.concat(frames, ignore_index=True)
     episodes["split"] = episodes["split"].map(SPLIT_NAMES).fillna(episodes["split"])
     variants = row_order(env, set(episodes["variant"]))
-    baselines = [b for b in BASELINES if b in variants]
     measures = {"success": "won", "score": "score"} if env == "webshop" else {"success": "won"}
     return pd.concat(
         [
-            compare(episodes, variants, baselines, value).assign(measure=name)
+            compare(episodes, variants[variants.index(baseline) + 1 :], [baseline], value).assign(
+                measure=name
+            )
             for name, value in measures.items()
+            for baseline in BASELINES
+            if baseline in variants
         ],
         ignore_index=True,
     )

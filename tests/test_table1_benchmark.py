@@ -104,13 +104,22 @@ def test_tables_are_rebuilt_from_run_files(tmp_path: Path) -> None:
     for seed in (0, 1, 2):
         write_run(runs, "GRPO", seed, [True, False, False, False])
         write_run(runs, "HGPO K=2 a=1", seed, [True, True, False, False])
+        write_run(runs, "HiPER", seed, [True, True, True, False])
     table = table1.write_tables(tmp_path)
     assert "Paired differences" in table and "warm start (K=2)" in table
     paired = pd.read_csv(tmp_path / "comparisons.csv")
+    # Each pair once, the later row against the baseline above it (no mirrored rows).
+    assert sorted(zip(paired["variant"], paired["baseline"], strict=True)) == [
+        ("HGPO K=2 a=1", "GRPO"),
+        ("HiPER", "GRPO"),
+        ("HiPER", "HGPO K=2 a=1"),
+    ]
     (row,) = paired[(paired["variant"] == "HGPO K=2 a=1") & (paired["baseline"] == "GRPO")].to_dict("records")
     assert row["difference"] == 25.0 and row["seeds"] == 3 and row["sign_flip_p"] == 0.25
+    (row,) = paired[paired["baseline"] == "HGPO K=2 a=1"].to_dict("records")
+    assert row["difference"] == 25.0
     per_run = pd.read_csv(tmp_path / "per_run.csv")
-    assert sorted(per_run["variant"].unique()) == ["GRPO", "HGPO K=2 a=1", "warm start (K=2)"]
+    assert sorted(per_run["variant"].unique()) == ["GRPO", "HGPO K=2 a=1", "HiPER", "warm start (K=2)"]
     assert per_run.set_index(["variant", "seed"]).loc[("GRPO", 2), "iterations"] == 6
     assert (per_run["invalid_rate"] == 5.0).all()
     # Each figure with the minutes its iterations took and the load they ran under.
