@@ -326,6 +326,9 @@ def write_tables(out: Path) -> str:
         )
     episodes = values("eval_episodes")
     load = ""
+    if "minutes" in settings:  # the first table's wall-clock budget (no load was recorded)
+        budgets = " / ".join(f"{m:g}" for m in settings["minutes"].dropna().unique())
+        load = f" {budgets} training minutes per run."
     if "load_1min_median" in per_run:
         runs_trained = per_run.dropna(subset=["load_1min_median"]).drop_duplicates(["variant", "seed"])
 

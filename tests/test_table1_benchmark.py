@@ -135,6 +135,24 @@ def test_a_table_of_warm_starts_only_names_no_training_budget(tmp_path: Path) ->
     assert header == "Warm start weights `abc`; all games per split and evaluation seed [123]."
 
 
+def test_the_first_tables_wall_clock_budget_is_named(tmp_path: Path) -> None:
+    """The first, 3-seed table trained for 10 minutes per run and recorded no load."""
+    runs = tmp_path / "runs"
+    write_run(runs, "warm start (K=2)", None, [True, False])
+    write_run(runs, "GRPO", 0, [True, True])
+    for run_file in runs.glob("*/run.json"):
+        settings = json.loads(run_file.read_text())
+        run_file.write_text(json.dumps(settings | {"minutes": None if settings["seed"] is None else 10.0}))
+    (runs / table1.run_name("GRPO", 0) / "trained.json").write_text(json.dumps({"iterations": 6}))
+    table1.write_tables(tmp_path)
+    assert (
+        (tmp_path / "table.md")
+        .read_text()
+        .splitlines()[2]
+        .endswith("evaluation seed [123]. 10 training minutes per run.")
+    )
+
+
 def test_webshop_variants_start_from_the_given_warm_start(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
