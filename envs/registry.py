@@ -51,6 +51,9 @@ class EnvSpec:
     entry_point: str  #: "module:Class" of the environment
     prompt_renderer: str  #: "module:function" (PromptContext, **env settings) -> str
     tokenizer_corpus: str  #: "module:function" () -> list[str], text to build a tiny tokenizer from
+    #: "module:function" () -> list[str], texts a tiny tokenizer may keep as single tokens (names the
+    #: model copies from the page, e.g. WebShop's product ids); None: none.
+    tokenizer_whole_words: str | None = None
 
 
 ENV_SPECS: dict[str, EnvSpec] = {
@@ -69,6 +72,7 @@ ENV_SPECS: dict[str, EnvSpec] = {
             "envs.webshop.env:WebShopEnv",
             "envs.webshop.prompts:render_prompt",
             "envs.webshop.prompts:tokenizer_corpus",
+            "envs.webshop.prompts:tokenizer_whole_words",
         ),
         EnvSpec(
             "keychest",
@@ -305,6 +309,16 @@ def _tokenizer_corpus(name_or_id: str, config_key: str) -> tuple[str, ...]:
     env_config = json.loads(config_key)
     own = getattr(env_class(name_or_id, env_config), "tokenizer_corpus", None)
     return tuple(own() if own is not None else played_corpus(name_or_id, env_config))
+
+
+def get_tokenizer_whole_words(name_or_id: str, env_config: Mapping[str, Any] | None = None) -> list[str]:
+    """Texts a tiny tokenizer may keep whole (``rllib sft --whole-words``): the built-in env's
+    ``tokenizer_whole_words`` function's, a user's env class's ``tokenizer_whole_words()``, else none."""
+    spec = builtin_spec(name_or_id)
+    if spec is not None:
+        return list(load_object(spec.tokenizer_whole_words)()) if spec.tokenizer_whole_words else []
+    own = getattr(env_class(name_or_id, env_config), "tokenizer_whole_words", None)
+    return list(own()) if own is not None else []
 
 
 def played_corpus(

@@ -344,6 +344,25 @@ def test_the_batching_benchmark_compares_the_samplers_on_a_warm_starts_examples(
     assert 0 <= float(rows["similar lengths"][padding]) <= float(rows["random"][padding])
 
 
+def test_whole_words_make_each_webshop_product_id_one_token_of_the_warm_starts_tokenizer() -> None:
+    """`rllib sft --whole-words`: choosing a product is copying one token (an id split by the BPE is
+    ten); without the flag the settings record is as before it existed, so older warm starts match."""
+    asins = envs.get_tokenizer_whole_words("webshop")
+    assert len(asins) == 2000 and {a.lower() for a in asins} == {a for a in asins if a.islower()}
+    assert envs.get_tokenizer_whole_words("alfworld") == []
+    asin = next(a for a in asins if a.islower())
+    answer = f"<think>I click.</think><action>click[{asin}]</action>"
+    step = {"prompt": f"'click[{asin}]',", "response": answer}
+    records = [{"won": True, "steps": [step]}]
+    for whole_words, pieces in ((True, 1), (False, 10)):
+        sft = SFTSettings(env="webshop", episodes=1, vocab_size=300, whole_words=whole_words)
+        assert ("whole_words" in sft.record()) is whole_words
+        tokenizer, examples = trainer.demonstration_examples(records, sft, sft.record())
+        ids = tokenizer(asin, add_special_tokens=False)["input_ids"]
+        assert len(ids) >= pieces and (len(ids) == 1) is whole_words
+        assert tokenizer.decode(examples.rows[0]["input_ids"]).count(asin) == 2
+
+
 def test_sft_rejects_bad_input(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="alfworld and webshop only"):
         make_demonstrator("keychest", "searcher")

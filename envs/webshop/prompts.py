@@ -140,3 +140,16 @@ def tokenizer_corpus(data_dir: str | os.PathLike[str] | None = None, num_episode
         corpus.append(product["Title"])
         corpus += [value for values in product["options"].values() for value in values]
     return corpus
+
+
+def tokenizer_whole_words(data_dir: str | os.PathLike[str] | None = None) -> list[str]:
+    """The catalog's product ids as the pages show them and as click commands write them (lower case).
+
+    A tiny tokenizer that keeps them whole makes choosing a product one token to copy from the prompt;
+    split, an id is ten tokens (the BPE pre-tokenizer isolates every digit) among ten look-alike ids per
+    page, which a few-million-parameter imitator did not learn to copy (docs/results/webshop_warm_start.md).
+    """
+    from envs.webshop.data import load_shop
+
+    asins = [product["asin"] for product in load_shop(data_dir).products]
+    return list(dict.fromkeys([*asins, *(asin.lower() for asin in asins)]))

@@ -69,6 +69,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=_SFT["vocab_size"],
         help="size of the locally trained tokenizer",
     )
+    parser.add_argument(
+        "--whole-words",
+        action="store_true",
+        help="the tokenizer keeps the env's whole words as single tokens (webshop: its product ids, "
+        "so that choosing a product is copying one token)",
+    )
     parser.add_argument("--model", type=json_dict, default={}, help="Qwen2Config overrides as JSON")
     parser.add_argument(
         "--save-steps",

@@ -46,8 +46,9 @@ ALFWORLD_WARM_START: dict[str, Any] = {
 #: WebShop's warm start (issue 30), at the paper's WebShop K = 4: the searcher's play of 1,500 training
 #: goals (it wins about 57% of them, deciding from the page alone: envs/webshop/searcher.py), 1.5
 #: epochs with the prompt loss; prompts of up to 3,584 tokens, answers of up to 128 (its longest, a
-#: search, has 106). The privileged expert's 1,000 goals (answers up to 224) won 0 of 32 test goals
-#: (docs/results/webshop_warm_start.md).
+#: search, has 106); its tokenizer keeps the product ids whole (an imitator that had to copy them as
+#: ten characters wrote ids no page showed). The privileged expert's 1,000 goals (answers up to 224)
+#: won 0 of 32 test goals (docs/results/webshop_warm_start.md).
 WEBSHOP_WARM_START: dict[str, Any] = {
     "env": "webshop",
     "episodes": 1500,
@@ -57,6 +58,7 @@ WEBSHOP_WARM_START: dict[str, Any] = {
     "train_on_prompt": True,
     "max_prompt_tokens": 3584,
     "max_new_tokens": 128,
+    "whole_words": True,
 }
 #: Part of every cached warm start's name: bump an env's format when its demonstrators' thoughts or
 #: commands change (envs without an entry in ENV_DEMONSTRATION_FORMATS use DEMONSTRATION_FORMAT).

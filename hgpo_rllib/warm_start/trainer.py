@@ -82,10 +82,13 @@ class SFTSettings:
     train_on_prompt: bool = False
     #: A team env's role whose turns to learn (one LLM per role); None: every role's (a shared LLM).
     role: str | None = None
+    #: The tokenizer keeps the env's whole words (:func:`envs.get_tokenizer_whole_words`: WebShop's
+    #: product ids) as single tokens.
+    whole_words: bool = False
 
     def record(self) -> dict[str, Any]:
-        """The settings as the output directory records them (defaults filled in; ``role`` only when
-        set, so the recipes of single-agent warm starts keep their digests)."""
+        """The settings as the output directory records them (defaults filled in; ``role`` and
+        ``whole_words`` only when set, so the warm starts recorded before them still match)."""
         env_name = envs.get_env_spec(self.env).name
         record = {
             **dataclasses.asdict(self),
@@ -96,6 +99,8 @@ class SFTSettings:
         }
         if self.role is None:
             del record["role"]
+        if not self.whole_words:
+            del record["whole_words"]
         return record
 
     def check(self) -> None:
@@ -468,7 +473,8 @@ def demonstration_examples(
             f"{record['demonstrator']!r} won none of the {sft.episodes} episodes: nothing to learn"
         )
     corpus = [*envs.get_tokenizer_corpus(record["env"]), *(s["prompt"] + s["response"] for s in steps)]
-    tokenizer = build_tiny_tokenizer(corpus, sft.vocab_size)
+    whole_words = envs.get_tokenizer_whole_words(record["env"]) if record.get("whole_words") else ()
+    tokenizer = build_tiny_tokenizer(corpus, sft.vocab_size, whole_words)
     return tokenizer, tokenize_examples(tokenizer, steps, sft.max_prompt_tokens, sft.train_on_prompt)
 
 
