@@ -245,6 +245,23 @@ def summary_table(per_run: pd.DataFrame, env: str) -> str:
     return "\n".join(tables)
 
 
+def headline_table(per_run: pd.DataFrame, env: str) -> str:
+    """Success per variant and split (markdown): mean ± std over training seeds, then each seed's value
+    in seed order, as docs/table1.md quotes it."""
+
+    def cell(values: pd.Series) -> str:
+        if len(values) == 1:
+            return f"{values.iloc[0]:.1f}"
+        each = ", ".join(f"{v:.1f}" for v in values)
+        return f"{values.mean():.1f} ± {values.std(ddof=0):.1f} ({each})"
+
+    ordered = per_run.sort_values("seed", na_position="first")
+    table = ordered.pivot_table(index="variant", columns="split", values="success", aggfunc=cell, sort=False)
+    table = table.rename(columns=lambda split: f"`{split}` success")
+    table.insert(0, "training seeds", ordered.groupby("variant")["seed"].nunique())
+    return table.reindex(row_order(env, set(table.index))).to_markdown()
+
+
 def paired_table(runs_dir: Path, env: str) -> pd.DataFrame:
     """Every trained variant against each baseline above it, per split, paired by training seed and game
     (``hgpo_rllib.evaluation.comparison``): the difference in success (WebShop: and score) in points,
@@ -318,7 +335,10 @@ def write_tables(out: Path) -> str:
     eval_seeds = sorted(
         {int(seed) for f in runs.glob("*/eval/per_seed.csv") for seed in pd.read_csv(f)["seed"]}
     )
-    table = summary_table(per_run, env)
+    table = (
+        "### Success in % (mean ± std over training seeds, then each seed's value)\n\n"
+        f"{headline_table(per_run, env)}\n\n{summary_table(per_run, env)}"
+    )
     if not paired.empty:
         table += (
             "\n### Paired differences (points; 95% bootstrap interval over training seeds, then games; "

@@ -128,6 +128,19 @@ def test_tables_are_rebuilt_from_run_files(tmp_path: Path) -> None:
     assert "of 2.0-2.2." in header
 
 
+def test_the_headline_gives_each_training_seeds_success_in_seed_order(tmp_path: Path) -> None:
+    runs = tmp_path / "runs"
+    write_run(runs, "warm start (K=2)", None, [True, False, False, False])
+    write_run(runs, "GRPO", 10, [True, False, False, False])  # its folder sorts before seed 2's
+    write_run(runs, "GRPO", 2, [True, True, True, False])
+    table1.write_tables(tmp_path)
+    lines = (tmp_path / "table.md").read_text().splitlines()
+    assert lines[4].startswith("### Success in %")
+    rows = {line.split("|")[1].strip(): line.split("|")[2:-1] for line in lines[8:10]}
+    assert [cell.strip() for cell in rows["warm start (K=2)"]] == ["0", "25.0"]
+    assert [cell.strip() for cell in rows["GRPO"]] == ["2", "50.0 ± 25.0 (75.0, 25.0)"]
+
+
 def test_a_table_of_warm_starts_only_names_no_training_budget(tmp_path: Path) -> None:
     write_run(tmp_path / "runs", "warm start (K=2)", None, [True, False])
     table1.write_tables(tmp_path)
