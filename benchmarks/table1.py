@@ -30,6 +30,7 @@ import json
 import os
 import re
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import NamedTuple
 
@@ -188,6 +189,28 @@ def train(
             indent=2,
         )
     )
+
+
+def is_evaluated(run_dir: Path, eval_seeds: Sequence[int]) -> bool:
+    """The run's checkpoint has played every evaluation seed asked for (``rllib evaluate`` writes
+    ``per_seed.csv`` once all its splits and seeds are played)."""
+    per_seed = run_dir / "eval" / "per_seed.csv"
+    if not per_seed.exists():
+        return False
+    played = pd.read_csv(per_seed)
+    return set(eval_seeds) <= set(played.loc[played["policy"] == "checkpoint", "seed"])
+
+
+def trained_checkpoint(run_dir: Path) -> Path:
+    """The checkpoint a finished training run saved; a clear stop when it is gone (another machine's
+    run whose evaluation did not finish)."""
+    checkpoint = Path(json.loads((run_dir / "trained.json").read_text())["checkpoint"])
+    if not checkpoint.exists():
+        raise SystemExit(
+            f"{run_dir.name} was trained, but its checkpoint {checkpoint} is gone and its evaluation is "
+            f"unfinished: delete {run_dir} to train it again"
+        )
+    return checkpoint
 
 
 def per_run_table(runs_dir: Path) -> pd.DataFrame:
@@ -446,12 +469,14 @@ def main() -> None:
                     "choose another --output or the same settings"
                 )
             saved.write_text(json.dumps(settings, indent=2))
+            if is_evaluated(run_dir, args.eval_seeds):
+                continue  # its checkpoint may be gone (a committed run on a fresh clone)
             if variant is None:
                 policy = warm_start
             else:
                 if not (run_dir / "trained.json").exists():
                     train(name, variant, seed, warm_start, args.iterations, run_dir, checkpoint)
-                policy = Path(json.loads((run_dir / "trained.json").read_text())["checkpoint"])
+                policy = trained_checkpoint(run_dir)
             evaluate(
                 policy,
                 env=env,

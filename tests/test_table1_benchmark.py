@@ -141,6 +141,22 @@ def test_the_headline_gives_each_training_seeds_success_in_seed_order(tmp_path: 
     assert [cell.strip() for cell in rows["GRPO"]] == ["2", "50.0 ± 25.0 (75.0, 25.0)"]
 
 
+def test_an_evaluated_run_is_skipped_and_a_lost_checkpoint_named(tmp_path: Path) -> None:
+    """A committed run on a fresh clone: evaluated, so its missing checkpoint is not needed; a run
+    trained elsewhere but not evaluated stops with what to do, not deep inside the evaluation."""
+    write_run(tmp_path, "GRPO", 0, [True, False])
+    run_dir = tmp_path / table1.run_name("GRPO", 0)
+    assert table1.is_evaluated(run_dir, [123])
+    assert not table1.is_evaluated(run_dir, [123, 456])  # a seed it has not played
+    (run_dir / "eval" / "per_seed.csv").unlink()
+    assert not table1.is_evaluated(run_dir, [123])
+    (run_dir / "trained.json").write_text(json.dumps({"checkpoint": str(tmp_path / "gone")}))
+    with pytest.raises(SystemExit, match=r"grpo-seed0 was trained, but its checkpoint .*gone.* delete"):
+        table1.trained_checkpoint(run_dir)
+    (tmp_path / "gone").mkdir()
+    assert table1.trained_checkpoint(run_dir) == tmp_path / "gone"
+
+
 def test_a_table_of_warm_starts_only_names_no_training_budget(tmp_path: Path) -> None:
     write_run(tmp_path / "runs", "warm start (K=2)", None, [True, False])
     table1.write_tables(tmp_path)
