@@ -114,6 +114,12 @@ def weights_digest(model_dir: Path) -> str:
     return hashlib.sha256((model_dir / "model.safetensors").read_bytes()).hexdigest()[:16]
 
 
+def without_weights(settings: dict[str, object]) -> dict[str, object]:
+    """A run's settings but its warm start's weights digest, which is known only once the warm start
+    is found (or built)."""
+    return {k: v for k, v in settings.items() if k != "warm_start_weights"}
+
+
 def run_name(variant: str, seed: int | None) -> str:
     slug = re.sub(r"[^a-z0-9]+", "-", variant.lower()).strip("-")
     return slug if seed is None else f"{slug}-seed{seed}"
@@ -437,20 +443,23 @@ def main() -> None:
     work = (args.work_dir or Path("results") / "table1" / env).resolve()
     eval_episodes = args.eval_episodes or EVAL_EPISODES[env]
     max_steps = args.eval_max_steps or EVAL_MAX_STEPS[env]
-    # Warm starts (built on first use), one row each; then seed-major runs, so that a sitting that ends
-    # early leaves every variant with as many seeds.
-    warm_starts = {}
+    # Warm starts, one row each; then seed-major runs, so that a sitting that ends early leaves every
+    # variant with as many seeds. A warm start is found (or built) only when a run still needs it: a
+    # fresh clone's committed, evaluated K = 4 rows must not start a 4-hour build.
+    variant_of_label = {}
     for name in variants:
-        variant = VARIANTS[env][name]
-        warm_starts.setdefault(variant.warm_start_label, warm_start_for(env, variant, args.warm_start))
-    runs = [(f"{WARM_START} ({label})", None) for label in warm_starts]
+        variant_of_label.setdefault(VARIANTS[env][name].warm_start_label, VARIANTS[env][name])
+    warm_starts: dict[str, Path] = {}
+    runs = [(f"{WARM_START} ({label})", None) for label in variant_of_label]
     runs += [(name, seed) for seed in args.seeds for name in variants]
     ray.init(num_cpus=3, include_dashboard=False, log_to_driver=False)
     try:
         for name, seed in tqdm(runs, desc="runs", unit="run"):
-            label = name.removeprefix(f"{WARM_START} (").removesuffix(")") if seed is None else None
             variant = None if seed is None else VARIANTS[env][name]
-            warm_start = warm_starts[label if variant is None else variant.warm_start_label]
+            if variant is None:
+                label = name.removeprefix(f"{WARM_START} (").removesuffix(")")
+            else:
+                label = variant.warm_start_label
             run_dir, checkpoint = out / "runs" / run_name(name, seed), work / run_name(name, seed)
             run_dir.mkdir(parents=True, exist_ok=True)
             settings = {
@@ -460,17 +469,26 @@ def main() -> None:
                 "iterations": None if seed is None else args.iterations,
                 "eval_episodes": eval_episodes,
                 "eval_max_steps": max_steps,
-                "warm_start_weights": weights_digest(warm_start),
             }
-            saved = run_dir / "run.json"
-            if saved.exists() and json.loads(saved.read_text()) != settings:
+            saved_file = run_dir / "run.json"
+            saved = json.loads(saved_file.read_text()) if saved_file.exists() else None
+            if saved is not None and without_weights(saved) != settings:
                 raise SystemExit(
-                    f"{run_dir} was run with other settings ({saved.read_text()}); "
+                    f"{run_dir} was run with other settings ({saved}); "
                     "choose another --output or the same settings"
                 )
-            saved.write_text(json.dumps(settings, indent=2))
-            if is_evaluated(run_dir, args.eval_seeds):
-                continue  # its checkpoint may be gone (a committed run on a fresh clone)
+            if saved is not None and is_evaluated(run_dir, args.eval_seeds):
+                continue  # its checkpoint, even its warm start, may be gone (a fresh clone's committed run)
+            if label not in warm_starts:
+                warm_starts[label] = warm_start_for(env, variant_of_label[label], args.warm_start)
+            warm_start = warm_starts[label]
+            settings["warm_start_weights"] = weights_digest(warm_start)
+            if saved is not None and saved != settings:
+                raise SystemExit(
+                    f"{run_dir} started from other warm start weights ({saved.get('warm_start_weights')}, "
+                    f"now {settings['warm_start_weights']}); choose another --output"
+                )
+            saved_file.write_text(json.dumps(settings, indent=2))
             if variant is None:
                 policy = warm_start
             else:

@@ -198,3 +198,42 @@ def test_webshop_variants_start_from_the_given_warm_start(
     built = []  # without --warm-start: the shipped recipe's (built when the package ships none)
     monkeypatch.setattr(table1, "build_warm_start", lambda recipe: built.append(recipe) or tmp_path)
     assert table1.warm_start_for("webshop", gigpo, None) == tmp_path and built == [WEBSHOP_WARM_START]
+
+
+def test_evaluated_rows_need_no_warm_start_and_a_new_one_is_not_mixed_in(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A fresh clone's committed K = 4 rows: evaluated, so neither their checkpoints nor their warm
+    start (a 4-hour build) are needed; a run still to evaluate gets its warm start once, and a run
+    begun from other warm start weights stops instead of joining the table."""
+    out = tmp_path / "out"
+    write_run(out / "runs", "warm start (K=4)", None, [True, False])
+    write_run(out / "runs", "HGPO K=4 a=1", 0, [True, True])
+    built: list[str] = []
+    warm_start = tmp_path / "warm_start"
+    warm_start.mkdir()
+    (warm_start / "model.safetensors").write_bytes(b"weights")
+
+    def build(env: str, variant: object, given: object) -> Path:
+        built.append(variant.warm_start_label)
+        return warm_start
+
+    evaluated: list[str] = []
+    monkeypatch.setattr(table1, "warm_start_for", build)
+    monkeypatch.setattr(table1, "train", lambda *args: None)
+    monkeypatch.setattr(table1, "trained_checkpoint", lambda run_dir: run_dir)
+    monkeypatch.setattr(table1, "evaluate", lambda policy, output, **_: evaluated.append(output.parent.name))
+    monkeypatch.setattr(table1, "write_tables", lambda out: "")
+    monkeypatch.setattr(table1.ray, "init", lambda **_: None)
+    command = ["table1.py", "--variants", "HGPO K=4 a=1", "--output", str(out), "--work-dir", str(tmp_path)]
+    monkeypatch.setattr(sys, "argv", [*command, "--seeds", "0"])
+    table1.main()
+    assert built == [] and evaluated == []
+    monkeypatch.setattr(sys, "argv", [*command, "--seeds", "0", "1"])
+    table1.main()
+    assert built == ["K=4"] and evaluated == ["hgpo-k-4-a-1-seed1"]
+    settings = json.loads((out / "runs" / "hgpo-k-4-a-1-seed1" / "run.json").read_text())
+    assert settings["warm_start_weights"] == table1.weights_digest(warm_start)
+    (warm_start / "model.safetensors").write_bytes(b"other weights")
+    with pytest.raises(SystemExit, match="hgpo-k-4-a-1-seed1 started from other warm start weights"):
+        table1.main()
