@@ -446,20 +446,17 @@ def main() -> None:
     # Warm starts, one row each; then seed-major runs, so that a sitting that ends early leaves every
     # variant with as many seeds. A warm start is found (or built) only when a run still needs it: a
     # fresh clone's committed, evaluated K = 4 rows must not start a 4-hour build.
-    variant_of_label = {}
+    variant_of_label: dict[str, Variant] = {}
     for name in variants:
-        variant_of_label.setdefault(VARIANTS[env][name].warm_start_label, VARIANTS[env][name])
-    warm_starts: dict[str, Path] = {}
-    runs = [(f"{WARM_START} ({label})", None) for label in variant_of_label]
-    runs += [(name, seed) for seed in args.seeds for name in variants]
+        variant = VARIANTS[env][name]
+        variant_of_label.setdefault(variant.warm_start_label, variant)
+    warm_starts: dict[str, tuple[Path, str]] = {}  # label: the warm start and its weights digest
+    runs = [(f"{WARM_START} ({label})", None, label) for label in variant_of_label]
+    runs += [(name, seed, VARIANTS[env][name].warm_start_label) for seed in args.seeds for name in variants]
     ray.init(num_cpus=3, include_dashboard=False, log_to_driver=False)
     try:
-        for name, seed in tqdm(runs, desc="runs", unit="run"):
+        for name, seed, label in tqdm(runs, desc="runs", unit="run"):
             variant = None if seed is None else VARIANTS[env][name]
-            if variant is None:
-                label = name.removeprefix(f"{WARM_START} (").removesuffix(")")
-            else:
-                label = variant.warm_start_label
             run_dir, checkpoint = out / "runs" / run_name(name, seed), work / run_name(name, seed)
             run_dir.mkdir(parents=True, exist_ok=True)
             settings = {
@@ -480,9 +477,9 @@ def main() -> None:
             if saved is not None and is_evaluated(run_dir, args.eval_seeds):
                 continue  # its checkpoint, even its warm start, may be gone (a fresh clone's committed run)
             if label not in warm_starts:
-                warm_starts[label] = warm_start_for(env, variant_of_label[label], args.warm_start)
-            warm_start = warm_starts[label]
-            settings["warm_start_weights"] = weights_digest(warm_start)
+                found = warm_start_for(env, variant_of_label[label], args.warm_start)
+                warm_starts[label] = found, weights_digest(found)
+            warm_start, settings["warm_start_weights"] = warm_starts[label]
             if saved is not None and saved != settings:
                 raise SystemExit(
                     f"{run_dir} started from other warm start weights ({saved.get('warm_start_weights')}, "
