@@ -225,6 +225,7 @@ def test_evaluated_rows_need_no_warm_start_and_a_new_one_is_not_mixed_in(
     monkeypatch.setattr(table1, "evaluate", lambda policy, output, **_: evaluated.append(output.parent.name))
     monkeypatch.setattr(table1, "write_tables", lambda out: "")
     monkeypatch.setattr(table1.ray, "init", lambda **_: None)
+    monkeypatch.setattr(table1.ray, "shutdown", lambda: None)  # the suite's shared Ray stays up
     command = ["table1.py", "--variants", "HGPO K=4 a=1", "--output", str(out), "--work-dir", str(tmp_path)]
     monkeypatch.setattr(sys, "argv", [*command, "--seeds", "0"])
     table1.main()
