@@ -445,7 +445,7 @@ def main() -> None:
     max_steps = args.eval_max_steps or EVAL_MAX_STEPS[env]
     # Warm starts, one row each; then seed-major runs, so that a sitting that ends early leaves every
     # variant with as many seeds. A warm start is found (or built) only when a run still needs it: a
-    # fresh clone's committed, evaluated K = 4 rows must not start a 4-hour build.
+    # fresh clone's committed, evaluated K = 4 rows must not start a build of hours.
     variant_of_label: dict[str, Variant] = {}
     for name in variants:
         variant = VARIANTS[env][name]

@@ -204,7 +204,7 @@ def test_evaluated_rows_need_no_warm_start_and_a_new_one_is_not_mixed_in(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A fresh clone's committed K = 4 rows: evaluated, so neither their checkpoints nor their warm
-    start (a 4-hour build) are needed; a run still to evaluate gets its warm start once, and a run
+    start (a build of about 2 hours) are needed; a run still to evaluate gets its warm start once, and a run
     begun from other warm start weights stops instead of joining the table."""
     out = tmp_path / "out"
     write_run(out / "runs", "warm start (K=4)", None, [True, False])
