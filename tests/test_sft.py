@@ -35,7 +35,7 @@ from hgpo_rllib.warm_start.cache import (
 from hgpo_rllib.warm_start.dagger import DaggerSettings
 from hgpo_rllib.warm_start.demonstrations import make_demonstrator
 from hgpo_rllib.warm_start.format import DEMONSTRATIONS, SFT_CONFIG
-from hgpo_rllib.warm_start.phases import BuildClock, fit_seconds
+from hgpo_rllib.warm_start.phases import BuildClock, Phase, fit_seconds
 from hgpo_rllib.warm_start.shipping import ship_warm_start
 from hgpo_rllib.warm_start.trainer import (
     IGNORE_INDEX,
@@ -176,15 +176,21 @@ def test_an_interrupted_dagger_round_replays_only_the_games_it_had_not_saved(
 
 def test_a_build_announces_each_phase_with_its_estimate_and_the_whole_builds() -> None:
     now, lines = [0.0], []
-    clock = BuildClock([("a", 120.0), ("b", 600.0), ("c", 1800.0)], clock=lambda: now[0], show=lines.append)
+    lengths = [1970] * 750
+    sized = fit_seconds(lengths, 1.0)  # about 15 min
+    phases = [Phase("a", 120.0, "search"), Phase("b", sized / 2, "fit"), Phase("c", 1800.0, "fit")]
+    clock = BuildClock([*phases, Phase("d", 120.0, "search")], clock=lambda: now[0], show=lines.append)
     clock.start("a")
-    assert lines[-1].startswith("[warm start 1/3] a: about 2 min; the build about 42 min more (around ")
-    now[0] = 240.0  # twice as slow as estimated: later estimates double
-    clock.start("b", expected_s=300.0)  # its size known now
-    assert lines[-1].startswith("[warm start 2/3] b: about 10 min; the build about 1 h 10 min more")
-    now[0] = 250.0  # (a phase under a minute, e.g. resumed, does not rescale)
+    assert lines[-1].startswith("[warm start 1/4] a: about 2 min; the build about 41 min more (around ")
+    now[0] = 240.0  # a ran twice as slow as estimated: d's estimate doubles, the fits' do not
+    clock.start_fit("b", lengths, 1.0)  # twice its guess once its tokens are counted: so is c's guess
+    assert lines[-1].startswith("[warm start 2/4] b: about 15 min; the build about 1 h 18 min more")
+    now[0] += 2 * sized  # b ran twice as slow as sized: so will c
     clock.start("c")
-    assert lines[-1].startswith("[warm start 3/3] c: about 1 h 00 min; the build about 1 h 00 min more")
+    assert lines[-1].startswith("[warm start 3/4] c: about 2 h 00 min; the build about 2 h 04 min more")
+    now[0] += 30.0  # (a phase under a minute, e.g. resumed, does not rescale)
+    clock.start("d")
+    assert lines[-1].startswith("[warm start 4/4] d: about 4 min; the build about 4 min more")
     phases = cache.build_phases(
         SFTSettings(env="alfworld", episodes=800, epochs=1.5), DaggerSettings(1, 96), 2
     )
@@ -193,8 +199,6 @@ def test_a_build_announces_each_phase_with_its_estimate_and_the_whole_builds() -
     # Fitting estimates count tokens: the two measured step times come back within 20%.
     assert 0.8 * 2.1 < fit_seconds([720] * 8, 1.0) < 1.2 * 2.1
     assert 0.8 * 9.5 < fit_seconds([1970] * 8, 1.0) < 1.2 * 9.5
-    clock.start_fit("b", [1970] * 800, 1.0)
-    assert "b: about 32 min;" in lines[-1]  # 16 min of tokens, at this build's half speed
 
 
 def episode_of(observations: list[str], actions: list[str], infos: list[dict[str, Any]]) -> Any:

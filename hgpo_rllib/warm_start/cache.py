@@ -28,6 +28,7 @@ from hgpo_rllib.warm_start.phases import (
     SECONDS_PER_DAGGER_GAME,
     STATES_PER_DAGGER_GAME,
     BuildClock,
+    Phase,
     dagger_phase,
     fit_seconds,
 )
@@ -164,8 +165,8 @@ def build_phases(sft: SFTSettings, dagger: DaggerSettings | None, workers: int =
     SFT over their steps), then ``dagger``'s rounds, if any."""
     cost = DEMONSTRATION_COSTS.get(envs.get_env_spec(sft.env).name, DEMONSTRATION_COSTS["alfworld"])
     phases = [
-        ("demonstrations", sft.episodes * cost.seconds / max(workers, 1)),
-        ("SFT", fit_seconds([cost.tokens] * round(sft.episodes * cost.examples), sft.epochs)),
+        Phase("demonstrations", sft.episodes * cost.seconds / max(workers, 1), "demonstrations"),
+        Phase("SFT", fit_seconds([cost.tokens] * round(sft.episodes * cost.examples), sft.epochs), "fit"),
     ]
     if dagger is None:
         return BuildClock(phases)
@@ -173,7 +174,7 @@ def build_phases(sft: SFTSettings, dagger: DaggerSettings | None, workers: int =
         # Every round's states so far plus as many demonstration steps.
         examples = round(2 * round_ * dagger.episodes * STATES_PER_DAGGER_GAME)
         phases += [
-            (dagger_phase(round_, "play"), dagger.episodes * SECONDS_PER_DAGGER_GAME),
-            (dagger_phase(round_, "SFT"), fit_seconds([cost.tokens] * examples, dagger.epochs)),
+            Phase(dagger_phase(round_, "play"), dagger.episodes * SECONDS_PER_DAGGER_GAME, "play"),
+            Phase(dagger_phase(round_, "SFT"), fit_seconds([cost.tokens] * examples, dagger.epochs), "fit"),
         ]
     return BuildClock(phases)

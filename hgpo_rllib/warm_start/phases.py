@@ -4,8 +4,11 @@ A build is demonstrations, then SFT, then per DAgger round the model's play and 
 phase has its own progress bar; :class:`BuildClock` prints one line as each starts. The estimates
 come from builds measured on 2 idle cores (ALFWorld's main-job recipe,
 ``docs/results/alfworld_warm_start.md``, and WebShop's K = 4 warm start); fitting counts the
-examples' tokens once they are known. Once a phase of this build has run for a minute or more, the
-remaining estimates are rescaled by how fast this machine turned out to be against them.
+examples' tokens once they are known. Phases come in kinds (the searcher's demonstrations, the model's
+play, fitting) whose speeds differ from machine to machine independently: once a phase of this build
+has run for a minute or more, the remaining estimates of its kind are rescaled by how fast this
+machine turned out to be against them. A fitting phase sized larger than its guess (longer prompts at
+a larger K) scales the later fitting guesses alike.
 """
 
 from __future__ import annotations
@@ -57,29 +60,41 @@ def duration(seconds: float) -> str:
     return f"{round(seconds / 60)} min" if seconds >= 60 else f"{round(seconds)} s"
 
 
+class Phase(NamedTuple):
+    """A phase of a build: its estimate on 2 idle cores and its kind (phases of a kind share a speed)."""
+
+    name: str
+    seconds: float
+    kind: str
+
+
 class BuildClock:
     """Prints a line as each phase of a build starts: its estimate, and the whole build's."""
 
     def __init__(
         self,
-        phases: list[tuple[str, float]],
+        phases: list[Phase],
         *,
         clock: Callable[[], float] = time.monotonic,
         show: Callable[[str], None] = lambda line: print(line, flush=True),
     ):
         if not phases:
             raise ValueError("a build has at least one phase")
-        self.names = [name for name, _ in phases]
-        self.expected = dict(phases)
+        self.names = [phase.name for phase in phases]
+        self.expected = {phase.name: phase.seconds for phase in phases}
+        self.kinds = {phase.name: phase.kind for phase in phases}
         self.clock, self.show = clock, show
         self.current: str | None = None
         self.started = 0.0
-        self.timed: list[tuple[float, float]] = []  # (expected, elapsed) of phases run here
+        self.sized: set[str] = set()  # fitting phases whose examples were counted
+        self.timed: list[tuple[str, float, float]] = []  # (kind, expected, elapsed) of phases run here
 
-    def speed(self) -> float:
-        """Elapsed over expected time of this build's phases that ran long enough to tell (1 before)."""
-        expected = sum(e for e, _ in self.timed)
-        return sum(s for _, s in self.timed) / expected if expected else 1.0
+    def speed(self, kind: str) -> float:
+        """Elapsed over expected time of this build's phases of ``kind`` that ran long enough to tell
+        (1 before any)."""
+        timed = [(expected, elapsed) for k, expected, elapsed in self.timed if k == kind]
+        expected = sum(e for e, _ in timed)
+        return sum(s for _, s in timed) / expected if expected else 1.0
 
     def start(self, name: str, expected_s: float | None = None) -> None:
         """Phase ``name`` starts (earlier phases are done, whether they ran here or in an earlier
@@ -88,14 +103,13 @@ class BuildClock:
         if self.current is not None:
             elapsed = now - self.started
             if elapsed >= _MIN_TIMED_S:
-                self.timed.append((self.expected[self.current], elapsed))
+                self.timed.append((self.kinds[self.current], self.expected[self.current], elapsed))
         if expected_s is not None:
             self.expected[name] = expected_s
         self.current, self.started = name, now
         index = self.names.index(name)
-        speed = self.speed()
-        this = self.expected[name] * speed
-        total = sum(self.expected[n] for n in self.names[index:]) * speed
+        this = self.expected[name] * self.speed(self.kinds[name])
+        total = sum(self.expected[n] * self.speed(self.kinds[n]) for n in self.names[index:])
         finish = time.strftime("%H:%M", time.localtime(time.time() + total))
         self.show(
             f"[warm start {index + 1}/{len(self.names)}] {name}: about {duration(this)}; "
@@ -103,8 +117,16 @@ class BuildClock:
         )
 
     def start_fit(self, name: str, lengths: list[int], epochs: float) -> None:
-        """Phase ``name`` starts, fitting ``epochs`` over examples of ``lengths`` tokens."""
-        self.start(name, fit_seconds(lengths, epochs))
+        """Phase ``name`` starts, fitting ``epochs`` over examples of ``lengths`` tokens; the later
+        fitting phases not yet sized grow or shrink as this one did against its guess."""
+        sized = fit_seconds(lengths, epochs)
+        if name not in self.sized and self.expected[name] > 0:
+            ratio = sized / self.expected[name]
+            for later in self.names[self.names.index(name) + 1 :]:
+                if self.kinds[later] == self.kinds[name] and later not in self.sized:
+                    self.expected[later] *= ratio
+        self.sized.add(name)
+        self.start(name, sized)
 
 
 def dagger_phase(round_: int, part: str) -> str:
