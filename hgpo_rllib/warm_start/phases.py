@@ -86,7 +86,6 @@ class BuildClock:
         self.clock, self.show = clock, show
         self.current: str | None = None
         self.started = 0.0
-        self.sized: set[str] = set()  # fitting phases whose examples were counted
         self.timed: list[tuple[str, float, float]] = []  # (kind, expected, elapsed) of phases run here
 
     def speed(self, kind: str) -> float:
@@ -118,14 +117,14 @@ class BuildClock:
 
     def start_fit(self, name: str, lengths: list[int], epochs: float) -> None:
         """Phase ``name`` starts, fitting ``epochs`` over examples of ``lengths`` tokens; the later
-        fitting phases not yet sized grow or shrink as this one did against its guess."""
+        fitting phases (phases start in order, so none is sized yet) grow or shrink as this one did
+        against its guess."""
         sized = fit_seconds(lengths, epochs)
-        if name not in self.sized and self.expected[name] > 0:
+        if self.expected[name] > 0:
             ratio = sized / self.expected[name]
             for later in self.names[self.names.index(name) + 1 :]:
-                if self.kinds[later] == self.kinds[name] and later not in self.sized:
+                if self.kinds[later] == self.kinds[name]:
                     self.expected[later] *= ratio
-        self.sized.add(name)
         self.start(name, sized)
 
 
