@@ -51,6 +51,8 @@ from hgpo_rllib.warm_start.cache import WEBSHOP_WARM_START, alfworld_recipe, bui
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "docs" / "results" / "table1"
 TUNED = ROOT / "tuned_examples"
+#: Where ``scripts/ship_warm_start.py`` writes each shipped warm start's evaluation.
+SHIPPING_EVALUATIONS = ROOT / "docs" / "results" / "*_shipped_warm_start_eval*"
 WARM_START = "warm start"
 
 
@@ -501,6 +503,9 @@ def main() -> None:
                 output=run_dir / "eval",
                 baselines=(),
                 env_config={"max_steps": max_steps},
+                # A shipped warm start's own check (scripts/ship_warm_start.py) played the same
+                # games of its split with the same seed: those are copied, not played again.
+                reuse=sorted(SHIPPING_EVALUATIONS.parent.glob(SHIPPING_EVALUATIONS.name)),
             )
     except KeyboardInterrupt:
         raise SystemExit(

@@ -66,6 +66,30 @@ def test_split_all_labels_each_split(tmp_path: Path, played: list) -> None:
     assert "split `eval_in_distribution` (140 games): 3 episodes" in text
 
 
+def test_an_earlier_evaluation_of_one_split_is_reused_only_with_the_same_settings(
+    tmp_path: Path, played: list
+) -> None:
+    common = {"env": "alfworld", "seeds": [1], "baselines": ["random"], "env_config": GENERATED}
+    evaluate(None, split="out", episodes=3, output=tmp_path / "out_only", **common)
+    played.clear()
+    evaluate(None, split="all", episodes=3, output=tmp_path / "both", reuse=[tmp_path / "out_only"], **common)
+    assert [c["split"] for _, c, _ in played] == ["eval_in_distribution"]  # `out` was copied
+    both = pd.read_csv(tmp_path / "both" / "episodes.csv")
+    earlier = pd.read_csv(tmp_path / "out_only" / "episodes.csv")
+    pd.testing.assert_frame_equal(
+        both[both["split"] == "eval_out_of_distribution"].reset_index(drop=True), earlier
+    )
+    assert list(pd.read_csv(tmp_path / "both" / "per_seed.csv")["split"]) == [
+        "eval_in_distribution",
+        "eval_out_of_distribution",
+    ]
+    played.clear()  # another number of games: nothing of the earlier output is the same evaluation
+    evaluate(
+        None, split="all", episodes=2, output=tmp_path / "other", reuse=[tmp_path / "out_only"], **common
+    )
+    assert [c["split"] for _, c, _ in played] == ["eval_in_distribution", "eval_out_of_distribution"]
+
+
 def test_webshop_evaluates_on_its_test_goals(tmp_path: Path, played: list) -> None:
     evaluate(None, env="webshop", seeds=[1], output=tmp_path, baselines=["random"])
     assert [(c["split"], n) for _, c, n in played] == [("test", DEFAULT_EPISODES)]

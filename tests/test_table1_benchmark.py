@@ -219,10 +219,16 @@ def test_evaluated_rows_need_no_warm_start_and_a_new_one_is_not_mixed_in(
         return warm_start
 
     evaluated: list[str] = []
+    reused: list[list[Path]] = []
+
+    def evaluate(policy: Path, output: Path, reuse: list[Path], **_: object) -> None:
+        evaluated.append(output.parent.name)
+        reused.append(reuse)
+
     monkeypatch.setattr(table1, "warm_start_for", build)
     monkeypatch.setattr(table1, "train", lambda *args: None)
     monkeypatch.setattr(table1, "trained_checkpoint", lambda run_dir: run_dir)
-    monkeypatch.setattr(table1, "evaluate", lambda policy, output, **_: evaluated.append(output.parent.name))
+    monkeypatch.setattr(table1, "evaluate", evaluate)
     monkeypatch.setattr(table1, "write_tables", lambda out: "")
     monkeypatch.setattr(table1.ray, "init", lambda **_: None)
     monkeypatch.setattr(table1.ray, "shutdown", lambda: None)  # the suite's shared Ray stays up
@@ -233,6 +239,9 @@ def test_evaluated_rows_need_no_warm_start_and_a_new_one_is_not_mixed_in(
     monkeypatch.setattr(sys, "argv", [*command, "--seeds", "0", "1"])
     table1.main()
     assert built == ["K=4"] and evaluated == ["hgpo-k-4-a-1-seed1"]
+    # The shipped warm starts' own evaluations are offered for reuse (the protocol copies only those
+    # of the same settings: tests/test_evaluate_splits.py).
+    assert table1.ROOT / "docs" / "results" / "alfworld_shipped_warm_start_eval_k4" in reused[0]
     settings = json.loads((out / "runs" / "hgpo-k-4-a-1-seed1" / "run.json").read_text())
     assert settings["warm_start_weights"] == table1.weights_digest(warm_start)
     (warm_start / "model.safetensors").write_bytes(b"other weights")

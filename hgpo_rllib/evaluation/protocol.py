@@ -97,6 +97,7 @@ def evaluate(
     batch_size: int = 16,
     samples: int = 1,
     team_config: AlgorithmConfig | None = None,
+    reuse: Sequence[str | Path] = (),
 ) -> pd.DataFrame:
     """Evaluate a checkpoint (and/or the baselines) and write tables to ``output``.
 
@@ -111,7 +112,9 @@ def evaluate(
     checkpoint of a multi-agent team (docs/drmas.md) plays each task ``samples`` times (avg@k and
     pass@k; :mod:`hgpo_rllib.evaluation.team`), without baselines; so does a team built from warm
     starts: ``team_config`` (its modules load them) with ``checkpoint`` the warm-start folder
-    (``rllib evaluate`` of a team warm-start folder).
+    (``rllib evaluate`` of a team warm-start folder). ``reuse`` names outputs of earlier evaluations:
+    where one has the same settings but for its splits, each (split, policy, seed) it finished is
+    copied from it instead of played again (:func:`reusable_episodes`).
     """
     if (episodes is not None and episodes < 1) or not seeds or batch_size < 1 or samples < 1:
         raise ValueError("episodes, batch_size and samples must be >= 1 and at least one seed is needed")
@@ -190,7 +193,9 @@ def evaluate(
     checkpoint_path = None if checkpoint is None else str(Path(checkpoint).expanduser().resolve())
     settings = {"env": env_name, "episodes": episodes, "env_config": config, "checkpoint": checkpoint_path}
     players = {name: player(make_policy) for name, make_policy in policies.items()}
-    table, lines = _play_all(players, env_name, splits, config, seeds, episodes, output, settings)
+    table, lines = _play_all(
+        players, env_name, splits, config, seeds, episodes, output, settings, reuse=reuse
+    )
     return _write_tables(Path(output).expanduser(), env_name, lines, seeds, *summarize(table, env_name))
 
 
@@ -268,14 +273,17 @@ def _play_all(
     output: str | Path,
     settings: dict[str, Any],
     game_config: dict[str, Any] | None = None,
+    reuse: Sequence[str | Path] = (),
 ) -> tuple[pd.DataFrame, list[str]]:
     """Every (split, player, seed) not already in ``output``'s ``episodes.csv``, each written there
     as it finishes; returns the table of the requested players and seeds, and a line per split
     (``game`` names the env whose splits these are, ``game_config`` its settings when ``config`` also
     holds others). Meanwhile each game is kept as it ends (:func:`_resumed_games`), so an interrupted
-    (split, player, seed) plays only the games it had not finished."""
+    (split, player, seed) plays only the games it had not finished. One that an output in ``reuse``
+    finished (:func:`reusable_episodes`) is copied from there."""
     out_dir = Path(output).expanduser()
     table = _open_output(out_dir, {**settings, "splits": list(splits)})
+    earlier = reusable_episodes(reuse, settings)
     if splits != (None,) and "split" not in table:
         table["split"] = pd.Series(dtype=object)  # a new output: no episodes yet
     lines = []
@@ -294,15 +302,43 @@ def _play_all(
                     done &= table["split"] == split_name
                 if done.any():
                     continue  # finished by an earlier run into the same directory
+                copied = (earlier["policy"] == name) & (earlier["seed"] == seed)
+                if label:
+                    copied &= earlier["split"] == split_name
                 split = f"-{split_name}" if split_name else ""
                 games = out_dir / f".games-{name}-seed{seed}{split}.jsonl"
                 desc = f"{name} seed {seed}" + (f" {split_name}" if split_name else "")
-                records = _resumed_games(games, play_split, split_config, seed, task_seeds(seed, n), desc)
-                rows = pd.DataFrame([{**label, "policy": name, "seed": seed, **record} for record in records])
+                if copied.any():
+                    source = earlier["source"][copied].iloc[0]  # the first output that has them
+                    rows = earlier[copied & (earlier["source"] == source)].drop(columns="source")
+                    print(f"{desc}: {len(rows)} episodes copied from {source}")
+                else:
+                    records = _resumed_games(games, play_split, split_config, seed, task_seeds(seed, n), desc)
+                    rows = pd.DataFrame([{**label, "policy": name, "seed": seed, **r} for r in records])
                 table = rows if table.empty else pd.concat([table, rows], ignore_index=True)
                 write_atomically(out_dir / "episodes.csv", table.to_csv(index=False))
-                games.unlink()  # now in episodes.csv
+                games.unlink(missing_ok=True)  # now in episodes.csv
     return table[table["policy"].isin(list(players)) & table["seed"].isin(list(seeds))], lines
+
+
+def reusable_episodes(outputs: Sequence[str | Path], settings: dict[str, Any]) -> pd.DataFrame:
+    """The finished episodes of those ``outputs`` (earlier evaluations' directories) whose settings
+    record is ``settings`` but for its splits, with a ``source`` column naming the directory. An
+    evaluation of one split (a warm start's shipping check, ``scripts/ship_warm_start.py``) thus
+    serves a later one of both; a directory of other settings (another checkpoint, step limit or
+    number of games) or without a record contributes nothing."""
+    found = []
+    for output in outputs:
+        directory = Path(output).expanduser()
+        record, episodes = directory / EVALUATION_RECORD, directory / "episodes.csv"
+        if not (record.is_file() and episodes.is_file()):
+            continue
+        saved = {k: v for k, v in read_record(record).items() if k != "splits"}
+        if not changed_settings(saved, settings):
+            found.append(pd.read_csv(episodes, keep_default_na=False).assign(source=str(directory)))
+    if not found:
+        return pd.DataFrame(columns=["policy", "seed", "split", "source"])
+    return pd.concat(found, ignore_index=True)
 
 
 def _resumed_games(
