@@ -201,6 +201,29 @@ def test_a_build_announces_each_phase_with_its_estimate_and_the_whole_builds() -
     assert 0.8 * 9.5 < fit_seconds([1970] * 8, 1.0) < 1.2 * 9.5
 
 
+def test_a_resumed_fit_is_estimated_and_timed_by_what_is_left_of_it(tmp_path: Path) -> None:
+    now, lines = [0.0], []
+    lengths = [1970] * 750
+    sized = fit_seconds(lengths, 1.0)  # about 15 min
+    clock = BuildClock(
+        [Phase("b", sized, "fit"), Phase("c", sized, "fit")], clock=lambda: now[0], show=lines.append
+    )
+    clock.start_fit("b", lengths, 1.0, done=0.5)  # half of it fitted before an interruption
+    assert lines[-1].startswith("[warm start 1/2] b: about 7 min; the build about 22 min more")
+    now[0] += sized / 2  # the other half took as long as estimated: c's estimate is unchanged
+    clock.start("c")
+    assert lines[-1].startswith("[warm start 2/2] c: about 15 min;")
+    with pytest.raises(ValueError, match="done is a fraction"):
+        clock.start_fit("c", lengths, 1.0, done=2.0)
+    # The fraction comes from the latest Trainer checkpoint of the fit's directory.
+    assert trainer.fitted_fraction(tmp_path) == 0.0
+    for step in (200, 600):
+        checkpoint = tmp_path / "checkpoints" / f"checkpoint-{step}"
+        checkpoint.mkdir(parents=True)
+        (checkpoint / "trainer_state.json").write_text(json.dumps({"global_step": step, "max_steps": 800}))
+    assert trainer.fitted_fraction(tmp_path) == 0.75
+
+
 def episode_of(observations: list[str], actions: list[str], infos: list[dict[str, Any]]) -> Any:
     """An RLlib episode as the env runner builds it from the steps so far."""
     from ray.rllib.env.single_agent_episode import SingleAgentEpisode

@@ -28,6 +28,7 @@ from hgpo_rllib.warm_start.phases import BuildClock, dagger_phase
 from hgpo_rllib.warm_start.trainer import (
     check_answers_fit,
     fit,
+    fitted_fraction,
     open_run,
     tokenize_examples,
     write_run_record,
@@ -207,7 +208,8 @@ def _play_and_train_rounds(
             check_answers_fit(examples, kept["max_new_tokens"])
             lm = AutoModelForCausalLM.from_pretrained(previous)
             if clock is not None:
-                clock.start_fit(dagger_phase(round_, "SFT"), examples.lengths, dagger.epochs)
+                phase = dagger_phase(round_, "SFT")
+                clock.start_fit(phase, examples.lengths, dagger.epochs, fitted_fraction(out))
             summary = fit(
                 lm,
                 tokenizer,

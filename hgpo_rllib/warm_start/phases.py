@@ -115,17 +115,20 @@ class BuildClock:
             f"the build about {duration(total)} more (around {finish})"
         )
 
-    def start_fit(self, name: str, lengths: list[int], epochs: float) -> None:
-        """Phase ``name`` starts, fitting ``epochs`` over examples of ``lengths`` tokens; the later
-        fitting phases (phases start in order, so none is sized yet) grow or shrink as this one did
-        against its guess."""
+    def start_fit(self, name: str, lengths: list[int], epochs: float, done: float = 0.0) -> None:
+        """Phase ``name`` starts, fitting ``epochs`` over examples of ``lengths`` tokens, of which
+        the fraction ``done`` was fitted in an earlier session (a resumed checkpoint): it is timed
+        against the rest alone. The later fitting phases (phases start in order, so none is sized
+        yet) grow or shrink as this one did against its guess."""
+        if not 0.0 <= done <= 1.0:
+            raise ValueError(f"done is a fraction of the fit, got {done}")
         sized = fit_seconds(lengths, epochs)
         if self.expected[name] > 0:
             ratio = sized / self.expected[name]
             for later in self.names[self.names.index(name) + 1 :]:
                 if self.kinds[later] == self.kinds[name]:
                     self.expected[later] *= ratio
-        self.start(name, sized)
+        self.start(name, sized * (1.0 - done))
 
 
 def dagger_phase(round_: int, part: str) -> str:

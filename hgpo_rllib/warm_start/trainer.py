@@ -11,6 +11,7 @@ make an interrupted run resume.
 from __future__ import annotations
 
 import dataclasses
+import json
 import signal
 import threading
 import time
@@ -368,6 +369,17 @@ def fit(
     }
 
 
+def fitted_fraction(out: Path) -> float:
+    """How much of the fit into ``out`` its latest ``Trainer`` checkpoint holds (0 without one): the
+    part a resumed fit does not do again."""
+    states = [path / "trainer_state.json" for path in (out / CHECKPOINTS).glob("checkpoint-*")]
+    steps = [json.loads(path.read_text()) for path in states if path.is_file()]
+    latest = max(steps, key=lambda state: state.get("global_step", 0), default=None)
+    if not latest or not latest.get("max_steps"):
+        return 0.0
+    return min(1.0, latest["global_step"] / latest["max_steps"])
+
+
 def train_warm_start(
     output: str | Path,
     *,
@@ -428,7 +440,7 @@ def _train(
     print(describe_examples(examples, sft.max_prompt_tokens), flush=True)
     lm = build_tiny_model(tokenizer, record["model"], sft.seed)
     if clock is not None:
-        clock.start_fit("SFT", examples.lengths, sft.epochs)
+        clock.start_fit("SFT", examples.lengths, sft.epochs, fitted_fraction(out))
     summary = fit(
         lm,
         tokenizer,
