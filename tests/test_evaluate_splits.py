@@ -7,6 +7,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from hgpo_rllib import cli
 from hgpo_rllib.cli import build_parser
 from hgpo_rllib.evaluation import DEFAULT_EPISODES, evaluate, protocol
 
@@ -71,8 +72,17 @@ def test_an_earlier_evaluation_of_one_split_is_reused_only_with_the_same_setting
 ) -> None:
     common = {"env": "alfworld", "seeds": [1], "baselines": ["random"], "env_config": GENERATED}
     evaluate(None, split="out", episodes=3, output=tmp_path / "out_only", **common)
-    played.clear()
-    evaluate(None, split="all", episodes=3, output=tmp_path / "both", reuse=[tmp_path / "out_only"], **common)
+    played.clear()  # through `rllib evaluate --reuse`
+    args = ["evaluate", "--env", "alfworld", "--split", "all", "--seeds", "1", "--episodes", "3"]
+    args += [
+        "--baselines",
+        "random",
+        "--env-config",
+        '{"source": "generated"}',
+        "--output",
+        str(tmp_path / "both"),
+    ]
+    assert cli.main([*args, "--reuse", str(tmp_path / "out_only")]) == 0
     assert [c["split"] for _, c, _ in played] == ["eval_in_distribution"]  # `out` was copied
     both = pd.read_csv(tmp_path / "both" / "episodes.csv")
     earlier = pd.read_csv(tmp_path / "out_only" / "episodes.csv")

@@ -41,6 +41,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         nargs="*",
         help="expert and/or random (default: both, the expert where the env has one; none: '')",
     )
+    parser.add_argument(
+        "--reuse",
+        nargs="+",
+        default=[],
+        metavar="DIR",
+        help="earlier --output directories: what they played with the same settings (other splits "
+        "allowed) is copied instead of played again",
+    )
     parser.add_argument("--env-config", type=json_dict, default={}, help="env settings as JSON")
     parser.add_argument("--batch-size", type=count(1), default=16, help="episodes played in lock-step")
     parser.add_argument(
@@ -67,6 +75,7 @@ def run(args: argparse.Namespace) -> int:
         batch_size=args.batch_size,
         samples=args.samples,
         team_config=team,
+        reuse=args.reuse,
     )
     print(summary.to_markdown(index=False))
     print(f"Tables written to {args.output}")

@@ -141,6 +141,7 @@ def evaluate(
             env_config=env_config or {},
             batch_size=batch_size,
             samples=samples,
+            reuse=reuse,
         )
     if samples != 1:
         raise ValueError("samples (k per task, avg@k / pass@k) applies to team checkpoints only")
@@ -221,6 +222,7 @@ def _evaluate_team(
     env_config: dict[str, Any],
     batch_size: int,
     samples: int,
+    reuse: Sequence[str | Path],
 ) -> pd.DataFrame:
     """:func:`evaluate` for a team checkpoint, or for the team ``warm_started`` from the warm-start
     folder ``checkpoint``: the team plays every task ``samples`` times."""
@@ -255,7 +257,7 @@ def _evaluate_team(
     players = {"checkpoint": play_split}
     try:
         table, lines = _play_all(
-            players, game, splits, merged, seeds, episodes, output, settings, game_config
+            players, game, splits, merged, seeds, episodes, output, settings, game_config, reuse
         )
     finally:
         for runner in runners.values():
