@@ -93,6 +93,8 @@ def test_an_earlier_evaluation_of_one_split_is_reused_only_with_the_same_setting
         "eval_in_distribution",
         "eval_out_of_distribution",
     ]
+    refused = [*args[:-1], str(tmp_path / "refused"), "--reuse", str(tmp_path / "nothing")]
+    assert cli.main(refused) == 2 and not (tmp_path / "refused").exists()  # not an evaluation output
     played.clear()  # another number of games: nothing of the earlier output is the same evaluation
     evaluate(
         None, split="all", episodes=2, output=tmp_path / "other", reuse=[tmp_path / "out_only"], **common

@@ -284,8 +284,8 @@ def _play_all(
     (split, player, seed) plays only the games it had not finished. One that an output in ``reuse``
     finished (:func:`reusable_episodes`) is copied from there."""
     out_dir = Path(output).expanduser()
+    earlier = reusable_episodes(reuse, settings)  # (a bad ``reuse`` is refused before output is made)
     table = _open_output(out_dir, {**settings, "splits": list(splits)})
-    earlier = reusable_episodes(reuse, settings)
     if splits != (None,) and "split" not in table:
         table["split"] = pd.Series(dtype=object)  # a new output: no episodes yet
     lines = []
@@ -328,15 +328,19 @@ def reusable_episodes(outputs: Sequence[str | Path], settings: dict[str, Any]) -
     record is ``settings`` but for its splits, with a ``source`` column naming the directory. An
     evaluation of one split (a warm start's shipping check, ``scripts/ship_warm_start.py``) thus
     serves a later one of both; a directory of other settings (another checkpoint, step limit or
-    number of games) or without a record contributes nothing."""
+    number of games) contributes nothing, and says so in a line."""
     found = []
     for output in outputs:
         directory = Path(output).expanduser()
         record, episodes = directory / EVALUATION_RECORD, directory / "episodes.csv"
-        if not (record.is_file() and episodes.is_file()):
-            continue
+        if not record.is_file():
+            raise FileNotFoundError(
+                f"reuse: {directory} is no evaluation output (it has no {EVALUATION_RECORD})"
+            )
         saved = {k: v for k, v in read_record(record).items() if k != "splits"}
-        if not changed_settings(saved, settings):
+        if changed := changed_settings(saved, settings):
+            print(f"{directory}: another evaluation ({'; '.join(changed)}); nothing reused from it")
+        elif episodes.is_file():
             found.append(pd.read_csv(episodes, keep_default_na=False).assign(source=str(directory)))
     if not found:
         return pd.DataFrame(columns=["policy", "seed", "split", "source"])
