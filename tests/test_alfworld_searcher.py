@@ -132,6 +132,24 @@ def test_the_searcher_knows_what_it_carries_where_it_cannot_put_it() -> None:
     assert decide(view(task, window, "You arrive at desk 1.", lamp_here))[1] == "use desklamp 1"
 
 
+def test_at_a_target_that_does_not_take_what_is_held_the_searcher_puts_it_down_or_moves_on() -> None:
+    """DAgger labels states of the model's play: there it may carry an object of another type, which
+    the target may not take (the engine then offers no put there)."""
+    task = "put some apple on fridge."
+    window = [
+        ("You arrive at drawer 3.", "take baseballbat 1 from drawer 3"),
+        ("You pick up ...", "go to fridge 1"),
+    ]
+    no_put = [a for a in GO if a != "go to fridge 1"] + ["examine baseballbat 1", "close fridge 1"]
+    thought, command = decide(view(task, window, "You arrive at fridge 1.", no_put))
+    assert command == "go to garbagecan 1"  # the next receptacle after the fridge 1, in search order
+    assert thought == "The fridge 1 does not take the baseballbat 1, so I take it to the garbagecan 1."
+    shared_spot = [*no_put, "move baseballbat 1 to countertop 1"]
+    assert decide(view(task, window, "You arrive at fridge 1.", shared_spot))[1] == (
+        "move baseballbat 1 to countertop 1"
+    )
+
+
 def test_the_searcher_finds_where_it_stands_when_its_window_names_no_place() -> None:
     """Off course (only failed commands in the window), the engine's ``examine R`` says where it stands."""
     task = "put some apple on fridge."

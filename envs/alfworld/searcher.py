@@ -194,8 +194,18 @@ def next_step(view: View) -> Step:
         return Step(f"{state}. It goes to the {home}.", f"go to {home}", subgoal)
     if f"open {home}" in view.admissible:
         return Step(f"{state}. The {home} is closed, so I open it.", f"open {home}", subgoal)
-    put = next(a for a in view.admissible if (m := _PUT.match(a)) and m[1] == held and m[2] == home)
-    return Step(f"{state}. I am at the {home}, so I put it here.", put, subgoal)
+    puts = [a for a in view.admissible if (m := _PUT.match(a)) and m[1] == held]
+    put = next((a for a in puts if _PUT.match(a)[2] == home), None)
+    if put:
+        return Step(f"{state}. I am at the {home}, so I put it here.", put, subgoal)
+    # The target does not take what is held: an object of another type, taken by a policy whose
+    # states DAgger labels (the searcher's own play only takes the task's object).
+    if puts:
+        return Step(f"The {home} does not take the {held}, so I put it down here.", puts[0], subgoal)
+    _, go = _search(view, "", set(), here)  # the next receptacle in search order
+    return Step(
+        f"The {home} does not take the {held}, so I take it to the {go[len('go to ') :]}.", go, subgoal
+    )
 
 
 def _find(view: View, kind: str, here: str | None) -> Step:
