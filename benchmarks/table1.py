@@ -455,6 +455,9 @@ def main() -> None:
     warm_starts: dict[str, tuple[Path, str]] = {}  # label: the warm start and its weights digest
     runs = [(f"{WARM_START} ({label})", None, label) for label in variant_of_label]
     runs += [(name, seed, VARIANTS[env][name].warm_start_label) for seed in args.seeds for name in variants]
+    # A shipped warm start's own check (scripts/ship_warm_start.py) played the same games of its
+    # split with the same seed: the protocol copies those instead of playing them again.
+    shipping_evaluations = sorted(SHIPPING_EVALUATIONS.parent.glob(SHIPPING_EVALUATIONS.name))
     ray.init(num_cpus=3, include_dashboard=False, log_to_driver=False)
     try:
         for name, seed, label in tqdm(runs, desc="runs", unit="run"):
@@ -503,9 +506,7 @@ def main() -> None:
                 output=run_dir / "eval",
                 baselines=(),
                 env_config={"max_steps": max_steps},
-                # A shipped warm start's own check (scripts/ship_warm_start.py) played the same
-                # games of its split with the same seed: those are copied, not played again.
-                reuse=sorted(SHIPPING_EVALUATIONS.parent.glob(SHIPPING_EVALUATIONS.name)),
+                reuse=shipping_evaluations,
             )
     except KeyboardInterrupt:
         raise SystemExit(

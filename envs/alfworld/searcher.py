@@ -194,17 +194,21 @@ def next_step(view: View) -> Step:
         return Step(f"{state}. It goes to the {home}.", f"go to {home}", subgoal)
     if f"open {home}" in view.admissible:
         return Step(f"{state}. The {home} is closed, so I open it.", f"open {home}", subgoal)
-    puts = [a for a in view.admissible if (m := _PUT.match(a)) and m[1] == held]
-    put = next((a for a in puts if _PUT.match(a)[2] == home), None)
-    if put:
-        return Step(f"{state}. I am at the {home}, so I put it here.", put, subgoal)
+    puts: dict[str, str] = {}  # receptacle: the first command that puts the held object there
+    for action in view.admissible:
+        if (match := _PUT.match(action)) and match[1] == held:
+            puts.setdefault(match[2], action)
+    if home in puts:
+        return Step(f"{state}. I am at the {home}, so I put it here.", puts[home], subgoal)
     # The target does not take what is held: an object of another type, taken by a policy whose
     # states DAgger labels (the searcher's own play only takes the task's object).
     if puts:
-        return Step(f"The {home} does not take the {held}, so I put it down here.", puts[0], subgoal)
-    _, go = _search(view, "", set(), here)  # the next receptacle in search order
+        return Step(
+            f"The {home} does not take the {held}, so I put it down here.", next(iter(puts.values())), subgoal
+        )
+    place = _next_place(view, set(), here)
     return Step(
-        f"The {home} does not take the {held}, so I take it to the {go[len('go to ') :]}.", go, subgoal
+        f"The {home} does not take the {held}, so I take it to the {place}.", f"go to {place}", subgoal
     )
 
 
@@ -229,13 +233,21 @@ def _find(view: View, kind: str, here: str | None) -> Step:
 
 def _search(view: View, need: str, kinds: set[str], here: str | None) -> tuple[str, str]:
     """Go to the next receptacle of the given types after ``here`` in search order (cyclically)."""
+    place = _next_place(view, kinds, here)
+    if here is None:
+        return f"{need} I start with the {place}.", f"go to {place}"
+    return f"{need} There is none at the {here}. Next I check the {place}.", f"go to {place}"
+
+
+def _next_place(view: View, kinds: set[str], here: str | None) -> str:
+    """The next receptacle of the given types (any, if none is elsewhere) after ``here`` in search
+    order, cyclically; the first one if the agent's place is unknown."""
     elsewhere = [p for p in view.places() if not view.at(p)]
     candidates = [p for p in elsewhere if object_type(p) in kinds] or elsewhere
     if here is None:
-        return f"{need} I start with the {candidates[0]}.", f"go to {candidates[0]}"
+        return candidates[0]
     later = [p for p in candidates if _place_key(p) > _place_key(here)]
-    place = (later or candidates)[0]
-    return f"{need} There is none at the {here}. Next I check the {place}.", f"go to {place}"
+    return (later or candidates)[0]
 
 
 def _first(view: View, kind: str) -> str:

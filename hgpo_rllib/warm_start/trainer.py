@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 from transformers import DataCollatorForSeq2Seq, Trainer, TrainerCallback, TrainingArguments
+from transformers.trainer_utils import get_last_checkpoint
 
 import envs
 from hgpo_rllib.evaluation.policy_folder import policy_record
@@ -372,12 +373,13 @@ def fit(
 def fitted_fraction(out: Path) -> float:
     """How much of the fit into ``out`` its latest ``Trainer`` checkpoint holds (0 without one): the
     part a resumed fit does not do again."""
-    states = [path / "trainer_state.json" for path in (out / CHECKPOINTS).glob("checkpoint-*")]
-    steps = [json.loads(path.read_text()) for path in states if path.is_file()]
-    latest = max(steps, key=lambda state: state.get("global_step", 0), default=None)
-    if not latest or not latest.get("max_steps"):
+    checkpoints = out / CHECKPOINTS
+    last = get_last_checkpoint(str(checkpoints)) if checkpoints.is_dir() else None
+    state_file = Path(last) / "trainer_state.json" if last else None
+    if state_file is None or not state_file.is_file():
         return 0.0
-    return min(1.0, latest["global_step"] / latest["max_steps"])
+    state = json.loads(state_file.read_text())
+    return min(1.0, state["global_step"] / state["max_steps"]) if state.get("max_steps") else 0.0
 
 
 def train_warm_start(
