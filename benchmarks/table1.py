@@ -16,10 +16,11 @@ WebShop's 500 test goals.
 Resumable across sittings: each run writes its own small result files under ``<output>/runs/<run>/``
 (``curve.csv``, ``trained.json``, the evaluation's ``episodes.csv`` ...) and its checkpoint under
 ``--work-dir``; a rerun skips what is finished (training, then each evaluation seed). The tables
-(``table.md``, ``per_run.csv``, ``comparisons.csv``: each variant against GRPO, GiGPO and HGPO K = 2
-paired by training seed and game, ``curves.csv``/``.png``) are rebuilt from the files of all runs so far;
-``--tables-only`` rebuilds them and runs nothing (also for ``docs/results/alfworld_table1``, the
-first, 3-seed ALFWorld table of ``benchmarks/alfworld_table1.py``, which this script replaces).
+(``table.md``, ``per_run.csv``, ``comparisons.csv``: each variant against its own warm start and
+against GRPO, GiGPO and HGPO K = 2, paired by training seed and game, ``curves.csv``/``.png``) are
+rebuilt from the files of all runs so far; ``--tables-only`` rebuilds them and runs nothing (also for
+``docs/results/alfworld_table1``, the first, 3-seed ALFWorld table of ``benchmarks/alfworld_table1.py``,
+which this script replaces).
 """
 
 from __future__ import annotations
@@ -294,31 +295,53 @@ def headline_table(per_run: pd.DataFrame, env: str) -> str:
 
 
 def paired_table(runs_dir: Path, env: str) -> pd.DataFrame:
-    """Every trained variant against each baseline above it, per split, paired by training seed and game
+    """Every trained variant against its own warm start (the one whose weights it started from) and
+    against each baseline above it, per split, paired by training seed and game
     (``hgpo_rllib.evaluation.comparison``): the difference in success (WebShop: and score) in points,
-    its bootstrap interval over seeds then games, and the exact sign-flip p-value over the seeds."""
-    frames = []
+    its bootstrap interval over seeds then games, and the exact sign-flip p-value over the seeds.
+
+    The gain over the own warm start is the reading that rows from different warm starts (K = 4,
+    HiPER's format) share with the K = 2 rows; the warm start played each game once, so its luck on a
+    game is the same in every training seed's pair."""
+    frames, warm_starts = [], {}
     for episodes_file in sorted(runs_dir.glob("*/eval/episodes.csv")):
         info = json.loads((episodes_file.parents[1] / "run.json").read_text())
-        if info["seed"] is None:  # a warm start: nothing to pair with
-            continue
         played = pd.read_csv(episodes_file)
-        played = played[played["policy"] == "checkpoint"]
-        frames.append(played.assign(variant=info["variant"], training_seed=info["seed"]))
+        played = played[played["policy"] == "checkpoint"].assign(
+            variant=info["variant"], weights=info.get("warm_start_weights")
+        )
+        played["split"] = played["split"].map(SPLIT_NAMES).fillna(played["split"])
+        if info["seed"] is None:
+            warm_starts[info.get("warm_start_weights")] = played
+        else:
+            frames.append(played.assign(training_seed=info["seed"]))
     if not frames:
         return pd.DataFrame()
     episodes = pd.concat(frames, ignore_index=True)
-    episodes["split"] = episodes["split"].map(SPLIT_NAMES).fillna(episodes["split"])
     variants = row_order(env, set(episodes["variant"]))
     measures = {"success": "won", "score": "score"} if env == "webshop" else {"success": "won"}
+    pairs = []
+    for variant in variants:
+        runs = episodes[episodes["variant"] == variant]
+        for weights, start in warm_starts.items():
+            started_here = runs[runs["weights"] == weights]
+            if weights is None or started_here.empty:
+                continue
+            seeds = started_here["training_seed"].unique()
+            own = pd.concat([start.assign(training_seed=seed) for seed in seeds], ignore_index=True)
+            pairs.append(
+                (pd.concat([started_here, own], ignore_index=True), [variant], start["variant"].iloc[0])
+            )
+    pairs += [
+        (episodes, variants[variants.index(baseline) + 1 :], baseline)
+        for baseline in BASELINES
+        if baseline in variants
+    ]
     return pd.concat(
         [
-            compare(episodes, variants[variants.index(baseline) + 1 :], [baseline], value).assign(
-                measure=name
-            )
+            compare(frame, compared, [baseline], value).assign(measure=name)
             for name, value in measures.items()
-            for baseline in BASELINES
-            if baseline in variants
+            for frame, compared, baseline in pairs
         ],
         ignore_index=True,
     )

@@ -56,7 +56,7 @@ def test_hiper_runs_its_own_example_and_k4_asks_for_its_own_warm_start() -> None
         table1.variant_config(variants["HGPO K=4 a=1"], find_warm_start(alfworld_recipe(2)))
 
 
-def write_run(runs: Path, variant: str, seed: int | None, won: list[bool]) -> None:
+def write_run(runs: Path, variant: str, seed: int | None, won: list[bool], weights: str = "abc") -> None:
     run_dir = runs / table1.run_name(variant, seed) / "eval"
     run_dir.mkdir(parents=True)
     settings = {
@@ -66,7 +66,7 @@ def write_run(runs: Path, variant: str, seed: int | None, won: list[bool]) -> No
         "iterations": None if seed is None else 6,
         "eval_episodes": None,
         "eval_max_steps": 50,
-        "warm_start_weights": "abc",
+        "warm_start_weights": weights,
     }
     (run_dir.parent / "run.json").write_text(json.dumps(settings))
     if seed is not None:
@@ -108,11 +108,15 @@ def test_tables_are_rebuilt_from_run_files(tmp_path: Path) -> None:
     table = table1.write_tables(tmp_path)
     assert "Paired differences" in table and "warm start (K=2)" in table
     paired = pd.read_csv(tmp_path / "comparisons.csv")
-    # Each pair once, the later row against the baseline above it (no mirrored rows).
+    # Each pair once, the later row against the baseline above it (no mirrored rows), and each
+    # trained row against the warm start it started from.
     assert sorted(zip(paired["variant"], paired["baseline"], strict=True)) == [
+        ("GRPO", "warm start (K=2)"),
         ("HGPO K=2 a=1", "GRPO"),
+        ("HGPO K=2 a=1", "warm start (K=2)"),
         ("HiPER", "GRPO"),
         ("HiPER", "HGPO K=2 a=1"),
+        ("HiPER", "warm start (K=2)"),
     ]
     (row,) = paired[(paired["variant"] == "HGPO K=2 a=1") & (paired["baseline"] == "GRPO")].to_dict("records")
     assert row["difference"] == 25.0 and row["seeds"] == 3 and row["sign_flip_p"] == 0.25
@@ -126,6 +130,24 @@ def test_tables_are_rebuilt_from_run_files(tmp_path: Path) -> None:
     header = (tmp_path / "table.md").read_text()
     assert "iterations per run 4-6 (20-22 minutes), under a machine load" in header
     assert "of 2.0-2.2." in header
+
+
+def test_each_row_gains_over_the_warm_start_whose_weights_it_started_from(tmp_path: Path) -> None:
+    runs = tmp_path / "runs"
+    write_run(runs, "warm start (K=2)", None, [True, False, False, False], weights="k2")
+    write_run(runs, "warm start (K=4)", None, [True, True, True, False], weights="k4")
+    for seed, won in ((0, [True, True, False, False]), (1, [True, True, True, True])):
+        write_run(runs, "HGPO K=2 a=1", seed, won, weights="k2")
+        write_run(runs, "HGPO K=4 a=1", seed, won, weights="k4")
+    write_run(runs, "GRPO", 0, [False] * 4, weights="rebuilt")  # its warm start is not in the folder
+    table1.write_tables(tmp_path)
+    paired = pd.read_csv(tmp_path / "comparisons.csv").set_index(["variant", "baseline"])
+    # Seed 0 gains one game of four, seed 1 three over K=2's start; K=4's start won three of four.
+    assert paired.loc[("HGPO K=2 a=1", "warm start (K=2)"), "difference"] == 50.0
+    assert paired.loc[("HGPO K=4 a=1", "warm start (K=4)"), "difference"] == 0.0
+    assert paired.loc[("HGPO K=4 a=1", "warm start (K=4)"), "seeds"] == 2
+    assert ("HGPO K=2 a=1", "warm start (K=4)") not in paired.index
+    assert not any(variant == "GRPO" for variant, _ in paired.index)
 
 
 def test_the_headline_gives_each_training_seeds_success_in_seed_order(tmp_path: Path) -> None:
