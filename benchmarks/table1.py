@@ -17,7 +17,8 @@ Resumable across sittings: each run writes its own small result files under ``<o
 (``curve.csv``, ``trained.json``, the evaluation's ``episodes.csv`` ...) and its checkpoint under
 ``--work-dir``; a rerun skips what is finished (training, then each evaluation seed). The tables
 (``table.md``, ``per_run.csv``, ``comparisons.csv``: each variant against its own warm start and
-against GRPO, GiGPO and HGPO K = 2, paired by training seed and game, ``curves.csv``/``.png``) are
+against GRPO, GiGPO and HGPO K = 2, paired by training seed and game, and where the two started from
+different warm starts their gains over them too, ``curves.csv``/``.png``) are
 rebuilt from the files of all runs so far; ``--tables-only`` rebuilds them and runs nothing (also for
 ``docs/results/alfworld_table1``, the first, 3-seed ALFWorld table of ``benchmarks/alfworld_table1.py``,
 which this script replaces).
@@ -45,7 +46,7 @@ from tqdm.auto import tqdm  # noqa: E402
 
 from hgpo_rllib.columns import INVALID_ACTION_RATE, SUCCESS_RATE  # noqa: E402
 from hgpo_rllib.evaluation import ALFWORLD_CATEGORIES, evaluate  # noqa: E402
-from hgpo_rllib.evaluation.comparison import compare  # noqa: E402
+from hgpo_rllib.evaluation.comparison import GAME_KEYS, compare  # noqa: E402
 from hgpo_rllib.experiments.experiment_file import load_experiment_file  # noqa: E402
 from hgpo_rllib.warm_start.cache import WEBSHOP_WARM_START, alfworld_recipe, build_warm_start  # noqa: E402
 
@@ -302,7 +303,10 @@ def paired_table(runs_dir: Path, env: str) -> pd.DataFrame:
 
     The gain over the own warm start is the reading that rows from different warm starts (K = 4,
     HiPER's format) share with the K = 2 rows; the warm start played each game once, so its luck on a
-    game is the same in every training seed's pair."""
+    game is the same in every training seed's pair. Where a row and its baseline started from
+    different warm starts, their gains are compared too (measure ``<measure> gain``: per game, the
+    row's gain over its start minus the baseline's over its own), which takes the two starts'
+    difference out of the comparison."""
     frames, warm_starts = [], {}
     for episodes_file in sorted(runs_dir.glob("*/eval/episodes.csv")):
         info = json.loads((episodes_file.parents[1] / "run.json").read_text())
@@ -337,14 +341,31 @@ def paired_table(runs_dir: Path, env: str) -> pd.DataFrame:
         for baseline in BASELINES
         if baseline in variants
     ]
-    return pd.concat(
-        [
-            compare(frame, compared, [baseline], value).assign(measure=name)
-            for name, value in measures.items()
-            for frame, compared, baseline in pairs
-        ],
-        ignore_index=True,
+    tables = [
+        compare(frame, compared, [baseline], value).assign(measure=name)
+        for name, value in measures.items()
+        for frame, compared, baseline in pairs
+    ]
+    # Gains over the own start, for rows whose start is not their baseline's.
+    starts = [start for weights, start in warm_starts.items() if weights is not None]
+    game = ["weights", *GAME_KEYS]
+    with_start = episodes.merge(
+        pd.concat(starts)[[*game, *measures.values()]] if starts else pd.DataFrame(columns=game),
+        on=game,
+        suffixes=("", "_start"),
     )
+    started_from = episodes.groupby("variant")["weights"].agg(frozenset)
+    for baseline in (b for b in BASELINES if b in variants):
+        others = [
+            v for v in variants[variants.index(baseline) + 1 :] if started_from[v] != started_from[baseline]
+        ]
+        for name, value in measures.items():
+            if not others or with_start.empty:
+                continue
+            gain = with_start[value].astype(float) - with_start[f"{value}_start"].astype(float)
+            compared = compare(with_start.assign(gain=gain), others, [baseline], "gain")
+            tables.append(compared.assign(measure=f"{name} gain"))
+    return pd.concat(tables, ignore_index=True)
 
 
 def plot_curves(curves: pd.DataFrame, path: Path, env: str) -> None:
@@ -396,7 +417,8 @@ def write_tables(out: Path) -> str:
     if not paired.empty:
         table += (
             "\n### Paired differences (points; 95% bootstrap interval over training seeds, then games; "
-            "exact sign-flip p over the seeds)\n\n" + paired.to_markdown(index=False) + "\n"
+            "exact sign-flip p over the seeds; measure `success gain`: the row's gain over its own warm "
+            "start minus the baseline's over its own)\n\n" + paired.to_markdown(index=False) + "\n"
         )
     episodes = values("eval_episodes")
     load = ""

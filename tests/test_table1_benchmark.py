@@ -141,13 +141,19 @@ def test_each_row_gains_over_the_warm_start_whose_weights_it_started_from(tmp_pa
         write_run(runs, "HGPO K=4 a=1", seed, won, weights="k4")
     write_run(runs, "GRPO", 0, [False] * 4, weights="rebuilt")  # its warm start is not in the folder
     table1.write_tables(tmp_path)
-    paired = pd.read_csv(tmp_path / "comparisons.csv").set_index(["variant", "baseline"])
+    paired = pd.read_csv(tmp_path / "comparisons.csv").set_index(["variant", "baseline", "measure"])
     # Seed 0 gains one game of four, seed 1 three over K=2's start; K=4's start won three of four.
-    assert paired.loc[("HGPO K=2 a=1", "warm start (K=2)"), "difference"] == 50.0
-    assert paired.loc[("HGPO K=4 a=1", "warm start (K=4)"), "difference"] == 0.0
-    assert paired.loc[("HGPO K=4 a=1", "warm start (K=4)"), "seeds"] == 2
-    assert ("HGPO K=2 a=1", "warm start (K=4)") not in paired.index
-    assert not any(variant == "GRPO" for variant, _ in paired.index)
+    assert paired.loc[("HGPO K=2 a=1", "warm start (K=2)", "success"), "difference"] == 50.0
+    assert paired.loc[("HGPO K=4 a=1", "warm start (K=4)", "success"), "difference"] == 0.0
+    assert paired.loc[("HGPO K=4 a=1", "warm start (K=4)", "success"), "seeds"] == 2
+    assert ("HGPO K=2 a=1", "warm start (K=4)", "success") not in paired.index
+    # Level with K=2's row game for game, K=4's gains 50 points less over its own, stronger start;
+    # GRPO's start is not in the folder, so nothing has a gain to compare with GRPO's.
+    assert paired.loc[("HGPO K=4 a=1", "HGPO K=2 a=1", "success"), "difference"] == 0.0
+    gain = paired.loc[("HGPO K=4 a=1", "HGPO K=2 a=1", "success gain")]
+    assert (gain["difference"], gain["seeds"], gain["sign_flip_p"]) == (-50.0, 2, 0.5)
+    assert not any(variant == "GRPO" for variant, _, _ in paired.index)
+    assert set(paired.xs("success gain", level="measure").index) == {("HGPO K=4 a=1", "HGPO K=2 a=1")}
 
 
 def test_the_headline_gives_each_training_seeds_success_in_seed_order(tmp_path: Path) -> None:
