@@ -346,25 +346,29 @@ def paired_table(runs_dir: Path, env: str) -> pd.DataFrame:
         for name, value in measures.items()
         for frame, compared, baseline in pairs
     ]
-    # Gains over the own start, for rows whose start is not their baseline's.
+    # Gains over the own start (each measure's, once), for rows whose start is not their baseline's.
     starts = [start for weights, start in warm_starts.items() if weights is not None]
-    game = ["weights", *GAME_KEYS]
-    with_start = episodes.merge(
-        pd.concat(starts)[[*game, *measures.values()]] if starts else pd.DataFrame(columns=game),
-        on=game,
-        suffixes=("", "_start"),
-    )
-    started_from = episodes.groupby("variant")["weights"].agg(frozenset)
-    for baseline in (b for b in BASELINES if b in variants):
-        others = [
-            v for v in variants[variants.index(baseline) + 1 :] if started_from[v] != started_from[baseline]
-        ]
-        for name, value in measures.items():
-            if not others or with_start.empty:
-                continue
-            gain = with_start[value].astype(float) - with_start[f"{value}_start"].astype(float)
-            compared = compare(with_start.assign(gain=gain), others, [baseline], "gain")
-            tables.append(compared.assign(measure=f"{name} gain"))
+    if starts:
+        game = ["weights", *GAME_KEYS]
+        with_start = episodes.merge(
+            pd.concat(starts)[[*game, *measures.values()]], on=game, suffixes=("", "_start")
+        )
+        gains = {
+            name: with_start.assign(gain=with_start[value].astype(float) - with_start[f"{value}_start"])
+            for name, value in measures.items()
+        }
+        started_from = episodes.groupby("variant")["weights"].agg(frozenset)
+        for baseline in (b for b in BASELINES if b in variants):
+            others = [
+                v
+                for v in variants[variants.index(baseline) + 1 :]
+                if started_from[v] != started_from[baseline]
+            ]
+            if others:
+                tables += [
+                    compare(frame, others, [baseline], "gain").assign(measure=f"{name} gain")
+                    for name, frame in gains.items()
+                ]
     return pd.concat(tables, ignore_index=True)
 
 
