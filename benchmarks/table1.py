@@ -421,7 +421,7 @@ def write_tables(out: Path) -> str:
     if not paired.empty:
         table += (
             "\n### Paired differences (points; 95% bootstrap interval over training seeds, then games; "
-            "exact sign-flip p over the seeds; measure `success gain`: the row's gain over its own warm "
+            "exact sign-flip p over the seeds; a measure `... gain`: the row's gain over its own warm "
             "start minus the baseline's over its own)\n\n" + paired.to_markdown(index=False) + "\n"
         )
     episodes = values("eval_episodes")
