@@ -36,7 +36,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import itertools
-import os
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -57,7 +56,7 @@ from hgpo_rllib.advantages.step_table import StepTable, estimate_advantages  # n
 from hgpo_rllib.evaluation.comparison import compare  # noqa: E402
 from hgpo_rllib.evaluation.protocol import evaluate  # noqa: E402
 from hgpo_rllib.experiments.experiment_file import load_experiment_file  # noqa: E402
-from hgpo_rllib.experiments.presets import team_warm_start_config  # noqa: E402
+from hgpo_rllib.experiments.teams import team_warm_start_config  # noqa: E402
 from hgpo_rllib.warm_start.trainer import train_warm_start  # noqa: E402
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "tuned_examples" / "drmas_webshop.py"
@@ -159,13 +158,13 @@ def train_run(
 ) -> dict[str, list[dict]]:
     """Train one run, save its checkpoint, evaluate it on test goals; every table's rows."""
     run_name = f"{estimator}_{normalisation}_{seed}"
-    os.environ.update(
-        HGPO_WARM_START=str(args.warm_start),
-        HGPO_ESTIMATOR=estimator,
-        HGPO_NORMALIZE_BY=NORMALISATIONS[normalisation],
-        HGPO_LLM_SHARING="separate",
-    )
-    config = load_experiment_file(EXAMPLE).config.copy(copy_frozen=False)
+    settings = {
+        "warm_start": str(args.warm_start),
+        "estimator": estimator,
+        "normalize_by": NORMALISATIONS[normalisation],
+        "llm_sharing": "separate",
+    }
+    config = load_experiment_file(EXAMPLE, settings).config
     config.debugging(seed=seed).callbacks([*_as_list(config.callbacks_class), AdvantageScaleProbe])
     run_id = {"estimator": estimator, "normalisation": normalisation, "seed": seed}
     tables: dict[str, list[dict]] = {name: [] for name in TABLES}

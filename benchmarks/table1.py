@@ -59,11 +59,11 @@ WARM_START = "warm start"
 
 
 class Variant(NamedTuple):
-    """A tuned example's CPU run from a warm start: its ``HGPO_*`` switches, config overrides on
-    top, and the prompt the warm start must have learned (K, answer format)."""
+    """A tuned example's CPU run from a warm start: its settings (the example's typed switches),
+    config overrides on top, and the prompt the warm start must have learned (K, answer format)."""
 
     example: str
-    switches: dict[str, str]
+    settings: dict[str, object]
     history_length: int = 2
     answer_format: str | None = None
     overrides: dict[str, object] = {}
@@ -74,8 +74,8 @@ class Variant(NamedTuple):
 
 
 def _hgpo(example: str, estimator: str, k: int, alpha: float = 1.0, **overrides: object) -> Variant:
-    switches = {"HGPO_ESTIMATOR": estimator, "HGPO_K": str(k), "HGPO_ALPHA": str(alpha)}
-    return Variant(example, switches, k, overrides=overrides)
+    settings = {"estimator": estimator, "history_length": k, "alpha": alpha}
+    return Variant(example, settings, k, overrides=overrides)
 
 
 VARIANTS = {
@@ -84,7 +84,7 @@ VARIANTS = {
         "GiGPO": _hgpo("hgpo_alfworld.py", "gigpo", 2),
         "HGPO K=2 a=1": _hgpo("hgpo_alfworld.py", "hgpo", 2),
         "HGPO K=4 a=1": _hgpo("hgpo_alfworld.py", "hgpo", 4),
-        "HiPER": Variant("hiper_alfworld.py", {"HGPO_K": "2"}, 2, "plan_execute"),
+        "HiPER": Variant("hiper_alfworld.py", {"history_length": 2}, 2, "plan_execute"),
         # The first table's other HGPO settings (docs/results.md), not in issue 30's rows.
         "HGPO K=2 a=0": _hgpo("hgpo_alfworld.py", "hgpo", 2, alpha=0.0),
         "HGPO K=2 adaptive": _hgpo("hgpo_alfworld.py", "hgpo", 2, weighting="adaptive"),
@@ -130,19 +130,9 @@ def run_name(variant: str, seed: int | None) -> str:
 
 
 def variant_config(variant: Variant, warm_start: Path):  # noqa: ANN201 (an RLlib AlgorithmConfig)
-    """The variant's tuned example loaded with its switches and ``HGPO_WARM_START=warm_start``, its
-    overrides on top (the environment is restored afterwards)."""
-    switches = {**variant.switches, "HGPO_WARM_START": str(warm_start)}
-    saved = {name: os.environ.get(name) for name in switches}
-    os.environ.update(switches)
-    try:
-        config = load_experiment_file(TUNED / variant.example).config.copy(copy_frozen=False)
-    finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
+    """The variant's tuned example built with its settings and ``warm_start``, its overrides on top."""
+    settings = {**variant.settings, "warm_start": str(warm_start)}
+    config = load_experiment_file(TUNED / variant.example, settings).config
     return config.training(**variant.overrides) if variant.overrides else config
 
 

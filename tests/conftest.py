@@ -23,6 +23,7 @@ from collections.abc import Iterator
 import pytest
 
 import hgpo_rllib  # noqa: F401  (sets OpenMP waiting before any test module loads torch)
+from hgpo_rllib.experiments.settings import REMOVED_VARIABLES
 
 _HOME = tempfile.mkdtemp(prefix="hgpo-tests-home-")
 os.environ["HOME"] = _HOME
@@ -37,10 +38,8 @@ atexit.register(shutil.rmtree, _TMP, ignore_errors=True)
 importlib.import_module("multiprocessing.util")
 os.environ.pop("CHECKPOINTS_DIR", None)
 os.environ.pop("ALFWORLD_DATA", None)
-os.environ.pop("HGPO_CACHE", None)
-# The main job's CPU default builds its warm start (about 2 hours on 2 cores) when a run starts; tests run
-# its random-init pipeline demo instead (tests of the warm-start path set the variable themselves).
-os.environ["HGPO_WARM_START"] = "none"
+for _removed in REMOVED_VARIABLES:  # 0.2.0's switches, refused when set: a user's shell must not fail tests
+    os.environ.pop(_removed, None)
 
 
 #: What the suite needs beyond the main job's install line (scripts/install.sh installs them).

@@ -263,7 +263,7 @@ TEAM_EXPERIMENT = textwrap.dedent(
     """
     import functools
     from hgpo_rllib import HGPOConfig
-    from hgpo_rllib.experiments.presets import role_module
+    from hgpo_rllib.experiments.teams import role_module
 
     config = (
         HGPOConfig()
@@ -336,20 +336,26 @@ def crash_once_lines(marker: Path, iteration: int) -> str:
 def crashing_tuned_example(
     tmp_path: Path, example: str, *, stop_iteration: int, crash_at: int, checkpoint_freq: int | None = None
 ) -> tuple[Path, Path]:
-    """An experiment file that runs ``tuned_examples/<example>`` (its config, name and checkpoint
-    frequency, or ``checkpoint_freq``) for ``stop_iteration`` iterations and crashes once in
+    """An experiment file that runs ``tuned_examples/<example>`` (its settings, config, name and
+    checkpoint frequency, or ``checkpoint_freq``) for ``stop_iteration`` iterations and crashes once in
     ``crash_at``; returns the file and the crash marker."""
     marker = tmp_path / "crashed"
-    freq = "example['checkpoint_freq']" if checkpoint_freq is None else str(checkpoint_freq)
+    freq = "run['checkpoint_freq']" if checkpoint_freq is None else str(checkpoint_freq)
     path = tmp_path / f"crashing_{example}"
+    crash = textwrap.indent(crash_once_lines(marker, crash_at), "    ")
     path.write_text(
         textwrap.dedent(f"""
         import runpy
         example = runpy.run_path({str(TUNED / example)!r})
-        config, name, checkpoint_freq = example["config"], example["name"], {freq}
-        stop = {{"training_iteration": {stop_iteration}}}
+        SETTINGS = example["SETTINGS"]
+
+        def experiment(settings):
+            run = example["experiment"](settings)
+            config = run["config"]
         """)
-        + crash_once_lines(marker, crash_at)
+        + crash
+        + f"    stop = {{'training_iteration': {stop_iteration}}}\n"
+        + f"    return {{**run, 'checkpoint_freq': {freq}, 'stop': stop}}\n"
     )
     return path, marker
 

@@ -185,3 +185,117 @@ def test_the_iteration_trace_in_rllib_notes_names_what_exists() -> None:
         elif attr and not hasattr(getattr(importlib.import_module(defined[name]), name), attr):
             missing.append(f"{name}.{attr}")
     assert not missing, f"docs/rllib_notes.md §5.1 names what the code lacks: {missing}"
+
+
+# ------------------------------------------------------------------ settings never through os.environ
+ROOT = PACKAGE.parent
+#: Where the environment may be read or written, by variable: process knobs of Ray, Tune and OpenMP,
+#: data and results folders, and Tune's W&B credential; never a run's setting (those are typed flags).
+ALLOWED_VARIABLES = {
+    "RAY_AIR_NEW_OUTPUT": "Tune's console output (a process knob)",
+    "TUNE_DISABLE_SIGINT_HANDLER": "Tune's signal handling (a process knob)",
+    "TUNE_GLOBAL_CHECKPOINT_S": "how often Tune saves its state (a process knob)",
+    "GOMP_SPINCOUNT": "OpenMP waiting (a process knob)",
+    "WEBSHOP_DATA_DIR": "a data-directory reader",
+    "ALFWORLD_DATA": "a data-directory reader",
+    "CHECKPOINTS_DIR": "the results folder's reader",
+    "WANDB_API_KEY": "Tune's Weights & Biases credential",
+}
+#: Files that pass the whole environment or a computed name, and why.
+ALLOWED_DYNAMIC = {
+    "hgpo_rllib/cli/__init__.py": "refuses the removed HGPO_* variables",
+    "hgpo_rllib/openmp.py": "leaves the user's own OpenMP choices alone",
+    "benchmarks/advantages.py": "one OpenMP/BLAS thread, set before numpy loads",
+    "benchmarks/estimator_bias.py": "one OpenMP/BLAS thread, set before numpy loads",
+    "benchmarks/openmp_waiting.py": "subprocesses without the OpenMP variables it compares",
+    "benchmarks/test_suite_time.py": "the suite's subprocess with the checkout on PYTHONPATH",
+}
+ENVIRON_FUNCTIONS = ("getenv", "putenv", "unsetenv")
+
+
+def _environ_uses(tree: ast.Module) -> list[tuple[int, str]]:
+    """(line, variable) of every read or write of the process environment in ``tree``: ``os.environ``
+    in any form, ``os.getenv`` / ``putenv`` / ``unsetenv``; the variable is the literal name (or a
+    module-level string constant) it is indexed or called with, else ``<dynamic>``."""
+    constants = {
+        target.id: node.value.value
+        for node in tree.body
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant)
+        for target in node.targets
+        if isinstance(target, ast.Name) and isinstance(node.value.value, str)
+    }
+    parents = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
+
+    def name_of(node: ast.AST | None) -> str:
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            return node.value
+        if isinstance(node, ast.Name) and node.id in constants:
+            return constants[node.id]
+        return "<dynamic>"
+
+    uses = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module == "os":
+            for alias in node.names:
+                if alias.name in ("environ", *ENVIRON_FUNCTIONS):
+                    uses.append((node.lineno, "<dynamic>"))
+        if not (isinstance(node, ast.Attribute) and getattr(node.value, "id", None) == "os"):
+            continue
+        parent = parents.get(node)
+        if node.attr in ENVIRON_FUNCTIONS:
+            args = parent.args if isinstance(parent, ast.Call) else []
+            uses.append((node.lineno, name_of(args[0] if args else None)))
+        elif node.attr == "environ":
+            if isinstance(parent, ast.Subscript):
+                uses.append((node.lineno, name_of(parent.slice)))
+            elif isinstance(parent, ast.Attribute) and isinstance(parents.get(parent), ast.Call):
+                call = parents[parent]
+                if parent.attr == "update":
+                    uses += [(node.lineno, kw.arg or "<dynamic>") for kw in call.keywords]
+                    uses += [(node.lineno, "<dynamic>") for _ in call.args]
+                else:
+                    uses.append((node.lineno, name_of(call.args[0] if call.args else None)))
+            else:
+                uses.append((node.lineno, "<dynamic>"))
+    return uses
+
+
+def _environ_violations(files: list[Path]) -> list[str]:
+    found = []
+    for path in files:
+        relative = path.relative_to(ROOT).as_posix()
+        for line, variable in _environ_uses(ast.parse(path.read_text(), str(path))):
+            allowed = variable in ALLOWED_VARIABLES or (
+                variable == "<dynamic>" and relative in ALLOWED_DYNAMIC
+            )
+            if not allowed:
+                found.append(f"{relative}:{line}: {variable}")
+    return found
+
+
+def test_no_setting_is_read_or_written_through_the_process_environment() -> None:
+    files = [
+        p
+        for folder in ("hgpo_rllib", "envs", "benchmarks", "tuned_examples")
+        for p in (ROOT / folder).rglob("*.py")
+    ]
+    assert _environ_violations(files) == []
+
+
+def test_the_environ_checker_sees_every_form(tmp_path: Path) -> None:
+    source = tmp_path / "probe.py"
+    source.write_text(
+        "import os\nfrom os import environ\nNAME = 'HGPO_K'\n"
+        "a = os.environ['HGPO_ALPHA']\nb = os.environ.get(NAME)\nos.environ.update(HGPO_PRESET='cpu')\n"
+        "c = os.getenv('MY_SETTING')\nd = dict(os.environ)\nos.environ.setdefault('CHECKPOINTS_DIR', 'x')\n"
+    )
+    uses = sorted(_environ_uses(ast.parse(source.read_text())))
+    assert uses == [
+        (2, "<dynamic>"),
+        (4, "HGPO_ALPHA"),
+        (5, "HGPO_K"),
+        (6, "HGPO_PRESET"),
+        (7, "MY_SETTING"),
+        (8, "<dynamic>"),
+        (9, "CHECKPOINTS_DIR"),
+    ]

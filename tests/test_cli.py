@@ -503,6 +503,8 @@ def test_main_job_alfworld_trains_two_iterations_via_rllib_train_file(tmp_path: 
         "train",
         "file",
         str(TUNED / "hgpo_alfworld.py"),
+        "--warm-start",
+        "none",  # the random-init demo: a run of the shipped warm start is slower
         "--storage-path",
         str(tmp_path),
         "--stop",
@@ -522,15 +524,17 @@ def test_main_job_alfworld_trains_two_iterations_via_rllib_train_file(tmp_path: 
 def test_rehearsal_preset_trains_evaluates_checkpoints_and_resumes(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """``HGPO_PRESET=rehearsal`` on the main job: two DDP learners, bf16, an evaluation env runner,
-    a checkpoint every iteration; a crash in iteration 3 is resumed from the checkpoint of iteration 2.
-    The env runners use HF generate here (``--config``); the vLLM backend has tests of its own."""
-    monkeypatch.setenv("HGPO_PRESET", "rehearsal")
+    """``--preset rehearsal`` on the main job: two DDP learners, bf16, an evaluation env runner,
+    a checkpoint every iteration; a crash in iteration 3 is resumed from the checkpoint of iteration 2
+    (``--resume`` with the same settings). The env runners use HF generate here (``--config``); the vLLM
+    backend has tests of its own."""
     path, marker = crashing_tuned_example(tmp_path, "hgpo_alfworld.py", stop_iteration=3, crash_at=3)
     args = [
         "train",
         "file",
         str(path),
+        "--preset",
+        "rehearsal",
         "--storage-path",
         str(tmp_path / "out"),
         "--name",

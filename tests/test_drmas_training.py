@@ -20,13 +20,8 @@ from envs.common.spaces import TextSpace
 from hgpo_rllib import HGPOConfig, cli
 from hgpo_rllib.columns import group_id_of
 from hgpo_rllib.env_runner.grouped_multi_agent_env_runner import GroupedMultiAgentEnvRunner
-from hgpo_rllib.experiments.presets import (
-    SHARED_MODULE_ID,
-    RunSettings,
-    role_module,
-    team_config,
-    team_warm_start_config,
-)
+from hgpo_rllib.experiments.settings import RunSettings
+from hgpo_rllib.experiments.teams import SHARED_MODULE_ID, role_module, team_config, team_warm_start_config
 
 pytestmark = pytest.mark.usefixtures("ray_session")
 
@@ -140,11 +135,11 @@ def test_rllib_train_file_drmas_webshop_checkpoints_resumes_and_evaluates(
     """The README's Dr. MAS command on CPU: the three WebShop roles, one LLM per role or one shared;
     a crash in iteration 2 resumes from the checkpoint of iteration 1, and `rllib evaluate` plays the
     final checkpoint's team on test goals."""
-    monkeypatch.setenv("HGPO_LLM_SHARING", sharing)
     path, marker = crashing_tuned_example(
         tmp_path, "drmas_webshop.py", stop_iteration=2, crash_at=2, checkpoint_freq=1
     )
-    args = ["train", "file", str(path), "--storage-path", str(tmp_path / "out"), "--max-failures", "0"]
+    args = ["train", "file", str(path), "--llm-sharing", sharing, "--storage-path", str(tmp_path / "out")]
+    args += ["--max-failures", "0"]
     assert cli.main(args) == 1 and marker.exists()
     assert cli.main([*args, "--resume"]) == 0
     (trial,) = [d for d in (tmp_path / "out").glob("drmas_webshop_*/*") if d.is_dir()]
@@ -171,7 +166,7 @@ def test_rllib_train_file_drmas_webshop_checkpoints_resumes_and_evaluates(
 
 
 def test_a_team_starts_from_a_warm_start_per_role(tmp_path: Path) -> None:
-    """``HGPO_WARM_START=<dir>`` on a team example: ``rllib sft --role R --output <dir>/R`` per role,
+    """``--warm-start DIR`` on a team example: ``rllib sft --role R --output <dir>/R`` per role,
     each module loads its own, and the executor's, trained on the expert team's answers, writes
     valid answers at once; a missing or mismatched role is refused by name."""
     for role in ROLES:
@@ -220,11 +215,11 @@ def test_a_team_starts_from_a_warm_start_per_role(tmp_path: Path) -> None:
 def test_the_team_rehearsal_trains_with_an_evaluation_runner(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """``HGPO_PRESET=rehearsal`` on the Dr. MAS WebShop example: the paper preset's structure at CPU
+    """``--preset rehearsal`` on the Dr. MAS WebShop example: the paper preset's structure at CPU
     size (bf16, vLLM runners, an evaluation runner, a checkpoint every iteration) with one small LLM
     per role on one learner."""
-    monkeypatch.setenv("HGPO_PRESET", "rehearsal")
-    args = ["train", "file", str(TUNED / "drmas_webshop.py"), "--storage-path", str(tmp_path)]
+    args = ["train", "file", str(TUNED / "drmas_webshop.py"), "--preset", "rehearsal"]
+    args += ["--storage-path", str(tmp_path)]
     assert cli.main([*args, "--stop", '{"training_iteration": 2}']) == 0
     (trial,) = [d for d in tmp_path.glob("drmas_webshop_*/*") if d.is_dir()]
     results = pd.read_json(trial / "result.json", lines=True)

@@ -5,7 +5,6 @@
 from __future__ import annotations
 
 import copy
-import os
 import subprocess
 import sys
 from typing import Any
@@ -20,7 +19,9 @@ from hgpo_rllib import HGPOConfig
 from hgpo_rllib.cli.memory import main as memory_main
 from hgpo_rllib.experiments import memory_plan
 from hgpo_rllib.experiments.memory_plan import MODEL_CONFIGS_DIR, ModelShape
-from hgpo_rllib.experiments.presets import RunSettings, apply_paper_preset, hiper_paper_config, team_config
+from hgpo_rllib.experiments.paper import apply_paper_preset, hiper_paper_config
+from hgpo_rllib.experiments.settings import RunSettings
+from hgpo_rllib.experiments.teams import team_config
 from hgpo_rllib.rl_module.logprobs import token_logp_entropy
 
 # ----------------------------------------------------------------------------------- model sizes
@@ -158,34 +159,22 @@ def test_vllm_share_too_small_for_one_sequence_is_refused() -> None:
 
 
 def test_memory_cli_prints_each_role_and_says_it_fits(capsys: pytest.CaptureFixture[str]) -> None:
-    for var in ("HGPO_MODEL", "HGPO_CRITIC"):
-        os.environ.pop(var, None)
-    try:
-        assert memory_main(["tuned_examples/hgpo_alfworld.py", "--preset", "paper-7b"]) == 0
-        out = capsys.readouterr().out
-        assert "learner (2 GPUs)" in out and "env runner (2 GPUs)" in out and "DOES NOT FIT" not in out
-        assert "vLLM KV cache" in out and "optimizer (AdamW, fp32)" in out
-        small = ["tuned_examples/hgpo_alfworld.py", "--preset", "paper-7b", "--gpu-memory-gb", "30"]
-        assert memory_main(small) == 1
-        assert "DOES NOT FIT" in capsys.readouterr().out
-    finally:
-        for var in ("HGPO_PRESET", "HGPO_MODEL", "HGPO_CRITIC"):
-            os.environ.pop(var, None)
+    assert memory_main(["tuned_examples/hgpo_alfworld.py", "--preset", "paper-7b"]) == 0
+    out = capsys.readouterr().out
+    assert "learner (2 GPUs)" in out and "env runner (2 GPUs)" in out and "DOES NOT FIT" not in out
+    assert "vLLM KV cache" in out and "optimizer (AdamW, fp32)" in out
+    small = ["tuned_examples/hgpo_alfworld.py", "--preset", "paper-7b", "--gpu-memory-gb", "30"]
+    assert memory_main(small) == 1
+    assert "DOES NOT FIT" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("example", ["hgpo_alfworld", "hiper_alfworld", "drmas_webshop"])
 def test_memory_cli_counts_a_critic_for_hiper_only(example: str, capsys: pytest.CaptureFixture[str]) -> None:
     """The CLI names a default critic for every paper preset, but only HiPER's config takes it (an
     HGPO plan once counted a 1.5B critic it does not have and said paper-1.5b did not fit)."""
-    for var in ("HGPO_MODEL", "HGPO_CRITIC"):
-        os.environ.pop(var, None)
-    try:
-        assert memory_main([f"tuned_examples/{example}.py", "--preset", "paper-1.5b"]) == 0
-        out = capsys.readouterr().out
-        assert ("critic weights" in out) == (example == "hiper_alfworld") and "DOES NOT FIT" not in out
-    finally:
-        for var in ("HGPO_PRESET", "HGPO_MODEL", "HGPO_CRITIC"):
-            os.environ.pop(var, None)
+    assert memory_main([f"tuned_examples/{example}.py", "--preset", "paper-1.5b"]) == 0
+    out = capsys.readouterr().out
+    assert ("critic weights" in out) == (example == "hiper_alfworld") and "DOES NOT FIT" not in out
 
 
 def test_python_m_hgpo_rllib_memory_is_still_the_memory_command() -> None:
@@ -367,5 +356,5 @@ def test_every_team_paper_preset_fits_80_gb(env: str, preset: str, sharing: str)
 
 def test_a_team_of_7b_llms_one_per_role_is_refused_with_the_way_out() -> None:
     model = str(MODEL_CONFIGS_DIR / memory_plan.PRESET_MODELS["paper-7b"])
-    with pytest.raises(ValueError, match="does not fit: 3 7B vLLM engines .* set HGPO_LLM_SHARING=shared"):
+    with pytest.raises(ValueError, match="does not fit: 3 7B vLLM engines .* set --llm-sharing shared"):
         team_config("webshop_team", {}, RunSettings(preset="paper-7b", model=model))

@@ -362,15 +362,12 @@ def test_runs_of_one_name_never_share_a_directory(tmp_path: Path, monkeypatch: p
     assert claim_experiment_dir(tmp_path, name) == tmp_path / f"{name}_run4"
 
 
-def test_the_keychest_example_refuses_settings_it_cannot_use(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Finding 15: ``hgpo_keychest.py`` silently ignored ``HGPO_MODEL``."""
+def test_the_keychest_example_refuses_settings_it_cannot_use() -> None:
+    """Finding 15: ``hgpo_keychest.py`` silently ignored a model setting; it declares none now."""
     from hgpo_rllib.experiments.experiment_file import load_experiment_file
 
-    monkeypatch.setenv("HGPO_MODEL", "/models/Qwen2.5-1.5B-Instruct")
-    with pytest.raises(
-        ValueError, match=r"HGPO_MODEL and HGPO_WARM_START \(other than 'none'\) do not apply"
-    ):
-        load_experiment_file(ROOT / "tuned_examples" / "hgpo_keychest.py")
+    with pytest.raises(ValueError, match=r"setting\(s\) \['model'\] not declared; the file declares"):
+        load_experiment_file(ROOT / "tuned_examples" / "hgpo_keychest.py", {"model": "/models/m"})
 
 
 # ---------------------------------------------------------------------- 11: resume past a bad checkpoint

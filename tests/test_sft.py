@@ -24,7 +24,7 @@ from hgpo_rllib import cli
 from hgpo_rllib.evaluation import CheckpointPolicy, evaluate
 from hgpo_rllib.evaluation.policy_loading import config_for_warm_start, inference_module
 from hgpo_rllib.experiments.experiment_file import load_experiment_file
-from hgpo_rllib.experiments.presets import RunSettings
+from hgpo_rllib.experiments.settings import RunSettings
 from hgpo_rllib.warm_start import cache, dagger, trainer
 from hgpo_rllib.warm_start.cache import (
     ALFWORLD_WARM_START,
@@ -402,10 +402,9 @@ def test_sft_rejects_bad_input(tmp_path: Path) -> None:
 def test_alfworld_cpu_run_can_start_from_a_warm_start(
     warm_start: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """``HGPO_WARM_START`` switches the main job's CPU default to the warm start, in free text."""
-    monkeypatch.setenv("HGPO_WARM_START", str(warm_start))
+    """``--warm-start DIR`` switches the main job's CPU default to the warm start, in free text."""
     example = TUNED / "hgpo_alfworld.py"
-    experiment = load_experiment_file(example)
+    experiment = load_experiment_file(example, {"warm_start": str(warm_start)})
     config = experiment.config
     config.validate()
     assert config.model_config["model"] == str(warm_start.resolve())
@@ -414,23 +413,20 @@ def test_alfworld_cpu_run_can_start_from_a_warm_start(
     assert "require_tags" not in config.env_config and config.history_length == 2
     assert config.kl_coeff > 0 and config.lr <= 1e-5  # RL stays near the warm start (README, ALFWorld on CPU)
     assert experiment.stop == {"time_total_s": 1800}
-    monkeypatch.setenv("HGPO_K", "4")
     with pytest.raises(ValueError, match="warm start's K=2"):
-        load_experiment_file(example)
+        load_experiment_file(example, {"warm_start": str(warm_start), "history_length": 4})
 
 
 def test_the_main_job_builds_its_warm_start_when_the_run_starts(
     warm_start: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Without ``HGPO_WARM_START`` the CPU main job starts from the ALFWorld recipe's cached warm start
-    (under ``HGPO_CACHE``): reading the file builds nothing, its ``prepare()`` (which ``rllib train
+    """Without ``--warm-start`` the CPU main job starts from the ALFWorld recipe's cached warm start
+    (under ``--cache``): reading the file builds nothing, its ``prepare()`` (which ``rllib train
     file`` calls before the run) builds it."""
     recipes = []
     monkeypatch.setattr(cache, "build_warm_start", lambda *args: recipes.append(args))
     monkeypatch.setattr(cache, "SHIPPED_DIR", tmp_path / "ships nothing")
-    monkeypatch.delenv("HGPO_WARM_START")
-    monkeypatch.setenv("HGPO_CACHE", str(tmp_path))
-    experiment = load_experiment_file(TUNED / "hgpo_alfworld.py")
+    experiment = load_experiment_file(TUNED / "hgpo_alfworld.py", {"cache_dir": str(tmp_path)})
     assert recipes == []  # reading the file builds nothing
     model = Path(experiment.config.model_config["model"])
     assert model == warm_start_path(ALFWORLD_WARM_START, tmp_path).resolve() and not model.exists()
@@ -438,8 +434,9 @@ def test_the_main_job_builds_its_warm_start_when_the_run_starts(
     experiment.prepare()
     assert recipes == [(alfworld_recipe(2), str(tmp_path))] and alfworld_recipe(2) == ALFWORLD_WARM_START
     # Another K is another recipe (its prompts differ), in another directory.
-    monkeypatch.setenv("HGPO_K", "4")
-    k4 = load_experiment_file(TUNED / "hgpo_alfworld.py").config
+    k4 = load_experiment_file(
+        TUNED / "hgpo_alfworld.py", {"cache_dir": str(tmp_path), "history_length": 4}
+    ).config
     assert k4.history_length == 4 and Path(k4.model_config["model"]) != model
 
 
@@ -499,9 +496,8 @@ def test_ctrl_c_while_the_main_job_builds_its_warm_start_says_to_rerun_without_r
 
     monkeypatch.setattr(cache, "build_warm_start", interrupted)
     monkeypatch.setattr(cache, "SHIPPED_DIR", tmp_path / "ships nothing")
-    monkeypatch.delenv("HGPO_WARM_START")
-    monkeypatch.setenv("HGPO_CACHE", str(tmp_path / "cache"))
-    command = ["train", "file", str(TUNED / "hgpo_alfworld.py"), "--storage-path", str(tmp_path / "out")]
+    command = ["train", "file", str(TUNED / "hgpo_alfworld.py"), "--cache", str(tmp_path / "cache")]
+    command += ["--storage-path", str(tmp_path / "out")]
     assert cli.main(command) == 130
     assert capsys.readouterr().err.strip().splitlines() == [
         "rllib: interrupted; the run had not started; rerun the same command (without --resume): "
@@ -519,10 +515,9 @@ def test_a_warm_start_is_built_once_per_recipe_in_the_cache_it_is_given(
     assert json.loads((built / SFT_CONFIG).read_text())["finished"]
     monkeypatch.setattr(cache, "train_warm_start", lambda *a, **k: pytest.fail("rebuilt a cached warm start"))
     assert build_warm_start(recipe, cache_dir=tmp_path) == built
-    # Only the tuned examples' RunSettings read HGPO_CACHE; the cache itself is told where it is.
-    monkeypatch.setenv("HGPO_CACHE", str(tmp_path))
-    assert build_warm_start(recipe, RunSettings.from_env().cache_dir) == built
-    default = warm_start_path(recipe)  # the user's cache, whatever HGPO_CACHE says
+    # The tuned examples' --cache is a setting; the cache itself is told where it is.
+    assert build_warm_start(recipe, RunSettings(cache_dir=str(tmp_path)).cache_dir) == built
+    default = warm_start_path(recipe)  # the user's cache by default
     assert default.parent == Path.home() / ".cache" / "hgpo_rllib" / "warm_starts"
     assert default.name == built.name
     with pytest.raises(pytest.fail.Exception, match="rebuilt"):  # another recipe is another directory

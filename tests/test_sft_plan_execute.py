@@ -215,14 +215,13 @@ def test_each_expert_names_its_phases() -> None:
 
 
 def test_hiper_alfworld_from_a_warm_start_in_the_format_has_a_critic(
-    warm_start: Path, monkeypatch: pytest.MonkeyPatch
+    warm_start: Path,
 ) -> None:
-    """``HGPO_WARM_START=<dir>`` on hiper_alfworld.py: the critic starts from the warm start's own
+    """``--warm-start DIR`` on hiper_alfworld.py: the critic starts from the warm start's own
     weights (before, the config had no critic and its validation refused it)."""
-    monkeypatch.setenv("HGPO_WARM_START", str(warm_start))
-    config = load_experiment_file(TUNED / "hiper_alfworld.py").config
+    config = load_experiment_file(TUNED / "hiper_alfworld.py", {"warm_start": str(warm_start)}).config
     config.validate()
     assert config.user_model_config()["critic"] == config.user_model_config()["model"] == str(warm_start)
-    monkeypatch.setenv("HGPO_CRITIC", "tiny-qwen2")
-    named = load_experiment_file(TUNED / "hiper_alfworld.py").config
+    settings = {"warm_start": str(warm_start), "critic": "tiny-qwen2"}
+    named = load_experiment_file(TUNED / "hiper_alfworld.py", settings).config
     assert named.user_model_config()["critic"] == "tiny-qwen2"

@@ -213,7 +213,7 @@ def test_the_first_tables_wall_clock_budget_is_named(tmp_path: Path) -> None:
 def test_webshop_variants_start_from_the_given_warm_start(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """hgpo_webshop.py with HGPO_WARM_START: the warm start's env settings and K, mean_norm, free text
+    """hgpo_webshop.py with --warm-start: the warm start's env settings and K, mean_norm, free text
     (before, the CPU example ignored the warm start and trained a random-init tiny model)."""
     record = {**SFTSettings(env="webshop", episodes=1, history_length=4).record(), "finished": True}
     (tmp_path / SFT_CONFIG).write_text(json.dumps(record))

@@ -1,56 +1,69 @@
 """HGPO on ALFWorld: the main job. CPU default: a warm-started small model that learns in free text.
 
     rllib train file tuned_examples/hgpo_alfworld.py
-    python tuned_examples/hgpo_alfworld.py --estimator gigpo -k 4
-    python tuned_examples/hgpo_alfworld.py --preset paper-1.5b --model /models/Qwen2.5-1.5B-Instruct -k 2
+    rllib train file tuned_examples/hgpo_alfworld.py --estimator gigpo -k 4
+    rllib train file tuned_examples/hgpo_alfworld.py --preset paper-1.5b --model /models/Qwen2.5-1.5B-Instruct
+    rllib train file tuned_examples/hgpo_alfworld.py --help       # the settings below, with defaults
 
 On CPU the run starts from a warm start: a 3.5M-parameter model fine-tuned on the searcher's play of
-800 training games, then two DAgger rounds (``rllib sft``, recipe
-``hgpo_rllib.warm_start.cache.ALFWORLD_WARM_START`` at the run's K). The package ships it for K = 2
-and K = 4 (bf16 weights, ``hgpo_rllib/warm_start/shipped``); another K builds its own when the run
-starts (about 2-3 hours on 2 cores, each phase announced with an ETA; resumable), cached under
-``~/.cache/hgpo_rllib`` (``HGPO_CACHE``). It then trains for 30 minutes, generating free text
-(``<think>...</think><action>...</action>``, no action constraint). ``HGPO_WARM_START=<dir>`` starts
-from another ``rllib sft`` model directory; ``HGPO_WARM_START=none`` runs the 2-minute pipeline demo
-instead (a random-init tiny model restricted to single-token commands, success near 0).
-The paper presets (2 GPUs for 1.5B, 4 for 7B, each + 1 for evaluation) use the published settings
-(docs/hgpo_algorithm.md §5) and need a local model directory; nothing is downloaded.
-Importing this file builds nothing: ``rllib train file`` calls ``prepare()`` when the run starts.
+800 training games, then two DAgger rounds (``rllib sft``, the recipe of
+``envs.alfworld.facts`` at the run's K). The package ships it for K = 2 and K = 4 (bf16 weights,
+``hgpo_rllib/warm_start/shipped``); another K builds its own when the run starts (about 3 hours on 2
+cores, each phase announced with an ETA; resumable), cached under ``~/.cache/hgpo_rllib``
+(``--cache``). It then trains for 30 minutes, generating free text
+(``<think>...</think><action>...</action>``, no action constraint). ``--warm-start DIR`` starts from
+another ``rllib sft`` model directory; ``--warm-start none`` runs the 2-minute pipeline demo instead (a
+random-init tiny model restricted to single-token commands, success near 0). The paper presets (2
+GPUs for 1.5B, 4 for 7B, each + 1 for evaluation) use the published settings
+(docs/hgpo_algorithm.md §5) and need a local model directory; nothing is downloaded. Building the
+config builds nothing: ``rllib train file`` calls ``prepare()`` when the run starts.
 """
+
+from typing import Any
 
 from hgpo_rllib import HGPOConfig
 from hgpo_rllib.cli.scripts import run_as_script
-from hgpo_rllib.experiments.presets import (
-    RunSettings,
-    apply_paper_preset,
-    tiny_cpu_config,
-    warm_start_cpu_config,
-)
+from hgpo_rllib.experiments.cpu import tiny_cpu_config, warm_start_cpu_config
+from hgpo_rllib.experiments.naming import run_name
+from hgpo_rllib.experiments.paper import apply_paper_preset
+from hgpo_rllib.experiments.settings import ESTIMATOR_SETTINGS, RunSettings
 from hgpo_rllib.warm_start.cache import alfworld_recipe, build_warm_start, find_warm_start, recipe_record
 
-settings = RunSettings.from_env()
-stop = {"training_iteration": settings.iterations}
-recipe = alfworld_recipe(settings.history_length)
-builds_warm_start = settings.preset == "cpu" and settings.warm_start is None
-
-if settings.preset == "cpu" and (settings.warm_start or "").lower() == "none":
-    config = tiny_cpu_config("alfworld", {"split": "train", "max_steps": 15}, settings, max_new_tokens=8)
-elif settings.preset == "cpu":
-    warm_start = settings.warm_start or find_warm_start(recipe, settings.cache_dir)
-    recorded = recipe_record(recipe) if builds_warm_start else None  # the directory may not exist yet
-    config = warm_start_cpu_config(warm_start, settings.training(), settings=recorded)
-    stop = {"time_total_s": 1800}
-else:
-    config = apply_paper_preset(HGPOConfig(), "alfworld", settings)
-checkpoint_freq = settings.checkpoint_freq
-name = f"alfworld_{settings.run_name}"
+SETTINGS = ("preset", "model", *ESTIMATOR_SETTINGS, "warm_start", "cache_dir")
 
 
-def prepare() -> None:
-    """Build (or finish building) the warm start of the recipe before the run starts, unless the
-    package ships it or the cache holds it."""
-    if builds_warm_start:
-        build_warm_start(recipe, settings.cache_dir)
+def experiment(settings: RunSettings) -> dict[str, Any]:
+    stop: dict[str, Any] = {"training_iteration": settings.iterations}
+    recipe = alfworld_recipe(settings.history_length)
+    builds_warm_start = settings.preset == "cpu" and settings.warm_start is None
+    if settings.preset != "cpu":
+        settings.refuse(["warm_start", "cache_dir"], f"to --preset {settings.preset}: it starts from --model")
+        config = apply_paper_preset(HGPOConfig(), "alfworld", settings)
+    elif settings.demo:
+        settings.refuse(["model", "cache_dir"], "to the pipeline demo (--warm-start none)")
+        config = tiny_cpu_config("alfworld", {"split": "train", "max_steps": 15}, settings, max_new_tokens=8)
+    else:
+        settings.refuse(["model"], "on CPU: the run starts from a warm start (--warm-start)")
+        if not builds_warm_start:
+            settings.refuse(["cache_dir"], "with --warm-start DIR: that warm start is used as it is")
+        warm_start = settings.warm_start or find_warm_start(recipe, settings.cache_dir)
+        recorded = recipe_record(recipe) if builds_warm_start else None  # the directory may not exist yet
+        config = warm_start_cpu_config(warm_start, settings.training(), settings=recorded)
+        stop = {"time_total_s": 1800}
+
+    def prepare() -> None:
+        """Build (or finish building) the warm start of the recipe before the run starts, unless the
+        package ships it or the cache holds it."""
+        if builds_warm_start:
+            build_warm_start(recipe, settings.cache_dir)
+
+    return {
+        "config": config,
+        "stop": stop,
+        "checkpoint_freq": settings.checkpoint_freq,
+        "name": run_name(f"alfworld_{settings.name_tag}"),
+        "prepare": prepare,
+    }
 
 
 if __name__ == "__main__":

@@ -88,8 +88,10 @@ class EstimatorSettings:
     base_group: bool = False
     weighting: str = "reference"
     step_advantage_w: float = 1.0
-    #: Multi-agent batches: "trajectory" (one baseline for all agents) or "agent" (Dr. MAS).
-    normalize_by: str = "trajectory"
+    #: Multi-agent batches: "agent" (Dr. MAS, the default: each agent against its own baseline, which
+    #: keeps agents' gradient scales apart; docs/drmas.md) or "trajectory" (one baseline for all agents).
+    #: Single-agent batches are the same either way.
+    normalize_by: str = "agent"
 
 
 @dataclass

@@ -9,6 +9,7 @@ file, a bad setting) is one line on stderr with exit status 2.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 
@@ -21,14 +22,19 @@ except TorchvisionError as broken:
 
 from hgpo_rllib.cli import evaluate, export, sft, train  # noqa: E402
 from hgpo_rllib.cli.args import InterruptedWithHint, Parser, user_error  # noqa: E402
+from hgpo_rllib.experiments.settings import refuse_removed_variables  # noqa: E402
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
+    """The ``rllib`` parser; for ``rllib train file X.py`` (in ``argv``) with the settings X.py
+    declares, so that ``--help`` lists them and they parse as typed flags."""
     parser = Parser(prog="rllib", description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
     train_cmd = commands.add_parser("train", help="train an algorithm")
     train_sub = train_cmd.add_subparsers(dest="source", required=True)
-    train.add_arguments(train_sub.add_parser("file", help="train from a Python experiment file"))
+    train.add_arguments(
+        train_sub.add_parser("file", help="train from a Python experiment file"), train.experiment_path(argv)
+    )
     evaluate.add_arguments(commands.add_parser("evaluate", help="evaluate a checkpoint and the baselines"))
     sft.add_arguments(commands.add_parser("sft", help="warm-start a model on expert play"))
     export.add_arguments(commands.add_parser("export", help="write a checkpoint's policy folder to share"))
@@ -54,8 +60,14 @@ _RESUME_HINTS = {
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    args.argv = list(sys.argv[1:] if argv is None else argv)  # for hints that repeat the command
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        refuse_removed_variables(os.environ)
+        parser = build_parser(argv)
+    except (OSError, ValueError) as exc:  # a set HGPO_* variable, an experiment file that does not load
+        return user_error(exc)
+    args = parser.parse_args(argv)
+    args.argv = argv  # for hints that repeat the command
     run, user_errors = _COMMANDS[args.command]
     try:
         return run(args)

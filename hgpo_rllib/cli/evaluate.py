@@ -8,7 +8,7 @@ from pathlib import Path
 from hgpo_rllib.cli.args import count, json_dict
 from hgpo_rllib.cli.quiet import hide_harmless_lines
 from hgpo_rllib.evaluation.protocol import DEFAULT_SEEDS, SPLIT_CHOICES, evaluate
-from hgpo_rllib.experiments.presets import team_warm_start_config
+from hgpo_rllib.experiments.teams import team_warm_start_config
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -4,10 +4,14 @@ GPU roles (:mod:`hgpo_rllib.experiments.memory_plan`) and exit 1 if one does not
 from __future__ import annotations
 
 import argparse
-import os
 from collections.abc import Sequence
+from typing import Any
 
-from hgpo_rllib.experiments.experiment_file import load_experiment_file
+from hgpo_rllib.experiments.experiment_file import (
+    declared_settings,
+    import_experiment_module,
+    load_experiment_file,
+)
 from hgpo_rllib.experiments.memory_plan import (
     DEFAULT_GPU_MEMORY_GB,
     MODEL_CONFIGS_DIR,
@@ -17,13 +21,13 @@ from hgpo_rllib.experiments.memory_plan import (
     plan_for_config,
     shape_for_config,
 )
-from hgpo_rllib.experiments.presets import ENV_VARS
+from hgpo_rllib.experiments.settings import PRESETS
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m hgpo_rllib.memory", description=__doc__.split("\n")[0])
     parser.add_argument("experiment", help="experiment file defining `config` (tuned_examples/...)")
-    parser.add_argument("--preset", help="HGPO_PRESET for the experiment file (cpu, paper-1.5b, paper-7b)")
+    parser.add_argument("--preset", choices=PRESETS, help="the experiment file's --preset (default: cpu)")
     parser.add_argument(
         "--model",
         help="model directory with a config.json (default for paper presets: "
@@ -36,19 +40,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--gpu-memory-gb", type=float, default=DEFAULT_GPU_MEMORY_GB)
     args = parser.parse_args(argv)
-    # The experiment file reads its switches from the environment (experiments/presets.py).
-    if args.preset:
-        os.environ[ENV_VARS["preset"]] = args.preset
-    preset = os.environ.get(ENV_VARS["preset"], "cpu")
-    if args.model:
-        os.environ[ENV_VARS["model"]] = args.model
-    elif preset in PRESET_MODELS and not os.environ.get(ENV_VARS["model"]):
-        os.environ[ENV_VARS["model"]] = str(MODEL_CONFIGS_DIR / PRESET_MODELS[preset])
-    if args.critic:
-        os.environ[ENV_VARS["critic"]] = args.critic
-    elif preset in PRESET_MODELS and not os.environ.get(ENV_VARS["critic"]):
-        os.environ[ENV_VARS["critic"]] = str(MODEL_CONFIGS_DIR / PRESET_MODELS["paper-1.5b"])
-    config = load_experiment_file(args.experiment).config
+    module = import_experiment_module(args.experiment)
+    settings = _settings(args, declared_settings(module))
+    config = load_experiment_file(args.experiment, settings, module=module).config
     plans = plan_for_config(config, args.gpu_memory_gb)
     if not plans:
         print("no role of this config uses a GPU (CPU run): nothing to plan")
@@ -60,3 +54,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     for error in errors:
         print(f"error: {error}")
     return 1 if errors else 0
+
+
+def _settings(args: argparse.Namespace, declared: Sequence[str]) -> dict[str, Any]:
+    """The experiment file's settings for the plan: the preset, and for a paper preset its model (and
+    HiPER's critic) defaulting to the shipped architectures; only those the file declares."""
+    values: dict[str, Any] = {"preset": args.preset, "model": args.model, "critic": args.critic}
+    if args.preset in PRESET_MODELS:
+        values["model"] = values["model"] or str(MODEL_CONFIGS_DIR / PRESET_MODELS[args.preset])
+        values["critic"] = values["critic"] or str(MODEL_CONFIGS_DIR / PRESET_MODELS["paper-1.5b"])
+    return {name: value for name, value in values.items() if value is not None and name in declared}

@@ -16,6 +16,7 @@ import os
 import shlex
 import signal
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -44,10 +45,14 @@ from hgpo_rllib.experiments.experiment_file import (
     DEFAULT_CHECKPOINT_FREQ,
     Experiment,
     apply_config_overrides,
+    apply_module_overrides,
     check_param_space,
+    declared_settings,
+    import_experiment_module,
     load_experiment_file,
 )
-from hgpo_rllib.experiments.presets import estimator_run_name
+from hgpo_rllib.experiments.naming import estimator_run_name
+from hgpo_rllib.experiments.settings import add_setting_arguments, declared_values
 from hgpo_rllib.run_records import changed_settings, read_record, write_record
 
 DEFAULT_MAX_FAILURES = 3
@@ -200,7 +205,7 @@ def train(
         )
     storage = Path(storage_path or os.environ.get("CHECKPOINTS_DIR") or Path.home() / "ray_results")
     storage = storage.expanduser().resolve()
-    name = name or experiment.name or f"{experiment.config.algo_class.__name__}_{experiment.config.env}"
+    name = name or experiment.run_name() or f"{experiment.config.algo_class.__name__}_{experiment.config.env}"
     runs = experiment_runs(storage, name)
     trainable = experiment.config.algo_class
     stop = stop or experiment.stop
@@ -219,6 +224,8 @@ def train(
         "num_samples": num_samples,
         "experiment_file_sha256": experiment.source_sha256,
     }
+    if experiment.settings:  # the file's typed settings: --resume must give the same
+        record["settings"] = experiment.settings
     if resume:
         if not runs:
             raise FileNotFoundError(f"nothing to resume: no experiment {name!r} under {storage}")
@@ -307,11 +314,30 @@ def _incomplete_trials(results: Any) -> list[str]:
     return messages
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """The options of ``rllib train file``."""
-    parser.add_argument("path", help="Python file defining `config` (and optionally `stop`)")
+def experiment_path(argv: Sequence[str]) -> str | None:
+    """The experiment file of an ``rllib train file X.py ...`` command line: the first ``.py``
+    argument after ``file`` (None for another command), read before parsing so that the file's own
+    settings can join the parser."""
+    if list(argv[:2]) != ["train", "file"]:
+        return None
+    return next((a for a in argv[2:] if a.endswith(".py") and not a.startswith("-")), None)
+
+
+def add_arguments(parser: argparse.ArgumentParser, path: str | None = None) -> None:
+    """The options of ``rllib train file``, and the settings the experiment file ``path`` declares
+    (its module is kept in ``args.experiment_module``, imported once)."""
+    parser.add_argument("path", help="Python file defining `experiment(settings)` or `config`")
     parser.add_argument("--stop", type=json_dict, help="Tune stop criteria as JSON")
     parser.add_argument("--config", type=json_dict, help="settings merged into the file's config, as JSON")
+    parser.add_argument(
+        "--module",
+        action="append",
+        default=[],
+        metavar="MODULE.KEY=VALUE",
+        help="a setting of one module (repeatable): a model_config key (model, lora, ...) or an "
+        "algorithm setting (lr, micro_batch_size, ...), e.g. --module planner.lr=1e-5; VALUE is JSON "
+        "or text; a single-agent config's module is default_policy",
+    )
     parser.add_argument(
         "--storage-path", help="results directory (default: $CHECKPOINTS_DIR or ~/ray_results)"
     )
@@ -334,18 +360,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "-v", "--verbose", action="store_true", help="Tune's progress tables and full results on the console"
     )
+    if path is None or not Path(path).is_file():
+        return  # a missing file is reported when the command runs
+    module = import_experiment_module(path)
+    declared = declared_settings(module)
+    parser.set_defaults(experiment_module=module, declared_settings=declared)
+    add_setting_arguments(parser, declared, path)
 
 
 def resume_command(argv: list[str]) -> str:
     """The command line that resumes the run started by ``rllib`` + ``argv`` (a resumed run keeps
-    its config, so ``--config`` is left out)."""
+    its config, so ``--config`` and ``--module`` are left out; the file's settings stay)."""
     kept, skip = [], False
     for arg in argv:
         if skip or arg == "--resume":
             skip = False
             continue
-        if arg == "--config" or arg.startswith("--config="):
-            skip = arg == "--config"
+        if arg in ("--config", "--module") or arg.startswith(("--config=", "--module=")):
+            skip = "=" not in arg
             continue
         kept.append(arg)
     return shlex.join(["rllib", *kept, "--resume"])
@@ -353,11 +385,15 @@ def resume_command(argv: list[str]) -> str:
 
 def run(args: argparse.Namespace) -> int:
     """``rllib train file``: 0 when every trial finished, 1 when one failed (user errors raise)."""
-    experiment = load_experiment_file(args.path)
+    module = getattr(args, "experiment_module", None)
+    values = declared_values(args, getattr(args, "declared_settings", ()))
+    experiment = load_experiment_file(args.path, values, module=module)
+    if (args.config or args.module) and args.resume:
+        raise ValueError("--config and --module cannot change a resumed run (it keeps its own config)")
     if args.config:
-        if args.resume:
-            raise ValueError("--config cannot change a resumed run (it keeps its own config)")
         apply_config_overrides(experiment.config, args.config)
+    if args.module:
+        apply_module_overrides(experiment.config, args.module)
     try:
         outcome = train(
             experiment,

@@ -64,7 +64,7 @@ class HGPOConfig(TextAgentConfig):
         self.base_group = False
         self.weighting = "reference"
         self.step_advantage_w = 1.0
-        self.normalize_by = "trajectory"
+        self.normalize_by = EstimatorSettings.normalize_by  # "agent": Dr. MAS
 
     @override(TextAgentConfig)
     def training(
@@ -95,10 +95,10 @@ class HGPOConfig(TextAgentConfig):
                 from the batch that minimise an estimate of the baseline's error; ignores
                 length_weight_alpha, excludes base_group), see ``hgpo_advantages``.
             step_advantage_w: GiGPO's weight of the step advantage (default 1.0).
-            normalize_by: Multi-agent systems (``.multi_agent(...)``, docs/drmas.md): "trajectory"
-                (default: one baseline over all agents' turns; GRPO as the Dr. MAS authors' vanilla
-                multi-agent GRPO) or "agent" (Dr. MAS: each agent's turns normalised with its own
-                statistics in each group; GiGPO/HGPO group each agent's turns on their own).
+            normalize_by: Multi-agent systems (``.multi_agent(...)``, docs/drmas.md): "agent"
+                (default, Dr. MAS: each agent's turns normalised with its own statistics in each
+                group; GiGPO/HGPO group each agent's turns on their own) or "trajectory" (one
+                baseline over all agents' turns: the Dr. MAS authors' vanilla multi-agent GRPO).
                 Single-agent runs ignore it.
         """
         super().training(**kwargs)

@@ -1,0 +1,311 @@
+"""Typed run settings (hgpo_rllib.experiments.settings): experiment files declare the switches they take,
+``rllib train file X.py --help`` lists them, each declared switch reaches the built AlgorithmConfig,
+an undeclared one and a set ``HGPO_*`` variable are refused in one line, and ``--module`` sets one
+module's settings."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+from helpers import TUNED
+
+import envs
+from hgpo_rllib import HGPOConfig, cli
+from hgpo_rllib.advantages.step_table import EstimatorSettings
+from hgpo_rllib.cli import scripts
+from hgpo_rllib.experiments.experiment_file import apply_module_overrides, load_experiment_file
+from hgpo_rllib.experiments.memory_plan import MODEL_CONFIGS_DIR
+from hgpo_rllib.experiments.settings import ESTIMATOR_SETTINGS, REMOVED_VARIABLES, SWITCHES, RunSettings
+from hgpo_rllib.warm_start.cache import alfworld_recipe, find_warm_start
+from hgpo_rllib.warm_start.format import SFT_CONFIG
+from hgpo_rllib.warm_start.trainer import SFTSettings
+
+#: What each tuned example declares (the test fails when a file's list changes unnoticed).
+DECLARED = {
+    "hgpo_alfworld.py": ("preset", "model", *ESTIMATOR_SETTINGS, "warm_start", "cache_dir"),
+    "hgpo_webshop.py": ("preset", "model", *ESTIMATOR_SETTINGS, "warm_start"),
+    "hgpo_keychest.py": ("estimator", "history_length", "alpha", "base_group"),
+    "hiper_alfworld.py": ("preset", "model", "history_length", "warm_start", "critic"),
+    "hiper_webshop.py": ("preset", "model", "history_length", "critic"),
+    "hiper_keychest.py": ("history_length",),
+    "drmas_alfworld.py": (
+        "preset",
+        "model",
+        *ESTIMATOR_SETTINGS,
+        "warm_start",
+        "llm_sharing",
+        "normalize_by",
+    ),
+    "drmas_webshop.py": ("preset", "model", *ESTIMATOR_SETTINGS, "warm_start", "llm_sharing", "normalize_by"),
+    "sweep_hgpo.py": (),
+}
+
+
+def built(example: str, *flags: str) -> Any:
+    """The experiment ``rllib train file <example> <flags>`` runs: parsed by the CLI's own parser."""
+    path = str(TUNED / example)
+    args = cli.build_parser(["train", "file", path, *flags]).parse_args(["train", "file", path, *flags])
+    values = {name: getattr(args, f"setting_{name}") for name in args.declared_settings}
+    return load_experiment_file(path, values, module=args.experiment_module)
+
+
+def paper_model(tmp_path: Path) -> str:
+    """A model directory holding Qwen2.5-1.5B's architecture alone (what a paper preset reads)."""
+    model = tmp_path / "qwen"
+    model.mkdir(exist_ok=True)
+    shutil.copy(MODEL_CONFIGS_DIR / "qwen2.5-1.5b" / "config.json", model / "config.json")
+    return str(model)
+
+
+def webshop_warm_start(tmp_path: Path, k: int = 2) -> str:
+    """A finished-looking WebShop warm-start folder (its settings record is what RL reads)."""
+    folder = tmp_path / f"webshop_ws_k{k}"
+    folder.mkdir(exist_ok=True)
+    record = {**SFTSettings(env="webshop", episodes=1, history_length=k).record(), "finished": True}
+    (folder / SFT_CONFIG).write_text(json.dumps(record))
+    return str(folder.resolve())
+
+
+def test_each_example_declares_its_settings_and_help_lists_exactly_those(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert sorted(DECLARED) == sorted(p.name for p in TUNED.glob("*.py"))
+    for example, declared in DECLARED.items():
+        path = str(TUNED / example)
+        args = cli.build_parser(["train", "file", path]).parse_args(["train", "file", path])
+        assert args.declared_settings == declared, example
+        with pytest.raises(SystemExit) as exit_:
+            cli.main(["train", "file", path, "--help"])
+        assert exit_.value.code == 0
+        shown = capsys.readouterr().out
+        assert "--storage-path" in shown  # the command's own flags beside the file's
+        assert (f"settings of {path}:" in shown) == bool(declared), example
+        for name, switch in SWITCHES.items():
+            assert (switch.flags[-1] in shown) == (name in declared), (example, name)
+
+
+def test_help_shows_each_declared_default(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        cli.main(["train", "file", str(TUNED / "hgpo_keychest.py"), "--help"])
+    shown = " ".join(capsys.readouterr().out.split())
+    assert "--estimator {hgpo,gigpo,grpo} advantage estimator (default: hgpo)" in shown
+    assert "-k K, --history-length K observation/action pairs the prompt shows (default: 2)" in shown
+
+
+#: (example, flags, what the built config must show).
+SWITCH_CASES = [
+    ("hgpo_alfworld.py", ["--estimator", "gigpo"], lambda c: c.estimator == "gigpo"),
+    ("hgpo_alfworld.py", ["-k", "4"], lambda c: c.history_length == 4),
+    ("hgpo_alfworld.py", ["--alpha", "0.5"], lambda c: c.length_weight_alpha == 0.5),
+    ("hgpo_alfworld.py", ["--base-group"], lambda c: c.base_group is True),
+    ("hgpo_alfworld.py", ["--warm-start", "none"], lambda c: "model" not in c.user_model_config()),
+    (
+        "hgpo_alfworld.py",
+        ["--preset", "rehearsal"],
+        lambda c: (c.num_learners, c.evaluation_interval) == (2, 1),
+    ),
+    ("hgpo_webshop.py", ["--estimator", "grpo"], lambda c: c.estimator == "grpo"),
+    ("hgpo_webshop.py", ["-k", "3"], lambda c: c.history_length == 3),
+    ("hgpo_webshop.py", ["--alpha", "0"], lambda c: c.length_weight_alpha == 0.0),
+    ("hgpo_webshop.py", ["--base-group"], lambda c: c.base_group is True),
+    ("hgpo_webshop.py", ["--preset", "rehearsal"], lambda c: c.num_learners == 2),
+    ("hgpo_keychest.py", ["--estimator", "gigpo"], lambda c: c.estimator == "gigpo"),
+    ("hgpo_keychest.py", ["-k", "4"], lambda c: c.history_length == 4),
+    ("hgpo_keychest.py", ["--alpha", "2"], lambda c: c.length_weight_alpha == 2.0),
+    ("hgpo_keychest.py", ["--base-group"], lambda c: c.base_group is True),
+    ("hiper_alfworld.py", ["-k", "3"], lambda c: c.history_length == 3),
+    ("hiper_alfworld.py", ["--preset", "rehearsal"], lambda c: c.num_learners == 2),
+    ("hiper_webshop.py", ["-k", "3"], lambda c: c.history_length == 3),
+    ("hiper_webshop.py", ["--preset", "rehearsal"], lambda c: c.num_learners == 2),
+    ("hiper_keychest.py", ["-k", "4"], lambda c: c.history_length == 4),
+    ("drmas_alfworld.py", ["--estimator", "grpo"], lambda c: c.estimator == "grpo"),
+    ("drmas_alfworld.py", ["-k", "3"], lambda c: c.history_length == 3),
+    ("drmas_alfworld.py", ["--alpha", "0"], lambda c: c.length_weight_alpha == 0.0),
+    ("drmas_alfworld.py", ["--base-group"], lambda c: c.base_group is True),
+    ("drmas_alfworld.py", ["--llm-sharing", "shared"], lambda c: set(c.policies) == {"shared_llm"}),
+    ("drmas_alfworld.py", ["--normalize-by", "trajectory"], lambda c: c.normalize_by == "trajectory"),
+    ("drmas_alfworld.py", ["--preset", "rehearsal"], lambda c: c.num_learners == 1 and c.max_new_tokens == 8),
+    ("drmas_webshop.py", ["--estimator", "gigpo"], lambda c: c.estimator == "gigpo"),
+    ("drmas_webshop.py", ["-k", "4"], lambda c: c.history_length == 4),
+    ("drmas_webshop.py", ["--alpha", "0"], lambda c: c.length_weight_alpha == 0.0),
+    ("drmas_webshop.py", ["--base-group"], lambda c: c.base_group is True),
+    ("drmas_webshop.py", ["--llm-sharing", "shared"], lambda c: set(c.policies) == {"shared_llm"}),
+    ("drmas_webshop.py", ["--normalize-by", "trajectory"], lambda c: c.normalize_by == "trajectory"),
+    ("drmas_webshop.py", ["--preset", "rehearsal"], lambda c: c.max_new_tokens == 8),
+]
+
+
+@pytest.mark.parametrize(("example", "flags", "check"), SWITCH_CASES, ids=lambda v: str(v))
+def test_each_declared_switch_reaches_the_built_config(example: str, flags: list[str], check: Any) -> None:
+    default = built(example).config
+    config = built(example, *flags).config
+    config.validate()
+    assert check(config) and not check(default)
+
+
+def test_path_switches_reach_the_built_config(tmp_path: Path) -> None:
+    """--model, --warm-start DIR, --cache and --critic: the paths each example was given."""
+    model = paper_model(tmp_path)
+    for example in ("hgpo_alfworld.py", "hgpo_webshop.py", "hiper_alfworld.py", "hiper_webshop.py"):
+        config = built(example, "--preset", "paper-1.5b", "--model", model).config
+        assert config.model_config["model"] == model, example
+    for example in ("drmas_alfworld.py", "drmas_webshop.py"):
+        config = built(example, "--preset", "paper-1.5b", "--model", model, "--llm-sharing", "shared").config
+        assert config.model_config["model"] == model, example
+    critic = built("hiper_webshop.py", "--preset", "paper-1.5b", "--model", model, "--critic", model).config
+    assert critic.model_config["critic"] == model
+    shipped_plan_execute = find_warm_start(alfworld_recipe(2, "plan_execute"))
+    hiper = built("hiper_alfworld.py", "--warm-start", str(shipped_plan_execute), "--critic", model).config
+    assert hiper.model_config["model"] == str(shipped_plan_execute) and hiper.model_config["critic"] == model
+    webshop = webshop_warm_start(tmp_path)
+    assert built("hgpo_webshop.py", "--warm-start", webshop).config.model_config["model"] == webshop
+    # K = 3 ships no warm start: --cache decides where the run's own is built.
+    cached = built("hgpo_alfworld.py", "-k", "3", "--cache", str(tmp_path / "cache")).config
+    assert cached.model_config["model"].startswith(str(tmp_path / "cache"))
+
+
+@pytest.mark.parametrize(
+    ("example", "flags", "named"),
+    [
+        ("hgpo_keychest.py", ["--preset", "cpu"], "--preset"),
+        ("hgpo_keychest.py", ["--model", "/m"], "--model"),
+        ("hiper_keychest.py", ["--estimator", "grpo"], "--estimator"),
+        ("hiper_webshop.py", ["--warm-start", "/w"], "--warm-start"),
+        ("hgpo_alfworld.py", ["--critic", "/c"], "--critic"),
+        ("hgpo_webshop.py", ["--cache", "/c"], "--cache"),
+        ("drmas_webshop.py", ["--cache", "/c"], "--cache"),
+        ("sweep_hgpo.py", ["-k", "4"], "-k/--history-length"),
+    ],
+)
+def test_an_undeclared_switch_is_refused_in_one_line_naming_the_declared_ones(
+    example: str, flags: list[str], named: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["train", "file", str(TUNED / example), *flags])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"does not take {named}" in err
+    declared = DECLARED[example]
+    assert ("it declares no settings" in err) == (not declared)
+    for name in declared:
+        assert SWITCHES[name].flags[-1] in err
+
+
+@pytest.mark.parametrize(
+    ("example", "flags", "message"),
+    [
+        ("hgpo_keychest.py", ["-k", "two"], "invalid int value: 'two'"),
+        ("hgpo_keychest.py", ["--estimator", "ppo"], "invalid choice: 'ppo'"),
+        ("hgpo_keychest.py", ["-k", "-1"], "--history-length must be an integer >= 0"),
+        ("hgpo_alfworld.py", ["--preset", "paper-1.5b"], "--preset paper-1.5b needs --model"),
+        ("hgpo_alfworld.py", ["--model", "/m"], "--model does not apply on CPU"),
+        (
+            "hgpo_alfworld.py",
+            ["--warm-start", "none", "--cache", "/c"],
+            "--cache does not apply to the pipeline",
+        ),
+        ("hiper_webshop.py", ["--critic", "/c"], "--critic does not apply to the CPU demo"),
+        ("drmas_alfworld.py", ["--model", "/m"], "--model does not apply on CPU"),
+    ],
+)
+def test_bad_or_unused_setting_values_are_one_line_errors(
+    example: str, flags: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    try:
+        status = cli.main(["train", "file", str(TUNED / example), *flags])
+    except SystemExit as exit_:  # argparse's own refusals
+        status = exit_.code
+    assert status == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and message in err
+
+
+@pytest.mark.parametrize("variable", sorted(REMOVED_VARIABLES))
+def test_a_set_hgpo_variable_is_refused_naming_its_flag(
+    variable: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv(variable, "1")
+    assert cli.main(["train", "file", str(TUNED / "hgpo_keychest.py")]) == 2
+    err = capsys.readouterr().err
+    flag = "/".join(SWITCHES[REMOVED_VARIABLES[variable]].flags)
+    assert err.count("\n") == 1 and f"{variable}: use {flag}" in err and "removed in 0.3.0" in err
+
+
+def test_the_script_form_is_a_thin_alias_of_rllib_train_file(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls = []
+    monkeypatch.setattr(scripts, "main", lambda argv: calls.append(argv) or 0)
+    example = str(TUNED / "hgpo_keychest.py")
+    assert scripts.run_as_script(example, ["--estimator", "grpo", "-k", "3"]) == 0
+    assert calls == [["train", "file", example, "--estimator", "grpo", "-k", "3"]]
+
+
+def test_one_normalize_by_default() -> None:
+    """Dr. MAS's agent-wise normalisation (docs/drmas.md): the estimators', HGPOConfig's and the
+    switch's one default; single-agent batches are the same under either rule."""
+    assert EstimatorSettings().normalize_by == "agent"
+    assert HGPOConfig().normalize_by == "agent" and RunSettings().normalize_by == "agent"
+
+
+def test_the_run_name_comes_from_the_final_config() -> None:
+    experiment = built("hgpo_keychest.py", "-k", "4", "--estimator", "gigpo")
+    assert experiment.run_name() == "keychest_k4_gigpo_alpha1.0_base0"
+    experiment.config.training(history_length=3)  # as --config '{"history_length": 3}' does
+    assert experiment.run_name() == "keychest_k3_gigpo_alpha1.0_base0"
+    assert (
+        built("hgpo_alfworld.py", "--warm-start", "none").run_name() == "alfworld_demo_k2_hgpo_alpha1.0_base0"
+    )
+    assert built("hgpo_alfworld.py").run_name() == "alfworld_k2_hgpo_alpha1.0_base0"
+    assert built("hiper_keychest.py").run_name() == "keychest_hiper_k2"
+    team = built("drmas_webshop.py", "--normalize-by", "trajectory")
+    assert team.run_name() == "drmas_webshop_separate_trajectory_k2_hgpo_alpha1.0_base0"
+
+
+def test_per_module_settings_reach_the_module_config_and_its_spec() -> None:
+    """``--module planner.lr=1e-5 --module executor.tiny_model=...``: an algorithm setting through
+    RLlib's algorithm_config_overrides_per_module, a model_config key into that module's spec, where it
+    wins over the shared model_config."""
+    config = built("drmas_alfworld.py").config
+    apply_module_overrides(
+        config,
+        ["planner.lr=1e-5", "planner.micro_batch_size=2", 'executor.tiny_model={"hidden_size": 64}'],
+    )
+    config.validate()
+    assert config.get_config_for_module("planner").lr == 1e-5
+    assert config.get_config_for_module("planner").micro_batch_size == 2
+    assert config.get_config_for_module("executor").lr == config.lr != 1e-5
+    env = envs.make_env(config.env, config.env_config)
+    try:
+        specs = config.get_multi_rl_module_spec(env=env).rl_module_specs
+    finally:
+        env.close()
+    assert specs["executor"].model_config["tiny_model"] == {"hidden_size": 64}
+    assert "tiny_model" not in specs["planner"].model_config
+    assert specs["planner"].model_config["max_new_tokens"] == config.max_new_tokens  # the shared keys too
+
+
+@pytest.mark.parametrize(
+    ("setting", "message"),
+    [
+        ("planner.lr", "expected MODULE.KEY=VALUE"),
+        ("lr=1e-5", "expected MODULE.KEY=VALUE"),
+        ("critic_head.lr=1e-5", "no module 'critic_head'; this config's modules: ['executor', 'planner']"),
+        ("planner.learning_rate=1e-5", "'learning_rate' is neither a model_config key nor a setting"),
+    ],
+)
+def test_bad_module_settings_are_one_line_errors(
+    setting: str, message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert cli.main(["train", "file", str(TUNED / "drmas_alfworld.py"), "--module", setting]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and message in err
+
+
+def test_single_agent_module_settings_go_to_default_policy() -> None:
+    config = built("hgpo_keychest.py").config
+    apply_module_overrides(config, ["default_policy.lr=0.5", "default_policy.tiny_model={}"])
+    assert config.get_config_for_module("default_policy").lr == 0.5
+    assert config.user_model_config()["tiny_model"] == {}
