@@ -36,6 +36,7 @@ from typing import Any
 
 import gymnasium as gym
 
+from envs.common.facts import EnvFacts
 from envs.common.prompts import PromptContext, default_prompt
 from envs.common.text_env import TextEnv
 
@@ -277,6 +278,12 @@ def _env_class(name_or_id: str, config_key: str) -> type:
         return type(env.unwrapped)
     finally:
         env.close()
+
+
+def env_facts(name_or_id: str, env_config: Mapping[str, Any] | None = None) -> EnvFacts:
+    """What generic code knows of the env (:mod:`envs.common.facts`): its class's ``FACTS``, the
+    defaults for a class that declares none."""
+    return getattr(env_class(name_or_id, env_config), "FACTS", EnvFacts())
 
 
 def env_class_path(name_or_id: str, env_config: Mapping[str, Any] | None = None) -> str:

@@ -26,6 +26,7 @@ class ALFWorldTeamEnv(PlannerExecutorTeam):
     """ALFWorld played by a planner and an executor (see the module doc)."""
 
     game_class = ALFWorldEnv
+    FACTS = ALFWorldEnv.FACTS.of_team()
 
     def _expert_phase(self, plan: Sequence[str]) -> tuple[str, str]:
         """One phase per interaction with an object: the subgoal is the plan's next command that is

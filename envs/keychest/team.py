@@ -24,6 +24,7 @@ class KeyChestTeamEnv(PlannerExecutorTeam):
     """KeyChest played by a planner and an executor (see the module doc)."""
 
     game_class = KeyChestEnv
+    FACTS = KeyChestEnv.FACTS.of_team()
 
     def _expert_phase(self, plan: Sequence[str]) -> tuple[str, str]:
         """Fetch the key (ends with "take key"), then open the chest (ends the game)."""

@@ -61,6 +61,7 @@ class WebShopTeamEnv(TeamTextEnv):
 
     ROLES = (VERIFIER, SEARCHER, BUYER)
     game_class = WebShopEnv
+    FACTS = WebShopEnv.FACTS.of_team()
 
     #: The scripted buyer's next command and the game step it was decided at.
     _expert_step: tuple[int, str] | None = None
