@@ -5,6 +5,8 @@ that ``rllib evaluate`` plays and reports."""
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 import pandas as pd
@@ -107,6 +109,23 @@ def test_a_team_is_evaluated_and_run_as_its_game_and_demonstrated_by_its_expert_
     team, own = envs.env_facts(f"{game}_team"), envs.env_facts(game)
     assert team.evaluation == own.evaluation and team.paper == own.paper
     assert team.warm_start == WarmStartFacts()  # as before: no env defaults, format 3
+
+
+@pytest.mark.parametrize("spec", envs.registry.builtin_specs(), ids=lambda spec: spec.name)
+def test_a_built_in_env_class_declares_the_facts_its_spec_names(spec: envs.registry.EnvSpec) -> None:
+    assert envs.registry.load_object(spec.entry_point).FACTS is envs.env_facts(spec.name)
+
+
+def test_a_built_in_envs_facts_are_read_without_importing_its_engine() -> None:
+    """The cache names and the evaluation's splits need no game engine (nor RLlib, for a team)."""
+    code = (
+        "import sys, envs\n"
+        "for name in ('alfworld', 'webshop', 'keychest', 'alfworld_team'): envs.env_facts(name)\n"
+        "loaded = [m for m in ('envs.alfworld.env', 'envs.webshop.env', 'envs.keychest.env', 'ray.rllib')"
+        " if m in sys.modules]\n"
+        "assert not loaded, loaded\n"
+    )
+    subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True, timeout=120)
 
 
 def test_the_recipes_keep_their_cache_names_and_find_the_shipped_warm_starts() -> None:

@@ -48,3 +48,5 @@ ALFWORLD_FACTS = EnvFacts(
         hiper_bootstrap_truncated=True,
     ),
 )
+#: Its planner/executor team (envs/alfworld/team.py).
+ALFWORLD_TEAM_FACTS = ALFWORLD_FACTS.of_team()

@@ -10,3 +10,5 @@ KEYCHEST_FACTS = EnvFacts(
         env_config={"max_steps": 10}, expert_subgoal="envs.keychest.env:expert_subgoal"
     ),
 )
+#: Its planner/executor team (envs/keychest/team.py).
+KEYCHEST_TEAM_FACTS = KEYCHEST_FACTS.of_team()

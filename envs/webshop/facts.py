@@ -49,3 +49,5 @@ WEBSHOP_FACTS = EnvFacts(
         hiper_bootstrap_truncated=False,  # WebShop pays only for a bought item
     ),
 )
+#: Its verifier/searcher/buyer team (envs/webshop/team.py).
+WEBSHOP_TEAM_FACTS = WEBSHOP_FACTS.of_team()
