@@ -22,7 +22,7 @@ from safetensors.torch import load_file
 
 import envs
 from envs.alfworld.facts import ALFWORLD_WARM_START
-from envs.keychest.env import KeyChestEnv
+from envs.keychest import facts as keychest_facts
 from hgpo_rllib import cli
 from hgpo_rllib.evaluation import CheckpointPolicy, evaluate
 from hgpo_rllib.evaluation.policy_loading import config_for_warm_start, inference_module
@@ -531,9 +531,10 @@ def test_a_warm_start_is_built_once_per_recipe_in_the_cache_it_is_given(
     with_dagger = build_warm_start(dagger, cache_dir=tmp_path)
     assert with_dagger == warm_start_path(dagger, tmp_path) and with_dagger.parent == built
     assert json.loads((with_dagger / SFT_CONFIG).read_text())["finished"]
-    own = KeyChestEnv.FACTS.warm_start
-    bumped = dataclasses.replace(own, demonstration_format=own.demonstration_format + 1)
-    monkeypatch.setattr(KeyChestEnv, "FACTS", dataclasses.replace(KeyChestEnv.FACTS, warm_start=bumped))
+    facts = keychest_facts.KEYCHEST_FACTS
+    version = facts.warm_start.demonstration_format
+    bumped = dataclasses.replace(facts.warm_start, demonstration_format=version + 1)
+    monkeypatch.setattr(keychest_facts, "KEYCHEST_FACTS", dataclasses.replace(facts, warm_start=bumped))
     with pytest.raises(pytest.fail.Exception, match="rebuilt"):  # new demonstration texts: a new build
         build_warm_start(recipe, cache_dir=tmp_path)
 
