@@ -487,7 +487,7 @@ def test_checkpoint_prompts_and_env_share_one_env_config(trained_run: Path) -> N
 
 
 def test_evaluate_rejects_bad_input(tmp_path: Path) -> None:
-    with pytest.raises(ValueError, match="ALFWorld only"):
+    with pytest.raises(ValueError, match="--split applies to envs with split choices"):
         evaluate(None, env="keychest", split="in", output=tmp_path / "a")
     with pytest.raises(ValueError, match="unknown environment"):
         evaluate(None, env="chess", output=tmp_path / "b")
