@@ -244,7 +244,10 @@ USER_ERRORS = {
         lambda t: [*EVAL, "--batch-size", "0", "--output", str(t / "o")],
         r"--batch-size: .*>= 1, got 0",
     ),
-    "split-off-alfworld": (lambda t: [*EVAL, "--split", "in", "--output", str(t / "o")], r"ALFWorld only"),
+    "split-without-choices": (
+        lambda t: [*EVAL, "--split", "in", "--output", str(t / "o")],
+        r"--split applies to envs with split choices .*, not keychest",
+    ),
 }
 
 
