@@ -44,11 +44,12 @@ import pandas as pd  # noqa: E402
 import ray  # noqa: E402
 from tqdm.auto import tqdm  # noqa: E402
 
+from envs.alfworld.facts import ALFWORLD_FACTS  # noqa: E402
 from hgpo_rllib.columns import INVALID_ACTION_RATE, SUCCESS_RATE  # noqa: E402
-from hgpo_rllib.evaluation import ALFWORLD_CATEGORIES, evaluate  # noqa: E402
+from hgpo_rllib.evaluation import evaluate  # noqa: E402
 from hgpo_rllib.evaluation.comparison import GAME_KEYS, compare  # noqa: E402
 from hgpo_rllib.experiments.experiment_file import load_experiment_file  # noqa: E402
-from hgpo_rllib.warm_start.cache import WEBSHOP_WARM_START, alfworld_recipe, build_warm_start  # noqa: E402
+from hgpo_rllib.warm_start.cache import build_warm_start, warm_start_recipe  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "docs" / "results" / "table1"
@@ -56,6 +57,8 @@ TUNED = ROOT / "tuned_examples"
 #: Where ``scripts/ship_warm_start.py`` writes each shipped warm start's evaluation.
 SHIPPING_EVALUATIONS = ROOT / "docs" / "results" / "*_shipped_warm_start_eval*"
 WARM_START = "warm start"
+#: ALFWorld's success per task category, reported beside success.
+ALFWORLD_CATEGORIES = ALFWORLD_FACTS.evaluation.categories
 
 
 class Variant(NamedTuple):
@@ -140,8 +143,8 @@ def warm_start_for(env: str, variant: Variant, given: Path | None) -> Path:
     """ALFWorld: the main job's recipe at the variant's K and answer format; WebShop: ``given``
     (``--warm-start``), else ``WEBSHOP_WARM_START`` (each shipped, cached or built now)."""
     if env == "alfworld":
-        return build_warm_start(alfworld_recipe(variant.history_length, variant.answer_format))
-    return given or build_warm_start(WEBSHOP_WARM_START)
+        return build_warm_start(warm_start_recipe("alfworld", variant.history_length, variant.answer_format))
+    return given or build_warm_start(warm_start_recipe("webshop"))
 
 
 def train(

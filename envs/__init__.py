@@ -24,6 +24,7 @@ from envs.common.actions import (
     plan_execute_blocks,
     subgoals_of_blocks,
 )
+from envs.common.facts import DemonstrationCost, EnvFacts, EvaluationFacts, PaperFacts, WarmStartFacts
 from envs.common.prompts import PromptContext, default_prompt
 from envs.common.spaces import TextSpace
 from envs.common.text_env import Observation, TextEnv
@@ -35,6 +36,7 @@ from envs.registry import (
     env_class,
     env_class_path,
     env_creator,
+    env_facts,
     env_name,
     get_env_spec,
     get_prompt_renderer,
@@ -60,9 +62,13 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "ANSWER_FORMATS",
+    "DemonstrationCost",
     "ENV_SPECS",
+    "EnvFacts",
+    "EvaluationFacts",
     "Observation",
     "PLAN_EXECUTE",
+    "PaperFacts",
     "ParsedAction",
     "PlannerExecutorTeam",
     "PromptContext",
@@ -71,6 +77,7 @@ __all__ = [
     "TextEnv",
     "THINK_ACTION",
     "TextSpace",
+    "WarmStartFacts",
     "adopt_env",
     "check_env_config",
     "current_subgoal",
@@ -78,6 +85,7 @@ __all__ = [
     "env_class",
     "env_class_path",
     "env_creator",
+    "env_facts",
     "env_name",
     "get_env_spec",
     "get_prompt_renderer",

@@ -36,6 +36,7 @@ from typing import Any
 
 import gymnasium as gym
 
+from envs.common.facts import EnvFacts
 from envs.common.prompts import PromptContext, default_prompt
 from envs.common.text_env import TextEnv
 
@@ -49,6 +50,9 @@ class EnvSpec:
     name: str  #: RLlib / Tune name (``config.environment(name)``)
     gym_id: str  #: Gymnasium id (``gymnasium.make(gym_id)``)
     entry_point: str  #: "module:Class" of the environment
+    #: "module:attr" of its :class:`~envs.common.facts.EnvFacts` (the class's ``FACTS``), read without
+    #: importing the game engine
+    facts: str
     prompt_renderer: str  #: "module:function" (PromptContext, **env settings) -> str
     tokenizer_corpus: str  #: "module:function" () -> list[str], text to build a tiny tokenizer from
     #: "module:function" () -> list[str], texts a tiny tokenizer may keep as single tokens (names the
@@ -63,6 +67,7 @@ ENV_SPECS: dict[str, EnvSpec] = {
             "alfworld",
             "hgpo/ALFWorld-v0",
             "envs.alfworld.env:ALFWorldEnv",
+            "envs.alfworld.facts:ALFWORLD_FACTS",
             "envs.alfworld.prompts:render_prompt",
             "envs.alfworld.prompts:tokenizer_corpus",
         ),
@@ -70,6 +75,7 @@ ENV_SPECS: dict[str, EnvSpec] = {
             "webshop",
             "hgpo/WebShop-v0",
             "envs.webshop.env:WebShopEnv",
+            "envs.webshop.facts:WEBSHOP_FACTS",
             "envs.webshop.prompts:render_prompt",
             "envs.webshop.prompts:tokenizer_corpus",
             "envs.webshop.prompts:tokenizer_whole_words",
@@ -78,6 +84,7 @@ ENV_SPECS: dict[str, EnvSpec] = {
             "keychest",
             "hgpo/KeyChest-v0",
             "envs.keychest.env:KeyChestEnv",
+            "envs.keychest.facts:KEYCHEST_FACTS",
             "envs.keychest.prompts:render_prompt",
             "envs.keychest.prompts:tokenizer_corpus",
         ),
@@ -92,6 +99,7 @@ TEAM_ENV_SPECS: dict[str, EnvSpec] = {
             "alfworld_team",
             "hgpo/ALFWorldTeam-v0",
             "envs.alfworld.team:ALFWorldTeamEnv",
+            "envs.alfworld.facts:ALFWORLD_TEAM_FACTS",
             "envs.alfworld.team:render_prompt",
             "envs.alfworld.team:tokenizer_corpus",
         ),
@@ -99,6 +107,7 @@ TEAM_ENV_SPECS: dict[str, EnvSpec] = {
             "webshop_team",
             "hgpo/WebShopTeam-v0",
             "envs.webshop.team:WebShopTeamEnv",
+            "envs.webshop.facts:WEBSHOP_TEAM_FACTS",
             "envs.webshop.team:render_prompt",
             "envs.webshop.team:tokenizer_corpus",
         ),
@@ -106,6 +115,7 @@ TEAM_ENV_SPECS: dict[str, EnvSpec] = {
             "keychest_team",
             "hgpo/KeyChestTeam-v0",
             "envs.keychest.team:KeyChestTeamEnv",
+            "envs.keychest.facts:KEYCHEST_TEAM_FACTS",
             "envs.keychest.team:render_prompt",
             "envs.keychest.team:tokenizer_corpus",
         ),
@@ -277,6 +287,15 @@ def _env_class(name_or_id: str, config_key: str) -> type:
         return type(env.unwrapped)
     finally:
         env.close()
+
+
+def env_facts(name_or_id: str, env_config: Mapping[str, Any] | None = None) -> EnvFacts:
+    """What generic code knows of the env (:mod:`envs.common.facts`): its class's ``FACTS``, the
+    defaults for a class that declares none (a built-in env's without importing its engine)."""
+    spec = builtin_spec(name_or_id)
+    if spec is not None:
+        return load_object(spec.facts)
+    return getattr(env_class(name_or_id, env_config), "FACTS", EnvFacts())
 
 
 def env_class_path(name_or_id: str, env_config: Mapping[str, Any] | None = None) -> str:

@@ -1,6 +1,7 @@
 """Build a warm start's recipe (if the cache has none), ship it inside the package in bf16, and
 evaluate the shipped copy: ALFWorld's (the CPU main job's at ``-k`` and ``--answer-format``) on the
-134 ``eval_out_of_distribution`` games, WebShop's (``WEBSHOP_WARM_START``) on its first 100 test goals.
+134 ``eval_out_of_distribution`` games, WebShop's (K = 4, ``envs/webshop/facts.py``) on its first 100
+test goals.
 
     python scripts/ship_warm_start.py --cache ~/.cache/hgpo_rllib [--env webshop]
 
@@ -13,7 +14,7 @@ import argparse
 from pathlib import Path
 
 import envs
-from hgpo_rllib.warm_start.cache import WEBSHOP_WARM_START, alfworld_recipe, build_warm_start
+from hgpo_rllib.warm_start.cache import build_warm_start, warm_start_recipe
 from hgpo_rllib.warm_start.shipping import describe, ship_warm_start
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -37,7 +38,7 @@ def main() -> None:
     if args.env == "webshop":
         if args.history_length != 2 or args.answer_format:
             parser.error("WebShop's warm start has its own K (4) and answer format")
-        recipe, command = WEBSHOP_WARM_START, f"{command} --env webshop"
+        recipe, command = warm_start_recipe("webshop"), f"{command} --env webshop"
         evaluation = {
             "env": "webshop",
             "seeds": [args.seed],
@@ -45,7 +46,7 @@ def main() -> None:
             "env_config": {"max_steps": 15},
         }
     else:
-        recipe = alfworld_recipe(args.history_length, args.answer_format)
+        recipe = warm_start_recipe("alfworld", args.history_length, args.answer_format)
         if args.history_length != 2:
             command, name = f"{command} -k {args.history_length}", f"{name}_k{args.history_length}"
         if args.answer_format:

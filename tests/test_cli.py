@@ -16,12 +16,13 @@ import pytest
 from helpers import TUNED, crash_once_lines, crashing_tuned_example, write_experiment
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
+from envs.alfworld.facts import ALFWORLD_FACTS
 from hgpo_rllib import cli
 from hgpo_rllib.cli.quiet import hide_harmless_lines
 from hgpo_rllib.cli.tensorboard_layout import LAYOUT
 from hgpo_rllib.cli.train import experiment_runs
 from hgpo_rllib.connectors.env_to_module.history_window import HistoryWindowPrompt
-from hgpo_rllib.evaluation import ALFWORLD_CATEGORIES, CheckpointPolicy, evaluate, protocol
+from hgpo_rllib.evaluation import CheckpointPolicy, evaluate, protocol
 from hgpo_rllib.evaluation.rollout import task_seeds
 from hgpo_rllib.experiments.experiment_file import apply_config_overrides, load_experiment_file
 
@@ -243,7 +244,10 @@ USER_ERRORS = {
         lambda t: [*EVAL, "--batch-size", "0", "--output", str(t / "o")],
         r"--batch-size: .*>= 1, got 0",
     ),
-    "split-off-alfworld": (lambda t: [*EVAL, "--split", "in", "--output", str(t / "o")], r"ALFWorld only"),
+    "split-without-choices": (
+        lambda t: [*EVAL, "--split", "in", "--output", str(t / "o")],
+        r"--split applies to envs with split choices .*, not keychest",
+    ),
 }
 
 
@@ -471,7 +475,8 @@ def test_rllib_evaluate_alfworld_split_has_per_task_columns(tmp_path: Path) -> N
     episodes = pd.read_csv(out / "episodes.csv")
     for _, row in per_seed.iterrows():  # each played category's column is its success rate (the expert: 100)
         played = set(episodes[episodes.seed == row.seed].task_type)
-        assert played and all(row[c] == 100 if c in played else np.isnan(row[c]) for c in ALFWORLD_CATEGORIES)
+        categories = ALFWORLD_FACTS.evaluation.categories
+        assert played and all(row[c] == 100 if c in played else np.isnan(row[c]) for c in categories)
     assert re.search(r"\| expert +\| 100.0 ± 0.0 +\|", (out / "summary.md").read_text())
 
 
@@ -485,7 +490,7 @@ def test_checkpoint_prompts_and_env_share_one_env_config(trained_run: Path) -> N
 
 
 def test_evaluate_rejects_bad_input(tmp_path: Path) -> None:
-    with pytest.raises(ValueError, match="ALFWorld only"):
+    with pytest.raises(ValueError, match="--split applies to envs with split choices"):
         evaluate(None, env="keychest", split="in", output=tmp_path / "a")
     with pytest.raises(ValueError, match="unknown environment"):
         evaluate(None, env="chess", output=tmp_path / "b")

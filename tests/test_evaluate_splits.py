@@ -112,15 +112,19 @@ def test_bad_split_is_rejected(tmp_path: Path) -> None:
         evaluate(None, env="alfworld", split="valid", output=tmp_path, baselines=["random"])
 
 
-def test_cli_split_choices() -> None:
+def test_cli_split_choices(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     parser = build_parser()
     args = parser.parse_args(["evaluate", "--env", "alfworld", "--output", "x"])
     assert args.split is None and args.episodes is None  # evaluate() picks "out" and the whole split
     assert (
         parser.parse_args(["evaluate", "--env", "alfworld", "--split", "all", "--output", "x"]).split == "all"
     )
-    with pytest.raises(SystemExit):
-        parser.parse_args(["evaluate", "--env", "alfworld", "--split", "seen", "--output", "x"])
+    # The choices are the env's (EvaluationFacts.splits): checked once the env is known.
+    refused = ["evaluate", "--env", "alfworld", "--split", "seen", "--output", str(tmp_path / "x")]
+    assert cli.main(refused) == 2 and not (tmp_path / "x").exists()
+    assert "split must be one of ['all', 'in', 'out'], got 'seen'" in capsys.readouterr().err
+    assert cli.main(["evaluate", "--env", "webshop", "--split", "in", "--output", str(tmp_path / "x")]) == 2
+    assert "--split applies to envs with split choices" in capsys.readouterr().err
 
 
 @pytest.mark.slow

@@ -20,7 +20,7 @@ from hgpo_rllib.cli import scripts
 from hgpo_rllib.experiments.experiment_file import apply_module_overrides, load_experiment_file
 from hgpo_rllib.experiments.memory_plan import MODEL_CONFIGS_DIR
 from hgpo_rllib.experiments.settings import ESTIMATOR_SETTINGS, REMOVED_VARIABLES, SWITCHES, RunSettings
-from hgpo_rllib.warm_start.cache import alfworld_recipe, find_warm_start
+from hgpo_rllib.warm_start.cache import find_warm_start, warm_start_recipe
 from hgpo_rllib.warm_start.format import SFT_CONFIG
 from hgpo_rllib.warm_start.trainer import SFTSettings
 
@@ -158,7 +158,7 @@ def test_path_switches_reach_the_built_config(tmp_path: Path) -> None:
         assert config.model_config["model"] == model, example
     critic = built("hiper_webshop.py", "--preset", "paper-1.5b", "--model", model, "--critic", model).config
     assert critic.model_config["critic"] == model
-    shipped_plan_execute = find_warm_start(alfworld_recipe(2, "plan_execute"))
+    shipped_plan_execute = find_warm_start(warm_start_recipe("alfworld", 2, "plan_execute"))
     hiper = built("hiper_alfworld.py", "--warm-start", str(shipped_plan_execute), "--critic", model).config
     assert hiper.model_config["model"] == str(shipped_plan_execute) and hiper.model_config["critic"] == model
     webshop = webshop_warm_start(tmp_path)

@@ -5,6 +5,7 @@ resumable warm start, DAgger rounds, and the cache of named recipes.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import json
 import os
@@ -20,18 +21,15 @@ from helpers import sft_args as micro_sft_args
 from safetensors.torch import load_file
 
 import envs
+from envs.alfworld.facts import ALFWORLD_WARM_START
+from envs.keychest import facts as keychest_facts
 from hgpo_rllib import cli
 from hgpo_rllib.evaluation import CheckpointPolicy, evaluate
 from hgpo_rllib.evaluation.policy_loading import config_for_warm_start, inference_module
 from hgpo_rllib.experiments.experiment_file import load_experiment_file
 from hgpo_rllib.experiments.settings import RunSettings
 from hgpo_rllib.warm_start import cache, dagger, trainer
-from hgpo_rllib.warm_start.cache import (
-    ALFWORLD_WARM_START,
-    alfworld_recipe,
-    build_warm_start,
-    warm_start_path,
-)
+from hgpo_rllib.warm_start.cache import build_warm_start, warm_start_path, warm_start_recipe
 from hgpo_rllib.warm_start.dagger import DaggerSettings
 from hgpo_rllib.warm_start.demonstrations import make_demonstrator
 from hgpo_rllib.warm_start.format import DEMONSTRATIONS, SFT_CONFIG
@@ -391,7 +389,7 @@ def test_whole_words_make_each_webshop_product_id_one_token_of_the_warm_starts_t
 
 
 def test_sft_rejects_bad_input(tmp_path: Path) -> None:
-    with pytest.raises(ValueError, match="alfworld and webshop only"):
+    with pytest.raises(ValueError, match="'keychest' has no demonstrator 'searcher'"):
         make_demonstrator("keychest", "searcher")
     with pytest.raises(ValueError, match="episodes >= 1"):
         train_warm_start(tmp_path / "a", env="keychest", episodes=0)
@@ -432,7 +430,8 @@ def test_the_main_job_builds_its_warm_start_when_the_run_starts(
     assert model == warm_start_path(ALFWORLD_WARM_START, tmp_path).resolve() and not model.exists()
     assert experiment.config.history_length == 2 and experiment.stop == {"time_total_s": 1800}
     experiment.prepare()
-    assert recipes == [(alfworld_recipe(2), str(tmp_path))] and alfworld_recipe(2) == ALFWORLD_WARM_START
+    recipe = warm_start_recipe("alfworld", 2)
+    assert recipes == [(recipe, str(tmp_path))] and recipe == ALFWORLD_WARM_START
     # Another K is another recipe (its prompts differ), in another directory.
     k4 = load_experiment_file(
         TUNED / "hgpo_alfworld.py", {"cache_dir": str(tmp_path), "history_length": 4}
@@ -527,7 +526,10 @@ def test_a_warm_start_is_built_once_per_recipe_in_the_cache_it_is_given(
     with_dagger = build_warm_start(dagger, cache_dir=tmp_path)
     assert with_dagger == warm_start_path(dagger, tmp_path) and with_dagger.parent == built
     assert json.loads((with_dagger / SFT_CONFIG).read_text())["finished"]
-    monkeypatch.setattr(cache, "DEMONSTRATION_FORMAT", cache.DEMONSTRATION_FORMAT + 1)
+    facts = keychest_facts.KEYCHEST_FACTS
+    version = facts.warm_start.demonstration_format
+    bumped = dataclasses.replace(facts.warm_start, demonstration_format=version + 1)
+    monkeypatch.setattr(keychest_facts, "KEYCHEST_FACTS", dataclasses.replace(facts, warm_start=bumped))
     with pytest.raises(pytest.fail.Exception, match="rebuilt"):  # new demonstration texts: a new build
         build_warm_start(recipe, cache_dir=tmp_path)
 

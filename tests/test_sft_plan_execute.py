@@ -18,7 +18,7 @@ from hgpo_rllib import cli
 from hgpo_rllib.connectors.env_to_module.history_window import prompt_connector
 from hgpo_rllib.evaluation.rollout import new_episode, task_seeds
 from hgpo_rllib.experiments.experiment_file import load_experiment_file
-from hgpo_rllib.warm_start.cache import alfworld_recipe, recipe_directory, recipe_record
+from hgpo_rllib.warm_start.cache import recipe_directory, recipe_record, warm_start_recipe
 from hgpo_rllib.warm_start.demonstrations import (
     demonstrated_response,
     make_demonstrator,
@@ -171,10 +171,11 @@ def test_think_action_demonstrations_are_unchanged_and_plan_execute_plays_the_sa
         )
         assert after["prompt"] == f"{before['prompt']}\nSubgoal: {shown}\n{PLAN_TAG_INSTRUCTION}"
     # The recipes' digests do not change (the format is an env_config entry they do not name).
-    assert str(recipe_directory(alfworld_recipe(2))) == "warm_starts/alfworld-94e6db4769/dagger-eabffa2b-2"
-    planned_recipe = alfworld_recipe(2, answer_format="plan_execute")
+    main_recipe = warm_start_recipe("alfworld", 2)
+    assert str(recipe_directory(main_recipe)) == "warm_starts/alfworld-94e6db4769/dagger-eabffa2b-2"
+    planned_recipe = warm_start_recipe("alfworld", 2, answer_format="plan_execute")
     assert recipe_record(planned_recipe)["env_config"]["answer_format"] == "plan_execute"
-    assert recipe_directory(planned_recipe).parent != recipe_directory(alfworld_recipe(2)).parent
+    assert recipe_directory(planned_recipe).parent != recipe_directory(main_recipe).parent
 
 
 def test_the_alfworld_searcher_demonstrates_its_phases_as_subgoals() -> None:

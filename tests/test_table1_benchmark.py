@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 
 from hgpo_rllib import HiPERConfig
-from hgpo_rllib.warm_start.cache import WEBSHOP_WARM_START, alfworld_recipe, find_warm_start
+from hgpo_rllib.warm_start.cache import find_warm_start, warm_start_recipe
 from hgpo_rllib.warm_start.format import SFT_CONFIG
 from hgpo_rllib.warm_start.trainer import SFTSettings
 
@@ -37,7 +37,8 @@ _spec.loader.exec_module(table1)
 )
 def test_each_alfworld_variant_is_its_example_with_its_settings(name, estimator, alpha, weighting) -> None:
     before = dict(os.environ)
-    config = table1.variant_config(table1.VARIANTS["alfworld"][name], find_warm_start(alfworld_recipe(2)))
+    warm_start = find_warm_start(warm_start_recipe("alfworld", 2))
+    config = table1.variant_config(table1.VARIANTS["alfworld"][name], warm_start)
     assert dict(os.environ) == before  # the switches do not leak into later runs
     assert config.estimator == estimator and config.history_length == 2
     assert config.lr == 1e-5 and config.kl_coeff == 0.05  # the CPU warm-start run
@@ -49,11 +50,11 @@ def test_each_alfworld_variant_is_its_example_with_its_settings(name, estimator,
 
 def test_hiper_runs_its_own_example_and_k4_asks_for_its_own_warm_start() -> None:
     variants = table1.VARIANTS["alfworld"]
-    hiper = table1.variant_config(variants["HiPER"], find_warm_start(alfworld_recipe(2)))
+    hiper = table1.variant_config(variants["HiPER"], find_warm_start(warm_start_recipe("alfworld", 2)))
     assert isinstance(hiper, HiPERConfig)
     assert variants["HiPER"].warm_start_label == "K=2 plan_execute"
     with pytest.raises(ValueError, match="differs from the warm start's K=2"):
-        table1.variant_config(variants["HGPO K=4 a=1"], find_warm_start(alfworld_recipe(2)))
+        table1.variant_config(variants["HGPO K=4 a=1"], find_warm_start(warm_start_recipe("alfworld", 2)))
 
 
 def write_run(runs: Path, variant: str, seed: int | None, won: list[bool], weights: str = "abc") -> None:
@@ -225,7 +226,8 @@ def test_webshop_variants_start_from_the_given_warm_start(
     assert table1.warm_start_for("webshop", gigpo, tmp_path) == tmp_path
     built = []  # without --warm-start: the shipped recipe's (built when the package ships none)
     monkeypatch.setattr(table1, "build_warm_start", lambda recipe: built.append(recipe) or tmp_path)
-    assert table1.warm_start_for("webshop", gigpo, None) == tmp_path and built == [WEBSHOP_WARM_START]
+    assert table1.warm_start_for("webshop", gigpo, None) == tmp_path
+    assert built == [warm_start_recipe("webshop")]
 
 
 def test_evaluated_rows_need_no_warm_start_and_a_new_one_is_not_mixed_in(

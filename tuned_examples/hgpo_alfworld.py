@@ -5,18 +5,18 @@
     rllib train file tuned_examples/hgpo_alfworld.py --preset paper-1.5b --model /models/Qwen2.5-1.5B-Instruct
     rllib train file tuned_examples/hgpo_alfworld.py --help       # the settings below, with defaults
 
-On CPU the run starts from a warm start: a 3.5M-parameter model fine-tuned on the searcher's play of
-800 training games, then two DAgger rounds (``rllib sft``, the recipe of
-``envs.alfworld.facts`` at the run's K). The package ships it for K = 2 and K = 4 (bf16 weights,
-``hgpo_rllib/warm_start/shipped``); another K builds its own when the run starts (about 3 hours on 2
-cores, each phase announced with an ETA; resumable), cached under ``~/.cache/hgpo_rllib``
+On CPU the run starts from a warm start: a 3.5M-parameter model fine-tuned on the searcher's play of 800
+training games, then two DAgger rounds (``rllib sft``, recipe
+``envs.alfworld.facts.ALFWORLD_WARM_START`` at the run's K). The package ships it for K = 2 and K = 4
+(bf16 weights, ``hgpo_rllib/warm_start/shipped``); another K builds its own when the run starts (about 3
+hours on 2 cores, each phase announced with an ETA; resumable), cached under ``~/.cache/hgpo_rllib``
 (``--cache``). It then trains for 30 minutes, generating free text
 (``<think>...</think><action>...</action>``, no action constraint). ``--warm-start DIR`` starts from
 another ``rllib sft`` model directory; ``--warm-start none`` runs the 2-minute pipeline demo instead (a
-random-init tiny model restricted to single-token commands, success near 0). The paper presets (2
-GPUs for 1.5B, 4 for 7B, each + 1 for evaluation) use the published settings
-(docs/hgpo_algorithm.md §5) and need a local model directory; nothing is downloaded. Building the
-config builds nothing: ``rllib train file`` calls ``prepare()`` when the run starts.
+random-init tiny model restricted to single-token commands, success near 0). The paper presets (2 GPUs
+for 1.5B, 4 for 7B, each + 1 for evaluation) use the published settings (docs/hgpo_algorithm.md §5) and
+need a local model directory; nothing is downloaded. Building the config builds nothing: ``rllib train
+file`` calls ``prepare()`` when the run starts.
 """
 
 from typing import Any
@@ -27,14 +27,14 @@ from hgpo_rllib.experiments.cpu import tiny_cpu_config, warm_start_cpu_config
 from hgpo_rllib.experiments.naming import run_name
 from hgpo_rllib.experiments.paper import apply_paper_preset
 from hgpo_rllib.experiments.settings import ESTIMATOR_SETTINGS, RunSettings
-from hgpo_rllib.warm_start.cache import alfworld_recipe, build_warm_start, find_warm_start, recipe_record
+from hgpo_rllib.warm_start.cache import build_warm_start, find_warm_start, recipe_record, warm_start_recipe
 
 SETTINGS = ("preset", "model", *ESTIMATOR_SETTINGS, "warm_start", "cache_dir")
 
 
 def experiment(settings: RunSettings) -> dict[str, Any]:
     stop: dict[str, Any] = {"training_iteration": settings.iterations}
-    recipe = alfworld_recipe(settings.history_length)
+    recipe = warm_start_recipe("alfworld", settings.history_length)
     builds_warm_start = settings.preset == "cpu" and settings.warm_start is None
     if settings.preset != "cpu":
         settings.refuse(["warm_start", "cache_dir"], f"to --preset {settings.preset}: it starts from --model")

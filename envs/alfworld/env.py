@@ -31,6 +31,7 @@ from textworld.core import GameState
 
 from envs.alfworld.dataset import has_game_files, list_games, load_game
 from envs.alfworld.engine import AlfredEngine, UnsolvableError
+from envs.alfworld.facts import ALFWORLD_FACTS
 from envs.alfworld.games import SPLITS, Game, generate_game, num_games
 from envs.alfworld.logic import DEFAULT_GRAMMAR, HELP_COMMAND, TASK_CATEGORY, TASK_TYPES, check_grammar
 from envs.common.actions import THINK_ACTION, ParsedAction
@@ -66,6 +67,8 @@ class ALFWorldEnv(TextEnv):
         grammar: command grammar of generated games, ``"0.4.2"`` (default) or ``"2.1.1"``.
         require_tags, answer_format: the answer's format (:mod:`envs.common.actions`).
     """
+
+    FACTS = ALFWORLD_FACTS
 
     def __init__(
         self,

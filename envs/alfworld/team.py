@@ -14,6 +14,7 @@ from collections.abc import Sequence
 
 from envs.alfworld import prompts
 from envs.alfworld.env import ALFWorldEnv
+from envs.alfworld.facts import ALFWORLD_TEAM_FACTS
 from envs.common.prompts import PromptContext
 from envs.common.team_env import PlannerExecutorTeam, planner_executor_prompt, play_team, team_corpus
 
@@ -26,6 +27,7 @@ class ALFWorldTeamEnv(PlannerExecutorTeam):
     """ALFWorld played by a planner and an executor (see the module doc)."""
 
     game_class = ALFWorldEnv
+    FACTS = ALFWORLD_TEAM_FACTS
 
     def _expert_phase(self, plan: Sequence[str]) -> tuple[str, str]:
         """One phase per interaction with an object: the subgoal is the plan's next command that is

@@ -47,6 +47,7 @@ from typing import Any, ClassVar
 from ray.rllib.env.multi_agent_env import MultiAgentEnv
 
 from envs.common.actions import _CJK, MALFORMED_TAIL_CHARS, ParsedAction, normalize_command, parse_action
+from envs.common.facts import EnvFacts
 from envs.common.prompts import PromptContext, format_history, shown_subgoal
 from envs.common.spaces import TextSpace
 from envs.common.text_env import TextEnv
@@ -117,6 +118,8 @@ class TeamTextEnv(MultiAgentEnv, ABC):
 
     ROLES: ClassVar[tuple[str, ...]]
     game_class: ClassVar[type[TextEnv]]
+    #: A built-in team's are its game's :meth:`~envs.common.facts.EnvFacts.of_team`.
+    FACTS: ClassVar[EnvFacts] = EnvFacts()
     metadata = {"render_modes": ["ansi"], "render_fps": 1}
 
     def __init__(self, *, max_turns: int | None = None, **game_settings: Any):

@@ -16,7 +16,7 @@ import logging
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import gymnasium as gym
 import numpy as np
@@ -31,6 +31,7 @@ from envs.common.actions import (
     parse_action,
     parse_plan_execute,
 )
+from envs.common.facts import EnvFacts
 from envs.common.spaces import TextSpace
 
 logger = logging.getLogger(__name__)
@@ -62,6 +63,9 @@ class TextEnv(gym.Env, ABC):
     metadata = {"render_modes": ["ansi"], "render_fps": 1}
     #: Whether a valid output needs the ``<think>``/``<action>`` tags (the reference's format rule).
     default_require_tags: bool = True
+    #: What generic code knows of the env (evaluation splits and columns, warm start, paper settings):
+    #: :mod:`envs.common.facts`; the defaults fit a plain env.
+    FACTS: ClassVar[EnvFacts] = EnvFacts()
 
     def __init__(
         self,

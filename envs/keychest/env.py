@@ -40,6 +40,7 @@ import numpy as np
 
 from envs.common.actions import THINK_ACTION, plan_execute_blocks
 from envs.common.text_env import Observation, TextEnv
+from envs.keychest.facts import KEYCHEST_FACTS
 
 ROOM_NAMES = ("hall", "kitchen", "cellar", "attic", "study", "garden", "library", "pantry")
 DIRECTIONS = ("north", "south", "east", "west")
@@ -147,6 +148,7 @@ class KeyChestEnv(TextEnv):
     """
 
     default_require_tags = False
+    FACTS = KEYCHEST_FACTS
 
     def __init__(
         self,

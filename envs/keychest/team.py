@@ -16,6 +16,7 @@ from envs.common.prompts import PromptContext
 from envs.common.team_env import PlannerExecutorTeam, planner_executor_prompt, play_team, team_corpus
 from envs.keychest import prompts
 from envs.keychest.env import CHEST_SUBGOAL, KEY_SUBGOAL, OPEN_CHEST, TAKE_KEY, KeyChestEnv
+from envs.keychest.facts import KEYCHEST_TEAM_FACTS
 
 GAME = "KeyChest, a text game of rooms"
 
@@ -24,6 +25,7 @@ class KeyChestTeamEnv(PlannerExecutorTeam):
     """KeyChest played by a planner and an executor (see the module doc)."""
 
     game_class = KeyChestEnv
+    FACTS = KEYCHEST_TEAM_FACTS
 
     def _expert_phase(self, plan: Sequence[str]) -> tuple[str, str]:
         """Fetch the key (ends with "take key"), then open the chest (ends the game)."""

@@ -34,6 +34,7 @@ from envs.common.text_env import Observation, TextEnv
 from envs.webshop.data import ATTRIBUTES_FILE, CATALOG_FILE, Shop, load_shop
 from envs.webshop.engine import StepOutcome, WebShopSession
 from envs.webshop.expert import ScriptedBuyer
+from envs.webshop.facts import WEBSHOP_FACTS
 from envs.webshop.goals import complete_goal, cumulative_weights, sample_goal_index
 
 WIN_SCORE = 1.0
@@ -47,6 +48,8 @@ GOAL_SAMPLING = ("uniform", "weighted")
 
 class WebShopEnv(TextEnv):
     """WebShop's text environment (see the module doc); one episode is one :class:`WebShopSession`."""
+
+    FACTS = WEBSHOP_FACTS
 
     def __init__(
         self,

@@ -36,6 +36,7 @@ from envs.common.team_env import (
 )
 from envs.webshop import pages, prompts
 from envs.webshop.env import WebShopEnv
+from envs.webshop.facts import WEBSHOP_TEAM_FACTS
 
 VERIFIER = "verifier"
 SEARCHER = "searcher"
@@ -61,6 +62,7 @@ class WebShopTeamEnv(TeamTextEnv):
 
     ROLES = (VERIFIER, SEARCHER, BUYER)
     game_class = WebShopEnv
+    FACTS = WEBSHOP_TEAM_FACTS
 
     #: The scripted buyer's next command and the game step it was decided at.
     _expert_step: tuple[int, str] | None = None

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from hgpo_rllib.cli.args import count, json_dict
 from hgpo_rllib.cli.quiet import hide_harmless_lines
-from hgpo_rllib.evaluation.protocol import DEFAULT_SEEDS, SPLIT_CHOICES, evaluate
+from hgpo_rllib.evaluation.protocol import DEFAULT_SEEDS, evaluate
 from hgpo_rllib.experiments.teams import team_warm_start_config
 
 
@@ -24,14 +24,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--split",
-        choices=sorted(SPLIT_CHOICES),
-        help="ALFWorld evaluation split: eval_in_distribution, eval_out_of_distribution (default) or both",
+        help="the env's evaluation split choice (EvaluationFacts.splits); ALFWorld: in, out (default: "
+        "eval_out_of_distribution) or all",
     )
     parser.add_argument("--seeds", type=count(0), nargs="+", default=list(DEFAULT_SEEDS))
     parser.add_argument(
         "--episodes",
         type=count(1),
-        help="episodes per seed, policy and split (default: the whole ALFWorld split, else 32)",
+        help="episodes per seed, policy and split (default: the whole split where the env has fixed "
+        "games, as ALFWorld has, else 32)",
     )
     parser.add_argument(
         "--output", required=True, help="directory for the CSV/Markdown tables (rerun: resumes it)"

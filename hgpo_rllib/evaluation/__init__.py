@@ -12,7 +12,6 @@ _PROTOCOL = "hgpo_rllib.evaluation.protocol"
 _FOLDER = "hgpo_rllib.evaluation.policy_folder"
 
 __all__ = [
-    "ALFWORLD_CATEGORIES",
     "CheckpointPolicy",
     "DEFAULT_SEEDS",
     "EpisodeSlot",
@@ -41,9 +40,7 @@ __getattr__ = lazy_getattr(
         "export_merged": _LOADING,
         "export_policy": _FOLDER,
         "load_policy": _FOLDER,
-        "ALFWORLD_CATEGORIES": _PROTOCOL,
         "DEFAULT_SEEDS": _PROTOCOL,
-        "SPLIT_CHOICES": _PROTOCOL,
         "DEFAULT_EPISODES": _PROTOCOL,
         "evaluate": _PROTOCOL,
         "summarize": _PROTOCOL,

@@ -1,9 +1,11 @@
 """The paper's evaluation protocol as one function and one command (``rllib evaluate``).
 
 A policy plays ``episodes`` tasks for each evaluation seed (the paper reports mean ± std over seeds
-123, 456 and 789, docs/hgpo_algorithm.md §7). ALFWorld is evaluated on ``eval_out_of_distribution``
-unless told otherwise (``split`` "in", "out" or "all"), by default on every game of the split; WebShop
-on its test goals (0-499). The tables name the split. A checkpoint's policy samples at its
+123, 456 and 789, docs/hgpo_algorithm.md §7). Which splits are played and which columns are reported
+beside success is the env's to say (its :class:`~envs.common.facts.EvaluationFacts`): ALFWorld is
+evaluated on ``eval_out_of_distribution`` unless told otherwise (``split`` "in", "out" or "all"), by
+default on every game of the split, with success per task category; WebShop on its test goals
+(0-499), with its score. The tables name the split. A checkpoint's policy samples at its
 ``eval_temperature`` with the same history-window prompts it was trained on; two baselines come from
 the same command: the privileged expert (ALFWorld's planner, WebShop's scripted buyer, KeyChest's
 shortest path) and a uniform-random choice among the admissible actions. Tables are written as CSV
@@ -21,6 +23,7 @@ import numpy as np
 import pandas as pd
 
 import envs
+from envs.common.facts import EvaluationFacts
 from hgpo_rllib.evaluation.policy_loading import (
     CTOR_FILE,
     MODULE_DIR,
@@ -43,33 +46,28 @@ if TYPE_CHECKING:
     from ray.rllib.algorithms.algorithm_config import AlgorithmConfig
 
 DEFAULT_SEEDS = (123, 456, 789)
-#: ``split`` values of :func:`evaluate` (ALFWorld) and the splits each one plays.
-SPLIT_CHOICES = {
-    "in": ("eval_in_distribution",),
-    "out": ("eval_out_of_distribution",),
-    "all": ("eval_in_distribution", "eval_out_of_distribution"),
-}
-DEFAULT_ALFWORLD_SPLIT = "out"
 #: Episodes per seed where an environment has no fixed list of evaluation games.
 DEFAULT_EPISODES = 32
-ALFWORLD_CATEGORIES = ("Pick", "Look", "Clean", "Heat", "Cool", "Pick2")
 #: The output directory's settings record.
 EVALUATION_RECORD = "evaluation.json"
 
 
-def summarize(episodes: pd.DataFrame, env_name: str) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Per (split, policy, seed) metrics, and their mean ± std over seeds."""
+def summarize(episodes: pd.DataFrame, facts: EvaluationFacts) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Per (split, policy, seed) metrics, and their mean ± std over seeds: success, steps and invalid
+    rate, then the env's score columns and its success per category (``facts``)."""
     keys = ["split", "policy", "seed"] if "split" in episodes else ["policy", "seed"]
     per_seed = episodes.groupby(keys).agg(
         success=("won", "mean"), steps=("steps", "mean"), invalid_rate=("invalid_rate", "mean")
     )
-    if env_name == "webshop":
-        per_seed["score"] = episodes.groupby(keys)["score"].mean()
-    if env_name == "alfworld":
-        by_type = episodes.pivot_table(index=keys, columns="task_type", values="won", aggfunc="mean")
-        for category in ALFWORLD_CATEGORIES:
-            per_seed[category] = by_type[category] if category in by_type else np.nan
-    rate_columns = ["success", *ALFWORLD_CATEGORIES, "score"]
+    for column in facts.score_columns:
+        per_seed[column] = episodes.groupby(keys)[column].mean()
+    if facts.category_column is not None:
+        by_category = episodes.pivot_table(
+            index=keys, columns=facts.category_column, values="won", aggfunc="mean"
+        )
+        for category in facts.categories:
+            per_seed[category] = by_category[category] if category in by_category else np.nan
+    rate_columns = ["success", *facts.categories, *facts.score_columns]
     per_seed = per_seed.apply(lambda col: col * 100 if col.name in rate_columns else col)
     per_seed = per_seed.reset_index()
     grouped = per_seed.drop(columns="seed").groupby(keys[:-1], sort=False)
@@ -103,13 +101,14 @@ def evaluate(
 
     Returns the mean ± std summary. ``env`` (any name :mod:`envs.registry` resolves; default: the
     checkpoint's own) must be the env the checkpoint was trained on. ``baselines`` default to the
-    expert (where the env has one) and random. ``split`` ("in" | "out" | "all", default "out" unless
-    ``env_config`` names a split) selects ALFWorld's evaluation split(s); ``episodes`` (default: the
-    whole split for ALFWorld, else 32) is per seed and split. WebShop plays its ``test`` goals unless
-    ``env_config`` says otherwise. Each finished (split, policy, seed) is written at once
-    (atomically) to ``episodes.csv``, and each game as it ends to a hidden file beside it; a rerun of
-    the same evaluation into the same ``output`` skips what is already there and plays the rest. A
-    checkpoint of a multi-agent team (docs/drmas.md) plays each task ``samples`` times (avg@k and
+    expert (where the env has one) and random. ``split`` (one of the env's ``EvaluationFacts.splits``:
+    ALFWorld's "in" | "out" | "all"; default: the split ``env_config`` names, else the env's default
+    choice, ALFWorld's "out") selects the evaluation split(s); ``episodes`` (default: the whole split
+    where the env has fixed games, as ALFWorld has, else 32) is per seed and split. WebShop plays its
+    ``test`` goals unless ``env_config`` says otherwise. Each finished (split, policy, seed) is written
+    at once (atomically) to ``episodes.csv``, and each game as it ends to a hidden file beside it; a
+    rerun of the same evaluation into the same ``output`` skips what is already there and plays the
+    rest. A checkpoint of a multi-agent team (docs/drmas.md) plays each task ``samples`` times (avg@k and
     pass@k; :mod:`hgpo_rllib.evaluation.team`), without baselines; so does a team built from warm
     starts: ``team_config`` (its modules load them) with ``checkpoint`` the warm-start folder
     (``rllib evaluate`` of a team warm-start folder). ``reuse`` names outputs of earlier evaluations:
@@ -158,8 +157,9 @@ def evaluate(
     assert env is not None  # checked above: a checkpoint or --env
     envs.env_creator(env)  # an unknown env: one line naming the known ones
     env_name = envs.env_name(env)
-    splits = _eval_splits(env_name, split, config)
     envs.check_env_config(env_name, config)  # before the output directory is made
+    facts = envs.env_facts(env_name, config).evaluation
+    splits = _eval_splits(env_name, facts, split, config)
     # A TextEnv (checked above) has an expert where its class overrides expert_plan.
     has_expert = envs.env_class(env_name, config).expert_plan is not envs.TextEnv.expert_plan
     if baselines is None:
@@ -194,10 +194,11 @@ def evaluate(
     checkpoint_path = None if checkpoint is None else str(Path(checkpoint).expanduser().resolve())
     settings = {"env": env_name, "episodes": episodes, "env_config": config, "checkpoint": checkpoint_path}
     players = {name: player(make_policy) for name, make_policy in policies.items()}
+    make_env = envs.env_creator(env_name)
     table, lines = _play_all(
-        players, env_name, splits, config, seeds, episodes, output, settings, reuse=reuse
+        players, facts, make_env, splits, config, seeds, episodes, output, settings, reuse=reuse
     )
-    return _write_tables(Path(output).expanduser(), env_name, lines, seeds, *summarize(table, env_name))
+    return _write_tables(Path(output).expanduser(), env_name, lines, seeds, *summarize(table, facts))
 
 
 def is_team_checkpoint(path: Path) -> bool:
@@ -232,8 +233,8 @@ def _evaluate_team(
     merged = {**dict(config.env_config), **env_config}
     envs.check_env_config(env_name, merged)
     team_class = envs.env_class(env_name, merged)
-    game = env_name.removesuffix("_team")  # the built-in teams' games: their splits and split sizes
-    splits = _eval_splits(game, split, merged)
+    facts = envs.env_facts(env_name, merged).evaluation  # a built-in team's are its game's
+    splits = _eval_splits(env_name, facts, split, merged)
     game_config = {k: v for k, v in merged.items() if k not in team_class.team_settings()}
     runners: dict[str | None, Any] = {}
 
@@ -257,7 +258,17 @@ def _evaluate_team(
     players = {"checkpoint": play_split}
     try:
         table, lines = _play_all(
-            players, game, splits, merged, seeds, episodes, output, settings, game_config, reuse
+            players,
+            facts,
+            lambda game_settings: team_class.game_class(**game_settings),
+            splits,
+            merged,
+            seeds,
+            episodes,
+            output,
+            settings,
+            game_config,
+            reuse,
         )
     finally:
         for runner in runners.values():
@@ -267,7 +278,8 @@ def _evaluate_team(
 
 def _play_all(
     players: dict[str, Player],
-    game: str,
+    facts: EvaluationFacts,
+    make_game: Callable[[dict[str, Any]], Any],
     splits: tuple[str | None, ...],
     config: dict[str, Any],
     seeds: Sequence[int],
@@ -279,9 +291,10 @@ def _play_all(
 ) -> tuple[pd.DataFrame, list[str]]:
     """Every (split, player, seed) not already in ``output``'s ``episodes.csv``, each written there
     as it finishes; returns the table of the requested players and seeds, and a line per split
-    (``game`` names the env whose splits these are, ``game_config`` its settings when ``config`` also
-    holds others). Meanwhile each game is kept as it ends (:func:`_resumed_games`), so an interrupted
-    (split, player, seed) plays only the games it had not finished. One that an output in ``reuse``
+    (``facts`` are the evaluation facts of the game that ``make_game`` builds from its settings,
+    ``game_config`` those settings when ``config`` also holds others). Meanwhile each game is kept as
+    it ends (:func:`_resumed_games`), so an interrupted (split, player, seed) plays only the games it
+    had not finished. One that an output in ``reuse``
     finished (:func:`reusable_episodes`) is copied from there."""
     out_dir = Path(output).expanduser()
     earlier = reusable_episodes(reuse, settings)  # (a bad ``reuse`` is refused before output is made)
@@ -290,13 +303,13 @@ def _play_all(
         table["split"] = pd.Series(dtype=object)  # a new output: no episodes yet
     lines = []
     for split_name in splits:
-        split_config = config if split_name is None else {**config, "split": split_name}
-        size = _split_size(game, {**(game_config or config), **({"split": split_name} if split_name else {})})
+        label = {} if split_name is None else {"split": split_name}
+        split_config = {**facts.env_config, **config, **label}
+        size = _split_size(facts, make_game, {**facts.env_config, **(game_config or config), **label})
         n = episodes or size or DEFAULT_EPISODES
         if split_name is not None:
             games = f" ({size} games{', all played' if size == n else ''})" if size else ""
             lines.append(f"- split `{split_name}`{games}: {n} episodes per seed and policy")
-        label = {} if split_name is None else {"split": split_name}
         for name, play_split in players.items():
             for seed in seeds:
                 done = (table["policy"] == name) & (table["seed"] == seed)
@@ -392,27 +405,35 @@ def _write_tables(
     return summary
 
 
-def _eval_splits(env_name: str, split: str | None, user_config: dict[str, Any]) -> tuple[str | None, ...]:
-    """The env splits to evaluate on (None: the env has no split)."""
-    if env_name == "alfworld":
-        if split is None and "split" in user_config:
-            return (user_config["split"],)
-        split = split or DEFAULT_ALFWORLD_SPLIT
-        if split not in SPLIT_CHOICES:
-            raise ValueError(f"split must be one of {sorted(SPLIT_CHOICES)}, got {split!r}")
-        return SPLIT_CHOICES[split]
+def _eval_splits(
+    env_name: str, facts: EvaluationFacts, split: str | None, user_config: dict[str, Any]
+) -> tuple[str | None, ...]:
+    """The env splits to evaluate on (None: the env declares none): the ``split`` choice's, else the
+    one ``user_config`` names, else the env's default choice's, else its evaluation env_config's."""
     if split is not None:
-        raise ValueError(f"--split applies to ALFWorld only, not {env_name}")
-    if env_name == "webshop":
-        return (user_config.get("split", "test"),)
-    return (None,)
+        if not facts.splits:
+            raise ValueError(
+                f"--split applies to envs with split choices (EvaluationFacts.splits), not {env_name}"
+            )
+        if split not in facts.splits:
+            raise ValueError(f"split must be one of {sorted(facts.splits)}, got {split!r}")
+        return tuple(facts.splits[split])
+    if not facts.splits and "split" not in facts.env_config:
+        return (None,)  # an env that declares no split: a split its env_config names plays unlabelled
+    if "split" in user_config:
+        return (user_config["split"],)
+    if facts.splits:
+        return tuple(facts.splits[facts.default_split])
+    return (facts.env_config["split"],)
 
 
-def _split_size(env_name: str, env_config: dict[str, Any]) -> int | None:
+def _split_size(
+    facts: EvaluationFacts, make_game: Callable[[dict[str, Any]], Any], env_config: dict[str, Any]
+) -> int | None:
     """Games in the env's fixed evaluation list, if it has one (ALFWorld's evaluation splits)."""
-    if env_name != "alfworld":
+    if not facts.fixed_games:
         return None
-    env = envs.make_env(env_name, env_config)
+    env = make_game(env_config)
     try:
         return env.unwrapped.num_games
     finally:

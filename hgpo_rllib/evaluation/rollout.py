@@ -114,8 +114,10 @@ def play(
 
     A slot whose episode ends starts the next task at once (continuous batching), so one long episode
     does not hold up a whole batch. ``on_episode_end`` gets each record as its episode ends (to save
-    finished games as they come)."""
+    finished games as they come). A record's ``score`` and the env's other score columns
+    (``EvaluationFacts.score_columns``) are the final ``info``'s, else ``won``."""
     records: dict[int, dict[str, Any]] = {}
+    scores = dict.fromkeys(("score", *envs.env_facts(env_name, env_config).evaluation.score_columns))
     progress = tqdm(total=len(task_seeds), desc=desc or env_name, unit="ep", leave=False)
     pool = [envs.make_env(env_name, env_config) for _ in range(min(batch_size, len(task_seeds)))]
     todo = list(enumerate(task_seeds))[::-1]
@@ -146,7 +148,7 @@ def play(
                     won=bool(info["won"]),
                     steps=slot.steps,
                     invalid_rate=slot.invalid / slot.steps,
-                    score=float(info.get("score", float(info["won"]))),
+                    **{column: float(info.get(column, float(info["won"]))) for column in scores},
                     env_error=info.get("env_error", ""),
                 )
                 records[slot.result.pop("index")] = slot.result

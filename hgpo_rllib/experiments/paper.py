@@ -10,6 +10,8 @@ import importlib.util
 import sys
 from typing import Any
 
+import envs
+from envs.common.facts import PaperFacts
 from hgpo_rllib.algorithms.hiper.hiper import HiPERConfig
 from hgpo_rllib.experiments.settings import RunSettings
 
@@ -17,13 +19,6 @@ from hgpo_rllib.experiments.settings import RunSettings
 # the evaluation env runner: paper-1.5b takes 3 GPUs, paper-7b 5.
 _GPU_LAYOUT = {"paper-1.5b": (1, 1, 1, 1), "paper-7b": (2, 1, 2, 1)}
 _EVAL_GPUS = 1
-# Per-GPU micro-batches of the authors' scripts (docs/hgpo_algorithm.md §5), by env and preset.
-_MICRO_BATCH = {
-    ("alfworld", "paper-1.5b"): 16,
-    ("alfworld", "paper-7b"): 8,
-    ("webshop", "paper-1.5b"): 4,
-    ("webshop", "paper-7b"): 2,
-}
 #: Memory levers per preset so each fits 80 GB GPUs (``python -m hgpo_rllib.memory <file> --preset P``):
 #: (model_config additions, training overrides). 7B full fine-tuning needs its fp32 weights, gradients and
 #: AdamW state (122 GB) off the GPU: learner_sharding="fsdp" over the preset's two learners halves them and
@@ -46,25 +41,33 @@ REHEARSAL_MODEL = {
     "num_key_value_heads": 1,
     "tie_word_embeddings": True,
 }
-# Validation during training: ALFWorld's in-distribution evaluation games, WebShop's test goals (0-499).
-_EVAL_SPLIT = {"alfworld": {"split": "eval_in_distribution"}, "webshop": {"split": "test"}}
+
+
+def paper_facts(env_name: str) -> PaperFacts:
+    """The env's settings in the paper's runs (its ``FACTS.paper``, envs/<env>/facts.py: steps,
+    validation split, micro-batches, advantage mode), or one line if it has no paper preset."""
+    paper = envs.env_facts(env_name).paper
+    if paper is None:
+        raise ValueError(f"env {env_name!r} has no paper preset (its FACTS.paper is None); use --preset cpu")
+    return paper
 
 
 def hgpo_paper_training(env_name: str, settings: RunSettings) -> dict[str, Any]:
     """HGPO's own settings in the paper's runs (docs/hgpo_algorithm.md §5): 16 groups of 8."""
+    paper = paper_facts(env_name)
     return {
         **settings.training(),
-        "adv_mode": "mean_std_norm" if env_name == "alfworld" else "mean_norm",
+        "adv_mode": paper.adv_mode,
         "group_size": 8,
         "groups_per_iteration": 16,
-        "minibatch_size": 256 if env_name == "alfworld" else 64,
+        "minibatch_size": paper.minibatch_size,
     }
 
 
 def hiper_paper_training(env_name: str, settings: RunSettings) -> dict[str, Any]:
     """HiPER's settings in the authors' scripts (docs/hiper.md §Hyperparameters): 128 episodes of up
     to 50 steps per iteration (no groups), lr 1e-5 for the critic, the per-env keep penalties."""
-    webshop = env_name == "webshop"
+    paper = paper_facts(env_name)
     return {
         "env_config": {"max_steps": 50, "answer_format": "plan_execute"},
         "history_length": settings.history_length,
@@ -75,10 +78,10 @@ def hiper_paper_training(env_name: str, settings: RunSettings) -> dict[str, Any]
         "lam_turn": 1.0,
         "lam_seg": 0.95,
         "critic_lr": 1e-5,
-        "keep_penalty": -3.5 if webshop else -0.3,
+        "keep_penalty": paper.hiper_keep_penalty,
         "keep_penalty_mode": "normalized",
         "keep_consistency_penalty": -0.3,
-        "bootstrap_truncated": not webshop,  # WebShop pays only for a bought item
+        "bootstrap_truncated": paper.hiper_bootstrap_truncated,
     }
 
 
@@ -172,9 +175,9 @@ def _paper_config(
     algorithm_training = dict(algorithm_training)
     own_env_config = algorithm_training.pop("env_config", {})
     episodes = algorithm_training["group_size"] * algorithm_training["groups_per_iteration"]
-    game = env_name.removesuffix("_team")  # a built-in team plays its game's settings
-    env_config = {"max_steps": 50 if game == "alfworld" else 30, **own_env_config}
-    eval_env_config = {**env_config, **_EVAL_SPLIT.get(game, {})}
+    paper = paper_facts(env_name)  # a built-in team's are its game's
+    env_config = {"max_steps": paper.max_steps, **own_env_config}
+    eval_env_config = {**env_config, **paper.validation_env_config}
     return (
         config.environment(env_name, env_config=env_config)
         .env_runners(
@@ -194,7 +197,7 @@ def _paper_config(
         .training(
             **algorithm_training,
             lr=1e-6,
-            micro_batch_size=_MICRO_BATCH[(game, settings.preset)],
+            micro_batch_size=paper.micro_batch[settings.preset],
             max_prompt_tokens=4096,
             max_new_tokens=512,
             kl_coeff=0.01,

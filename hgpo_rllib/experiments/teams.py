@@ -79,9 +79,8 @@ def team_config(env_name: str, env_config: dict[str, Any], settings: RunSettings
                 f"{len(roles)} 7B vLLM engines and their torch copies exceed one 80 GB runner GPU; set "
                 "--llm-sharing shared (docs/drmas.md)"
             )
-        game = env_name.removesuffix("_team")
         config = apply_paper_preset(
-            HGPOConfig(), env_name, settings, {**hgpo_paper_training(game, settings), **own}
+            HGPOConfig(), env_name, settings, {**hgpo_paper_training(env_name, settings), **own}
         )
         config.learners(num_learners=1)
         if settings.preset != "rehearsal" and (not shared or settings.preset == "paper-7b"):

@@ -6,19 +6,20 @@ Qwen2.5-Instruct; CPU runs need a small model that has learned the task's format
 - :mod:`~hgpo_rllib.warm_start.demonstrations`: demonstrators and their rendered play;
 - :mod:`~hgpo_rllib.warm_start.trainer`: the from-scratch model's supervised training;
 - :mod:`~hgpo_rllib.warm_start.dagger`: DAgger rounds;
-- :mod:`~hgpo_rllib.warm_start.cache`: named recipes, built once into a cache.
+- :mod:`~hgpo_rllib.warm_start.cache`: the envs' recipes (their ``WarmStartFacts.recipe``), built once
+  into a cache.
 """
 
 from hgpo_rllib._imports import lazy_getattr
 
-__all__ = ["ALFWORLD_WARM_START", "build_warm_start", "train_dagger", "train_warm_start", "warm_start_path"]
+__all__ = ["build_warm_start", "train_dagger", "train_warm_start", "warm_start_path", "warm_start_recipe"]
 
 __getattr__ = lazy_getattr(
     __name__,
     {
-        "ALFWORLD_WARM_START": "hgpo_rllib.warm_start.cache",
         "build_warm_start": "hgpo_rllib.warm_start.cache",
         "warm_start_path": "hgpo_rllib.warm_start.cache",
+        "warm_start_recipe": "hgpo_rllib.warm_start.cache",
         "train_warm_start": "hgpo_rllib.warm_start.trainer",
         "train_dagger": "hgpo_rllib.warm_start.dagger",
     },

@@ -24,7 +24,6 @@ from hgpo_rllib.run_records import read_record
 from hgpo_rllib.warm_start.dagger import DaggerSettings, train_dagger
 from hgpo_rllib.warm_start.format import SFT_CONFIG
 from hgpo_rllib.warm_start.phases import (
-    DEMONSTRATION_COSTS,
     SECONDS_PER_DAGGER_GAME,
     STATES_PER_DAGGER_GAME,
     BuildClock,
@@ -34,39 +33,6 @@ from hgpo_rllib.warm_start.phases import (
 )
 from hgpo_rllib.warm_start.trainer import SFTSettings, train_warm_start
 
-#: The CPU main job's warm start (issue 11): the searcher's play of 800 training games, 1.5 epochs of
-#: the default model with loss on the prompt too, then two DAgger rounds on 96 more games each.
-ALFWORLD_WARM_START: dict[str, Any] = {
-    "env": "alfworld",
-    "episodes": 800,
-    "epochs": 1.5,
-    "demonstrator": "searcher",
-    "train_on_prompt": True,
-    "dagger": {"rounds": 2, "episodes": 96},
-}
-#: WebShop's warm start (issue 30), at the paper's WebShop K = 4: the searcher's play of 1,500 training
-#: goals (it wins about 57% of them, deciding from the page alone: envs/webshop/searcher.py), 1.5
-#: epochs with the prompt loss; prompts of up to 3,584 tokens, answers of up to 128 (its longest, a
-#: search, has 106); its tokenizer keeps the product ids whole (an imitator that had to copy them as
-#: ten characters wrote ids no page showed). The privileged expert's 1,000 goals (answers up to 224)
-#: won 0 of 32 test goals (docs/results/webshop_warm_start.md).
-WEBSHOP_WARM_START: dict[str, Any] = {
-    "env": "webshop",
-    "episodes": 1500,
-    "demonstrator": "searcher",
-    "epochs": 1.5,
-    "history_length": 4,
-    "train_on_prompt": True,
-    "max_prompt_tokens": 3584,
-    "max_new_tokens": 128,
-    "whole_words": True,
-}
-#: Part of every cached warm start's name: bump an env's format when its demonstrators' thoughts or
-#: commands change (envs without an entry in ENV_DEMONSTRATION_FORMATS use DEMONSTRATION_FORMAT).
-DEMONSTRATION_FORMAT = 3
-#: WebShop 4: the searcher's thoughts are fixed sentences (they copied titles and prices, and the
-#: imitator rambled on in prompt text: docs/results/webshop_warm_start.md).
-ENV_DEMONSTRATION_FORMATS = {"webshop": 4}
 DEFAULT_CACHE_DIR = Path("~/.cache/hgpo_rllib")
 #: Finished warm starts that ship inside the package, at their path inside a cache, their weights in
 #: bf16 (``scripts/ship_warm_start.py`` writes them; runs load them in their own dtype).
@@ -75,15 +41,22 @@ SHIPPED_DIR = Path(__file__).parent / "shipped"
 SHIPPED_RECORD = "hgpo_shipped.json"
 
 
-def alfworld_recipe(history_length: int = 2, answer_format: str | None = None) -> dict[str, Any]:
-    """:data:`ALFWORLD_WARM_START` for a prompt window of ``history_length`` and an answer format
+def warm_start_recipe(
+    env: str, history_length: int | None = None, answer_format: str | None = None
+) -> dict[str, Any]:
+    """The env's own recipe (``WarmStartFacts.recipe``: ALFWorld's CPU main job, WebShop's K = 4)
+    for a prompt window of ``history_length`` (default: the recipe's) and an answer format
     (``"plan_execute"``: HiPER's, docs/hiper.md): prompts and answers differ with both. The defaults
-    give the main job's recipe itself, with its digest."""
-    recipe = dict(ALFWORLD_WARM_START)
-    if history_length != SFTSettings.history_length:
+    give the recipe itself, with its digest."""
+    own = envs.env_facts(env).warm_start.recipe
+    if own is None:
+        raise ValueError(f"{env!r} has no warm-start recipe (its WarmStartFacts.recipe is None)")
+    recipe = dict(own)
+    own_history_length = recipe.get("history_length", SFTSettings.history_length)
+    if history_length is not None and history_length != own_history_length:
         recipe["history_length"] = history_length
     if answer_format is not None:
-        recipe["env_config"] = {"answer_format": answer_format}
+        recipe["env_config"] = {**recipe.get("env_config", {}), "answer_format": answer_format}
     return recipe
 
 
@@ -94,7 +67,7 @@ def recipe_record(recipe: dict[str, Any]) -> dict[str, Any]:
 
 def demonstration_format(env: str) -> int:
     """The version of ``env``'s demonstration texts (part of its warm starts' names)."""
-    return ENV_DEMONSTRATION_FORMATS.get(env, DEMONSTRATION_FORMAT)
+    return envs.env_facts(env).warm_start.demonstration_format
 
 
 def recipe_directory(recipe: dict[str, Any]) -> Path:
@@ -163,7 +136,7 @@ def build_warm_start(
 def build_phases(sft: SFTSettings, dagger: DaggerSettings | None, workers: int = 1) -> BuildClock:
     """The clock of a build: the warm start of ``sft`` (demonstrations in ``workers`` processes, then
     SFT over their steps), then ``dagger``'s rounds, if any."""
-    cost = DEMONSTRATION_COSTS.get(envs.get_env_spec(sft.env).name, DEMONSTRATION_COSTS["alfworld"])
+    cost = envs.env_facts(sft.env, sft.env_config).warm_start.cost
     phases = [
         Phase("demonstrations", sft.episodes * cost.seconds / max(workers, 1), "demonstrations"),
         Phase("SFT", fit_seconds([cost.tokens] * round(sft.episodes * cost.examples), sft.epochs), "fit"),

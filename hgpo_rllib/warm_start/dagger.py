@@ -77,7 +77,7 @@ def collect_dagger_states(model_dir: Path, path: Path, seeds: Sequence[int]) -> 
         settings = read_settings(model_dir)
         env_name, env_config, k = settings["env"], settings["env_config"], settings["history_length"]
         policy = CheckpointPolicy(model_dir).reseed(settings["seed"] + len(games))
-        demonstrator = make_demonstrator(env_name, settings["demonstrator"], k)
+        demonstrator = make_demonstrator(env_name, settings["demonstrator"], k, env_config)
         render = prompt_renderer(env_name, env_config, k)
         steps: dict[int, list[dict[str, str]]] = {}
 

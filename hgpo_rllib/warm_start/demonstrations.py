@@ -58,21 +58,10 @@ class Demonstrator(Protocol):
         ...
 
 
-#: Per env, how its expert's command reads as a plan-execute subgoal: "module:function" of (the
-#: unwrapped env before the command runs, the command).
-EXPERT_SUBGOALS = {
-    "keychest": "envs.keychest.env:expert_subgoal",
-    "webshop": "envs.webshop.expert:expert_subgoal",
-}
-
-#: Per env, its searcher: a demonstrator that decides from what the prompt shows.
-SEARCHERS = {"alfworld": "envs.alfworld.searcher:Searcher", "webshop": "envs.webshop.searcher:Searcher"}
-
-
 class ExpertDemonstrator:
     """The env's own expert (``expert_action()``); its thought only restates the chosen command.
-    ``subgoal_of`` (an :data:`EXPERT_SUBGOALS` function) names its phases; without one (an env whose
-    expert has none) it can demonstrate the think-action format only."""
+    ``subgoal_of`` (the env's ``WarmStartFacts.expert_subgoal``) names its phases; without one (an env
+    whose expert has none) it can demonstrate the think-action format only."""
 
     def __init__(self, subgoal_of: Callable[[Any, str], str] | None = None, env_name: str = ""):
         self.subgoal_of = subgoal_of
@@ -95,25 +84,29 @@ class ExpertDemonstrator:
         if self.subgoal_of is None:
             raise ValueError(
                 f"the expert of {self.env_name or 'this env'!r} names no subgoals, which "
-                f"answer_format={PLAN_EXECUTE!r} demonstrations need (experts with subgoals: "
-                f"{', '.join(EXPERT_SUBGOALS)}; on alfworld use the searcher)"
+                f"answer_format={PLAN_EXECUTE!r} demonstrations need (its WarmStartFacts.expert_subgoal "
+                "is None; use the searcher where the env has one)"
             )
         return self.subgoal_of(env.unwrapped, command)
 
 
-def make_demonstrator(env_name: str, name: str, history_length: int = 2) -> Demonstrator:
-    """``expert`` (any env) or ``searcher`` (ALFWorld and WebShop: decides from what the prompt
-    shows, its last ``history_length`` steps included: ALFWorld's searches receptacles in a fixed
-    order, WebShop's buys the result that best matches the instruction)."""
+def make_demonstrator(
+    env_name: str, name: str, history_length: int = 2, env_config: dict[str, Any] | None = None
+) -> Demonstrator:
+    """``expert`` (any env) or ``searcher`` (where the env's ``WarmStartFacts.searcher`` names one:
+    decides from what the prompt shows, its last ``history_length`` steps included: ALFWorld's
+    searches receptacles in a fixed order, WebShop's buys the result that best matches the
+    instruction)."""
+    facts = envs.env_facts(env_name, env_config).warm_start
     if name == "expert":
-        subgoals = EXPERT_SUBGOALS.get(env_name)
+        subgoals = facts.expert_subgoal
         return ExpertDemonstrator(load_object(subgoals) if subgoals else None, env_name)
     if name == "searcher":
-        if env_name not in SEARCHERS:
+        if facts.searcher is None:
             raise ValueError(
-                f"demonstrator 'searcher' exists for {' and '.join(SEARCHERS)} only, not {env_name!r}"
+                f"{env_name!r} has no demonstrator 'searcher' (its WarmStartFacts.searcher is None)"
             )
-        return load_object(SEARCHERS[env_name])(history_length)
+        return load_object(facts.searcher)(history_length)
     raise ValueError(f"unknown demonstrator {name!r}; choose 'expert' or 'searcher'")
 
 
@@ -213,7 +206,7 @@ def _start_worker(env_name: str, env_config: dict[str, Any], history_length: int
     _worker["env"] = envs.make_env(env_name, env_config)
     _worker["render"] = prompt_renderer(env_name, env_config, history_length)
     if not isinstance(_worker["env"], TeamTextEnv):
-        _worker["actor"] = make_demonstrator(env_name, demonstrator, history_length)
+        _worker["actor"] = make_demonstrator(env_name, demonstrator, history_length, env_config)
     elif demonstrator != "expert":
         raise ValueError(f"a team env's demonstrator is its expert team, not {demonstrator!r}")
 

@@ -3,12 +3,13 @@
 A build is demonstrations, then SFT, then per DAgger round the model's play and another SFT. Each
 phase has its own progress bar; :class:`BuildClock` prints one line as each starts. The estimates
 come from builds measured on 2 idle cores (ALFWorld's main-job recipe,
-``docs/results/alfworld_warm_start.md``, and WebShop's K = 4 warm start); fitting counts the
-examples' tokens once they are known. Phases come in kinds (the searcher's demonstrations, the model's
-play, fitting) whose speeds differ from machine to machine independently: once a phase of this build
-has run for a minute or more, the remaining estimates of its kind are rescaled by how fast this
-machine turned out to be against them. A fitting phase sized larger than its guess (longer prompts at
-a larger K) scales the later fitting guesses alike.
+``docs/results/alfworld_warm_start.md``, and WebShop's K = 4 warm start; each env's demonstration
+cost is its ``WarmStartFacts.cost``); fitting counts the examples' tokens once they are known. Phases
+come in kinds (the searcher's demonstrations, the model's play, fitting) whose speeds differ from
+machine to machine independently: once a phase of this build has run for a minute or more, the
+remaining estimates of its kind are rescaled by how fast this machine turned out to be against them.
+A fitting phase sized larger than its guess (longer prompts at a larger K) scales the later fitting
+guesses alike.
 """
 
 from __future__ import annotations
@@ -17,23 +18,6 @@ import time
 from collections.abc import Callable
 from typing import NamedTuple
 
-
-class DemonstrationCost(NamedTuple):
-    """One demonstration episode: seconds to play it in one process, the examples it leaves (steps
-    of won episodes) and their typical tokens at the env's usual K."""
-
-    seconds: float
-    examples: float
-    tokens: float
-
-
-#: ALFWorld: 800 searcher games in about 21 minutes with 2 processes, 10,991 steps of about 490 tokens
-#: (K = 2). WebShop: 1,000 expert goals in 4 s, 939 won, 4,861 steps of about 1,380 tokens (K = 4).
-#: Other envs are estimated as ALFWorld.
-DEMONSTRATION_COSTS = {
-    "alfworld": DemonstrationCost(3.2, 13.7, 490),
-    "webshop": DemonstrationCost(0.005, 4.9, 1380),
-}
 #: A fitting step's time per example token and per squared example token (attention), on 2 cores with
 #: batches of similar lengths: fitted to ALFWorld K = 2 (8 x ~720 tokens, 2.1 s a step) and WebShop
 #: K = 4 batches (8 x ~1,970 tokens, 9.5 s a step).

@@ -51,12 +51,6 @@ MODEL_DEFAULTS: dict[str, Any] = {
     "num_key_value_heads": 4,
     "max_position_embeddings": 4096,
 }
-#: Default env settings per env: training tasks, and the paper's step limits.
-DEFAULT_ENV_CONFIG = {
-    "alfworld": {"split": "train", "max_steps": 50},
-    "webshop": {"max_steps": 15},
-    "keychest": {"max_steps": 10},
-}
 IGNORE_INDEX = -100
 #: A Trainer checkpoint is saved at least this often (and every ``save_steps`` optimiser steps).
 SAVE_EVERY_MINUTES = 10.0
@@ -70,7 +64,8 @@ class SFTSettings:
     episodes: int
     env_config: dict[str, Any] = dataclasses.field(default_factory=dict)
     history_length: int = 2
-    #: "expert" (any env) or "searcher" (ALFWorld); None: the searcher on ALFWorld, else the expert.
+    #: "expert" (any env) or "searcher" (where the env has one); None: the env's
+    #: (``WarmStartFacts.demonstrator``: ALFWorld's searcher, else the expert).
     demonstrator: str | None = None
     seed: int = 0
     max_prompt_tokens: int = 1024
@@ -92,11 +87,13 @@ class SFTSettings:
         """The settings as the output directory records them (defaults filled in; ``role`` and
         ``whole_words`` only when set, so the warm starts recorded before them still match)."""
         env_name = envs.get_env_spec(self.env).name
+        # The env's demonstration settings: training tasks and the paper's step limits.
+        facts = envs.env_facts(env_name, self.env_config).warm_start
         record = {
             **dataclasses.asdict(self),
             "env": env_name,
-            "env_config": {**DEFAULT_ENV_CONFIG.get(env_name, {}), **self.env_config},
-            "demonstrator": self.demonstrator or ("searcher" if env_name == "alfworld" else "expert"),
+            "env_config": {**facts.env_config, **self.env_config},
+            "demonstrator": self.demonstrator or facts.demonstrator,
             "model": {**MODEL_DEFAULTS, **self.model},
         }
         if self.role is None:
