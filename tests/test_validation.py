@@ -138,7 +138,7 @@ def test_validate_accepts_numpy_scalars() -> None:
         ({"torch_dtype": "fp8"}, r"model_config\['torch_dtype'\]='fp8'"),
         (
             {"model": "/no/such/model"},
-            r"model_config\['model'\]='/no/such/model' .*/no/such/model/config.json does not exist",
+            r"model_config\['model'\]='/no/such/model' is neither a local Hugging Face model directory",
         ),
     ],
 )

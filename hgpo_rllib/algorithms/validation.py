@@ -31,6 +31,7 @@ from hgpo_rllib.rl_module.config import (
     LLMModuleConfig,
     read_model_config,
 )
+from hgpo_rllib.rl_module.model_sources import local_model_dir
 
 LEARNER_SHARDING = ("none", "fsdp")
 WEIGHT_TRANSFERS = ("engine_dtype", "float32_state")
@@ -343,10 +344,12 @@ def model_errors(config: Any) -> list[str]:
         positions = {**TINY_MODEL_DEFAULTS, **module_config.tiny_model}["max_position_embeddings"]
     else:
         try:
-            positions = read_model_config(module_config.model).get("max_position_embeddings", MAX_TOKENS)
+            # In the driver, before any worker starts: a GGUF file is converted here, once.
+            model_dir = local_model_dir(module_config.model)
+            positions = read_model_config(model_dir).get("max_position_embeddings", MAX_TOKENS)
         except (FileNotFoundError, ValueError) as exc:
             return [str(exc)]
-        broken = weight_file_errors(Path(module_config.model).expanduser())
+        broken = weight_file_errors(model_dir)
         if broken:
             return broken
     tokens = config.max_prompt_tokens + config.max_new_tokens

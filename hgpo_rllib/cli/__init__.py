@@ -1,6 +1,6 @@
 """The ``rllib`` command: ``rllib train file <experiment.py>`` (:mod:`~hgpo_rllib.cli.train`), ``rllib
-evaluate <checkpoint>`` (:mod:`~hgpo_rllib.cli.evaluate`), ``rllib sft`` (:mod:`~hgpo_rllib.cli.sft`) and
-``rllib export`` (:mod:`~hgpo_rllib.cli.export`).
+evaluate <checkpoint>`` (:mod:`~hgpo_rllib.cli.evaluate`), ``rllib sft`` (:mod:`~hgpo_rllib.cli.sft`),
+``rllib export`` (:mod:`~hgpo_rllib.cli.export`) and ``rllib models`` (:mod:`~hgpo_rllib.cli.models`).
 
 RLlib 2.60 ships no CLI any more; this one is hgpo-rllib's own. Every user error (a bad flag, a bad
 file, a bad setting) is one line on stderr with exit status 2.
@@ -20,7 +20,7 @@ try:  # before the commands' modules import transformers, which would fail with 
 except TorchvisionError as broken:
     sys.exit(f"rllib: {broken}")
 
-from hgpo_rllib.cli import evaluate, export, sft, train  # noqa: E402
+from hgpo_rllib.cli import evaluate, export, models, sft, train  # noqa: E402
 from hgpo_rllib.cli.args import InterruptedWithHint, Parser, user_error  # noqa: E402
 from hgpo_rllib.experiments.settings import refuse_removed_variables  # noqa: E402
 
@@ -38,6 +38,9 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
     evaluate.add_arguments(commands.add_parser("evaluate", help="evaluate a checkpoint and the baselines"))
     sft.add_arguments(commands.add_parser("sft", help="warm-start a model on expert play"))
     export.add_arguments(commands.add_parser("export", help="write a checkpoint's policy folder to share"))
+    models.add_arguments(
+        commands.add_parser("models", help="list, prepare or remove models converted from GGUF")
+    )
     return parser
 
 
@@ -47,6 +50,7 @@ _COMMANDS = {
     "evaluate": (evaluate.run, (OSError, ValueError)),
     "sft": (sft.run, (OSError, ValueError, RuntimeError)),
     "export": (export.run, (OSError, ValueError)),
+    "models": (models.run, (OSError, ValueError)),
 }
 
 
@@ -56,6 +60,7 @@ _RESUME_HINTS = {
     "evaluate": "rerun the same command to resume (finished games are kept)",
     "sft": "rerun the same command to resume",
     "export": "nothing was written; rerun the same command",
+    "models": "a conversion in progress is not kept; rerun the same command",
 }
 
 

