@@ -6,6 +6,7 @@ from __future__ import annotations
 import gc
 import json
 import re
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -125,6 +126,20 @@ def test_ray_workers_exit_on_sigterm_without_a_traceback_from_finalizers(
     )
     assert "SystemExit" not in err
     assert "ValueError: a real bug in a finalizer" in err
+
+
+def test_workers_load_models_without_progress_bars() -> None:
+    """Ray forwards a worker's output line by line: a "Loading weights" bar would print a line per
+    redraw. The workers' setup hook turns Hugging Face's bars off before transformers loads."""
+    code = (
+        "from hgpo_rllib.cli.quiet import WORKER_SETUP_HOOK, quiet_worker\n"
+        "assert WORKER_SETUP_HOOK.endswith('.quiet_worker')\n"
+        "quiet_worker()\n"
+        "from transformers.utils import logging\n"
+        "print(logging.is_progress_bar_enabled())\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "False"
 
 
 def test_experiment_runs_are_numbered(tmp_path: Path) -> None:

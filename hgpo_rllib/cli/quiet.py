@@ -78,5 +78,17 @@ def hide_harmless_lines() -> None:
     sys.unraisablehook = _exit_quietly_in_finalizers
 
 
+def quiet_worker() -> None:
+    """A Ray worker's setup: :func:`hide_harmless_lines`, and no progress bars from Hugging Face
+    (transformers' "Loading weights" bars): Ray forwards a worker's output line by line, so each
+    redraw of a bar would be a line of its own in the run's console."""
+    hide_harmless_lines()
+    from huggingface_hub.utils import disable_progress_bars
+    from transformers.utils import logging as transformers_logging
+
+    disable_progress_bars()
+    transformers_logging.disable_progress_bar()  # transformers copies hub's setting when first imported
+
+
 #: For ``ray.init(runtime_env={"worker_process_setup_hook": ...})``.
-WORKER_SETUP_HOOK = f"{__name__}.hide_harmless_lines"
+WORKER_SETUP_HOOK = f"{__name__}.quiet_worker"
