@@ -8,7 +8,9 @@ path). A user's env is a :class:`~envs.common.text_env.TextEnv` subclass; its pr
 ``render_prompt(context)`` if it has one, else :func:`~envs.common.prompts.default_prompt`, and the
 tiny model's tokenizer text is its class's ``tokenizer_corpus()`` if it has one, else the text of a
 few seeded random episodes. Tune keeps registered creators in the Ray cluster (so every worker of a
-run finds them) and pickles them by value when they come from a script or an experiment file.
+run finds them) and pickles them by value when they come from a script or an experiment file. A file
+meant to be received (a policy folder, a warm start) names its env as data: :func:`adopt_received_env`
+resolves it only without importing anything the file names.
 
 The built-in team envs (:data:`TEAM_ENV_SPECS`: ``webshop_team``, ``alfworld_team``, ``keychest_team``,
 docs/drmas.md) are RLlib multi-agent envs (:mod:`envs.common.team_env`) and resolve, build and
@@ -29,6 +31,7 @@ import importlib.util
 import inspect
 import json
 import random
+import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -414,8 +417,9 @@ def _is_team_env(cls: type) -> bool:
 
 def adopt_env(name: str, class_path: str | None) -> None:
     """Make ``name`` resolvable in this process from a record's ``module:Class`` path when nothing
-    here registered it: a checkpoint or policy folder of a user's env, played by a process that never
-    ran the user's experiment file. A name that resolves already is left alone."""
+    here registered it: a checkpoint of a user's env (the user's own: a checkpoint is pickles, which run
+    code anyway), played by a process that never ran the user's experiment file. A name that resolves
+    already is left alone. Received files use :func:`adopt_received_env`."""
     try:
         env_creator(name)
         return
@@ -425,6 +429,28 @@ def adopt_env(name: str, class_path: str | None) -> None:
     from ray.tune.registry import register_env
 
     register_env(name, env_creator(class_path))
+
+
+def adopt_received_env(name: str, class_path: str | None) -> bool:
+    """:func:`adopt_env` for a file meant to be received (a policy folder, a warm start), which must run no
+    code: ``name`` is resolved only when that imports nothing the file names. That is when it is built in
+    or registered in this process (Tune, Gymnasium), or when it (or, for another name, ``class_path``) is
+    the class of a built-in env (this package's code, not the file's) or of a module this process has
+    imported already. False otherwise: the user names the env (docs/reliability.md)."""
+    if builtin_spec(name) is not None or _tune_creator(name) is not None or name in gym.registry:
+        return True
+    if ":" in name:
+        return _loads_without_running_code(name)
+    if not class_path or not _loads_without_running_code(class_path):
+        return False
+    adopt_env(name, class_path)
+    return True
+
+
+def _loads_without_running_code(path: str) -> bool:
+    """Whether ``module:Class`` loads without running code that is new to this process."""
+    module = path.rpartition(":")[0]
+    return path in {spec.entry_point for spec in builtin_specs()} or module in sys.modules
 
 
 def register_with_tune(name_or_id: str) -> None:

@@ -20,7 +20,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--env",
-        help="alfworld, webshop, keychest, a registered name or module:Class (default: the checkpoint's)",
+        help="alfworld, webshop, keychest, a registered name or module:Class (default: the checkpoint's; "
+        "needed for a policy folder that names an env this process does not know: received folders run no "
+        "code)",
     )
     parser.add_argument(
         "--split",

@@ -1,5 +1,5 @@
 """``rllib export CHECKPOINT DIR``: write the policy folder to share
-(:mod:`~hgpo_rllib.evaluation.policy_folder`)."""
+(:mod:`~hgpo_rllib.evaluation.policy_folder`): safetensors, JSON and tokenizer files only."""
 
 from __future__ import annotations
 
@@ -12,9 +12,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The options of ``rllib export``."""
     parser.add_argument("checkpoint", help="algorithm checkpoint dir (or a policy folder)")
     parser.add_argument("output", help="the policy folder to write (new or empty)")
+    parser.add_argument(
+        "--env",
+        help="the env (name, module:Class or file.py:Class) of a policy folder that names one this process "
+        "does not know: received folders run no code (default: the checkpoint's)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
-    out = export_policy(args.checkpoint, args.output)
-    print(f"Policy folder written to {out}: safe to share (safetensors + JSON, no pickle)")
+    out = export_policy(args.checkpoint, args.output, env=args.env)
+    # What was written, not a verdict on it: the weights and settings are the source's.
+    print(f"Policy folder written to {out} (safetensors, JSON and tokenizer files; no pickle)")
     return 0

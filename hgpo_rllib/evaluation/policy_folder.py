@@ -6,7 +6,8 @@ merged), the Hugging Face ``config.json`` and tokenizer files, and :data:`POLICY
 with how the policy prompts and plays (env, env settings, history window, token limits, evaluation
 temperature). ``rllib export CHECKPOINT DIR`` and ``rllib sft`` write one; ``rllib evaluate DIR``,
 :func:`~hgpo_rllib.evaluation.policy_loading.export_merged`, warm starts (``model_config["model"]``)
-and :func:`load_policy` read one, with no pickle on the way (docs/reliability.md).
+and :func:`load_policy` read one, with no pickle on the way and no import of anything the folder names:
+an env this process does not know is the user's to give (``env``; docs/reliability.md).
 """
 
 from __future__ import annotations
@@ -42,13 +43,15 @@ def policy_record(env: str, settings: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def export_policy(checkpoint: str | Path, output_dir: str | Path) -> Path:
+def export_policy(checkpoint: str | Path, output_dir: str | Path, env: str | None = None) -> Path:
     """Write the policy folder ``output_dir`` (new or empty) from an algorithm checkpoint or another
-    policy folder; built beside it and renamed into place, so an interrupted export leaves nothing."""
+    policy folder (of an env this process does not know: ``env``, the user's, which the new folder then
+    names); built beside it and renamed into place, so an interrupted export leaves nothing. Only the
+    merged weights, tokenizer and play settings are written: nothing else the source holds is copied."""
     out = Path(output_dir).expanduser()
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise FileExistsError(f"{out} exists and is not an empty directory; choose a new output")
-    policy = CheckpointPolicy(checkpoint)
+    policy = CheckpointPolicy(checkpoint, env=env)
     config = policy.config
     settings = {
         "env_config": dict(config.env_config),
@@ -100,11 +103,13 @@ class LoadedPolicy:
         return self._last_action
 
 
-def load_policy(path: str | Path) -> LoadedPolicy:
-    """Load a policy folder (``rllib export`` or ``rllib sft``) without unpickling anything."""
+def load_policy(path: str | Path, env: str | None = None) -> LoadedPolicy:
+    """Load a policy folder (``rllib export`` or ``rllib sft``) without unpickling or importing anything
+    it names. ``env`` (a name, ``module:Class`` or ``file.py:Class``) is yours to give when the folder
+    names an env this process does not know; it must be the folder's own env otherwise."""
     folder = Path(path).expanduser().resolve()
     if not (folder / POLICY_RECORD).is_file():
         raise ValueError(
             f"{folder} is not a policy folder (no {POLICY_RECORD}); make one with `rllib export`"
         )
-    return LoadedPolicy(CheckpointPolicy(folder))
+    return LoadedPolicy(CheckpointPolicy(folder, env=env))

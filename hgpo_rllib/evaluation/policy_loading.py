@@ -23,12 +23,18 @@ from ray.rllib.core.rl_module.rl_module import RLModule, RLModuleSpec
 import envs
 from envs.common.spaces import TextSpace
 from hgpo_rllib.algorithms.hgpo.hgpo import HGPOConfig
-from hgpo_rllib.algorithms.text_agent import ENV_RECORD
+from hgpo_rllib.algorithms.text_agent import ENV_RECORD, TextAgentConfig
 from hgpo_rllib.columns import ACTION_TEXT
 from hgpo_rllib.evaluation.rollout import EpisodeSlot
 from hgpo_rllib.rl_module.llm_rl_module import LLMRLModule
 from hgpo_rllib.run_records import read_record
-from hgpo_rllib.warm_start.format import PLAY_SETTINGS, SFT_CONFIG, is_warm_start, read_settings
+from hgpo_rllib.warm_start.format import (
+    PLAY_SETTINGS,
+    SFT_CONFIG,
+    check_play_settings,
+    is_warm_start,
+    read_settings,
+)
 
 #: Where an algorithm checkpoint keeps its modules, and the single-agent policy's (RLlib's layout).
 MODULES_DIR = Path("learner_group") / "learner" / "rl_module"
@@ -49,6 +55,7 @@ def read_policy_settings(path: Path) -> dict[str, Any]:
     missing = [key for key in ("format", *PLAY_SETTINGS) if key not in settings]
     if missing:
         raise ValueError(f"{path / POLICY_RECORD} lacks {missing}: it is not a policy folder")
+    check_play_settings(path / POLICY_RECORD, settings)
     if settings["format"] > POLICY_FORMAT:
         raise ValueError(
             f"{path} is a policy folder of format {settings['format']}; this hgpo-rllib reads up to "
@@ -62,19 +69,50 @@ def is_policy_folder(path: Path) -> bool:
     return (path / POLICY_RECORD).is_file() or is_warm_start(path)
 
 
+def check_trained_env(source: str | Path, env: str, trained_on: str, env_config: Mapping[str, Any]) -> None:
+    """Refuse ``env`` (the user's) for a policy trained on another env (``trained_on``, by name)."""
+    if envs.env_name(env) != trained_on and env != envs.env_class_path(trained_on, env_config):
+        raise ValueError(f"{source} was trained on {trained_on}; evaluate it with --env {trained_on}")
+
+
+def received_env(path: Path, settings: Mapping[str, Any], env: str | None) -> str:
+    """The env the policy folder or warm start ``path`` plays. Received folders run no code: the env
+    its ``settings`` name is taken when this process resolves it without importing anything the folder
+    names (:func:`envs.adopt_received_env`), and ``env``, the user's, must then be that one; otherwise
+    the user's ``env`` is played, and without one the folder is refused."""
+    named, class_path = settings["env"], settings.get("env_class")
+    if envs.adopt_received_env(named, class_path):
+        if env is not None:
+            check_trained_env(path, env, envs.env_name(named), settings["env_config"])
+        return named
+    if env is None:
+        record = path / (POLICY_RECORD if (path / POLICY_RECORD).is_file() else SFT_CONFIG)
+        of_class = f" of class {class_path!r}" if class_path else ""
+        raise ValueError(
+            f"{record}: names env {named!r}{of_class}, which is neither built in nor registered in this "
+            "process; received folders run no code: pass --env <module:Class or file.py:Class> (or "
+            "load_policy(dir, env=...)) if you trust it"
+        )
+    envs.env_creator(env)  # the user's: an unknown name is one line naming the known ones
+    return env
+
+
 def config_for_warm_start(
-    model_dir: str | Path, settings: Mapping[str, Any] | None = None, algorithm: AlgorithmConfig | None = None
+    model_dir: str | Path,
+    settings: Mapping[str, Any] | None = None,
+    algorithm: AlgorithmConfig | None = None,
+    env: str | None = None,
 ) -> AlgorithmConfig:
     """The config (env, prompt settings, model) of a policy folder or warm-start directory, from its
     settings record or, for one that is still to be built, from ``settings`` (the record it will have);
-    ``algorithm`` is the fresh config to fill (default ``HGPOConfig()``)."""
+    ``algorithm`` is the fresh config to fill (default ``HGPOConfig()``); ``env``: the user's, for a
+    folder whose env this process does not know (:func:`received_env`)."""
     path = Path(model_dir).expanduser().resolve()
     settings = read_policy_settings(path) if settings is None else settings
-    envs.adopt_env(settings["env"], settings.get("env_class"))
     temperature = {"eval_temperature": settings["eval_temperature"]} if "eval_temperature" in settings else {}
     return (
         (algorithm or HGPOConfig())
-        .environment(settings["env"], env_config=settings["env_config"])
+        .environment(received_env(path, settings, env), env_config=settings["env_config"])
         .rl_module(model_config={"model": str(path)})
         .training(
             history_length=settings["history_length"],
@@ -105,16 +143,6 @@ def inference_module(config: AlgorithmConfig) -> LLMRLModule:
     return spec.build().eval()
 
 
-def _config_from_ctor_args(ctor_args_and_kwargs: Any) -> AlgorithmConfig:
-    args, kwargs = ctor_args_and_kwargs
-    config = kwargs.get("config", args[0] if args else None)
-    if isinstance(config, dict):
-        config = AlgorithmConfig.from_state(config)
-    if not isinstance(config, AlgorithmConfig):
-        raise ValueError("the checkpoint holds no algorithm config")
-    return config
-
-
 @functools.cache
 def say_pickle_trust_once() -> None:
     print(
@@ -135,25 +163,60 @@ def _unreadable(path: Path, exc: Exception) -> ValueError:
 _DAMAGE = (pickle.UnpicklingError, EOFError, KeyError, AttributeError, RuntimeError, OSError)
 
 
+def _config_from_ctor_file(file: Path, saved: Any) -> AlgorithmConfig:
+    """The algorithm config in a checkpoint's :data:`CTOR_FILE` as RLlib writes it (``saved`` holds the
+    algorithm's ``ctor_args_and_kwargs``: the config is the first argument or the ``config`` keyword),
+    of an algorithm of this package; else a ValueError naming ``file``."""
+    ctor = saved.get("ctor_args_and_kwargs") if isinstance(saved, dict) else None
+    if not (
+        isinstance(ctor, (tuple, list))
+        and len(ctor) == 2
+        and isinstance(ctor[0], (tuple, list))
+        and isinstance(ctor[1], dict)
+    ):
+        raise ValueError(f"{file}: holds no RLlib algorithm's ctor_args_and_kwargs; it is not a checkpoint")
+    args, kwargs = ctor
+    config = kwargs.get("config", args[0] if args else None)
+    if isinstance(config, dict):
+        try:
+            config = AlgorithmConfig.from_state(config)
+        except (*_DAMAGE, TypeError, ValueError) as exc:
+            raise _unreadable(file, exc) from None
+    if not isinstance(config, AlgorithmConfig):
+        raise ValueError(f"{file}: the checkpoint holds no algorithm config")
+    if not isinstance(config, TextAgentConfig):
+        algorithm = type(config).__name__.removesuffix("Config")
+        raise ValueError(
+            f"{file}: a checkpoint of {algorithm}, not of an algorithm of hgpo-rllib (HGPO, HiPER): "
+            "it has no text policy to play or export"
+        )
+    return config
+
+
 def load_checkpoint_config(path: Path) -> AlgorithmConfig:
     """The algorithm config of the checkpoint at ``path``, its env made known to this process. A
-    truncated or corrupt file is one ValueError naming the checkpoint, not a traceback from deep
-    inside pickle."""
+    truncated, corrupt or foreign file is one ValueError naming it, not a traceback from deep inside
+    pickle."""
     say_pickle_trust_once()
+    file = path / CTOR_FILE
     try:
-        with (path / CTOR_FILE).open("rb") as f:
-            config = _config_from_ctor_args(pickle.load(f)["ctor_args_and_kwargs"])
+        with file.open("rb") as f:
+            saved = pickle.load(f)
     except _DAMAGE as exc:
-        raise _unreadable(path, exc) from None
+        raise _unreadable(file, exc) from None
+    config = _config_from_ctor_file(file, saved)
     if (path / ENV_RECORD).is_file():  # checkpoints of 0.1.0 have none (built-in envs only)
         record = read_record(path / ENV_RECORD)
         envs.adopt_env(record["env"], record.get("env_class"))
     return config
 
 
-def _load_rllib_checkpoint(path: Path, module_dir: Path) -> tuple[AlgorithmConfig, RLModule]:
-    """The config and inference module of an algorithm checkpoint."""
+def _load_rllib_checkpoint(path: Path, module_dir: Path, env: str | None) -> tuple[AlgorithmConfig, RLModule]:
+    """The config and inference module of an algorithm checkpoint (refused before its weights load
+    when ``env``, the user's, is not the env it was trained on)."""
     config = load_checkpoint_config(path)
+    if env is not None:
+        check_trained_env(path, env, envs.env_name(str(config.env)), config.env_config)
     try:
         module = RLModule.from_checkpoint(module_dir, inference_only=True)
     except _DAMAGE as exc:
@@ -165,12 +228,16 @@ class CheckpointPolicy:
     """A trained policy: an algorithm checkpoint's RLModule behind its own prompt connector, or a
     warm-start model directory of ``rllib sft`` behind the prompt settings it was trained with."""
 
-    def __init__(self, checkpoint: str | Path, env_config: dict[str, Any] | None = None):
+    def __init__(
+        self, checkpoint: str | Path, env_config: dict[str, Any] | None = None, env: str | None = None
+    ):
         """``env_config`` entries override the checkpoint's; prompts and the caller's env both use
-        the merged ``self.env_config``, so the two cannot disagree (e.g. on ``require_tags``)."""
+        the merged ``self.env_config``, so the two cannot disagree (e.g. on ``require_tags``). ``env``,
+        the user's, must be the env the policy was trained on; for a policy folder whose env this
+        process does not know, it is the env played (received folders run no code)."""
         path = Path(checkpoint).expanduser().resolve()
         if is_policy_folder(path):
-            config = config_for_warm_start(path)
+            config = config_for_warm_start(path, env=env)
             module = inference_module(config)
         else:
             ctor_file, module_dir = path / CTOR_FILE, path / MODULE_DIR
@@ -179,7 +246,7 @@ class CheckpointPolicy:
                     f"{path} is not an algorithm checkpoint (no {CTOR_FILE}) nor a policy folder "
                     f"(no {POLICY_RECORD} or {SFT_CONFIG})"
                 )
-            config, module = _load_rllib_checkpoint(path, module_dir)
+            config, module = _load_rllib_checkpoint(path, module_dir, env)
         self.env_config = {**dict(config.env_config), **(env_config or {})}
         self.config = config.copy(copy_frozen=False).environment(env_config=self.env_config)
         self.module = module

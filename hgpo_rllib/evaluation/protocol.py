@@ -29,6 +29,7 @@ from hgpo_rllib.evaluation.policy_loading import (
     MODULE_DIR,
     MODULES_DIR,
     CheckpointPolicy,
+    check_trained_env,
     load_checkpoint_config,
 )
 from hgpo_rllib.evaluation.rollout import (
@@ -113,7 +114,8 @@ def evaluate(
     starts: ``team_config`` (its modules load them) with ``checkpoint`` the warm-start folder
     (``rllib evaluate`` of a team warm-start folder). ``reuse`` names outputs of earlier evaluations:
     where one has the same settings but for its splits, each (split, policy, seed) it finished is
-    copied from it instead of played again (:func:`reusable_episodes`).
+    copied from it instead of played again (:func:`reusable_episodes`). A policy folder naming an env
+    this process does not know plays ``env`` (received folders run no code, docs/reliability.md).
     """
     if (episodes is not None and episodes < 1) or not seeds or batch_size < 1 or samples < 1:
         raise ValueError("episodes, batch_size and samples must be >= 1 and at least one seed is needed")
@@ -147,11 +149,8 @@ def evaluate(
     config = dict(env_config or {})
     policies: dict[str, Callable[[int], Policy]] = {}
     if checkpoint is not None:
-        trained = CheckpointPolicy(checkpoint, env_config=config)
-        trained_on = envs.env_name(str(trained.config.env))
-        env = trained_on if env is None else env
-        _check_env(checkpoint, env, trained_on, trained.env_config)
-        env = trained_on
+        trained = CheckpointPolicy(checkpoint, env_config=config, env=env)
+        env = envs.env_name(str(trained.config.env))
         config = trained.env_config
         policies["checkpoint"] = trained.reseed
     assert env is not None  # checked above: a checkpoint or --env
@@ -206,11 +205,6 @@ def is_team_checkpoint(path: Path) -> bool:
     return (path / CTOR_FILE).is_file() and (path / MODULES_DIR).is_dir() and not (path / MODULE_DIR).is_dir()
 
 
-def _check_env(checkpoint: str | Path, env: str, trained_on: str, env_config: dict[str, Any]) -> None:
-    if envs.env_name(env) != trained_on and env != envs.env_class_path(trained_on, env_config):
-        raise ValueError(f"{checkpoint} was trained on {trained_on}; evaluate it with --env {trained_on}")
-
-
 def _evaluate_team(
     checkpoint: Path,
     warm_started: AlgorithmConfig | None,
@@ -229,7 +223,7 @@ def _evaluate_team(
     folder ``checkpoint``: the team plays every task ``samples`` times."""
     config = warm_started or load_checkpoint_config(checkpoint)
     env_name = envs.env_name(str(config.env))
-    _check_env(checkpoint, env or env_name, env_name, dict(config.env_config))
+    check_trained_env(checkpoint, env or env_name, env_name, dict(config.env_config))
     merged = {**dict(config.env_config), **env_config}
     envs.check_env_config(env_name, merged)
     team_class = envs.env_class(env_name, merged)

@@ -102,17 +102,22 @@ def team_warm_start_config(path: Path) -> Any | None:
     """The CPU team config of the team warm starts in ``path`` (``rllib evaluate`` of a warm-start
     team): one shared LLM when ``path`` is a warm start of a team env without a role, one per role
     when its sub-folders are role warm starts (``rllib sft --env <team> --role R --output path/R``);
-    None when ``path`` is neither. Env settings and K are the warm starts'."""
+    None when ``path`` is neither, or names an env this process does not know (received folders run no
+    code: the single-agent path then asks the user for it). Env settings and K are the warm starts'."""
     path = Path(path).expanduser()
     if is_warm_start(path):
         record, sharing = read_settings(path), "shared"
-        if record.get("role") is not None or not issubclass(
-            envs.env_class(record["env"], record["env_config"]), envs.TeamTextEnv
+        if (
+            record.get("role") is not None
+            or not envs.adopt_received_env(record["env"], record.get("env_class"))
+            or not issubclass(envs.env_class(record["env"], record["env_config"]), envs.TeamTextEnv)
         ):
             return None
     else:
         roles = [read_settings(sub) for sub in sorted(path.iterdir()) if sub.is_dir() and is_warm_start(sub)]
-        if not roles or any(r.get("role") is None for r in roles):
+        if not roles or any(
+            r.get("role") is None or not envs.adopt_received_env(r["env"], r.get("env_class")) for r in roles
+        ):
             return None
         record, sharing = roles[0], "separate"
     settings = RunSettings(warm_start=str(path), llm_sharing=sharing, history_length=record["history_length"])

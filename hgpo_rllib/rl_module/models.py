@@ -8,15 +8,25 @@ from __future__ import annotations
 
 import importlib.metadata
 import importlib.util
+from pathlib import Path
 
 import torch
+from safetensors import SafetensorError, safe_open
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
 from hgpo_rllib.rl_module.config import INFERENCE_BACKENDS, TINY_PRESET, LLMModuleConfig, read_model_config
 from hgpo_rllib.rl_module.model_sources import local_model_dir
 from hgpo_rllib.rl_module.tokenizer import build_tiny_model, build_tiny_tokenizer
+from hgpo_rllib.run_records import read_record
 
 TORCH_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+#: The JSON files of a model directory that the Hugging Face loaders parse.
+MODEL_JSON_FILES = (
+    "generation_config.json",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+)
 
 
 def vllm_build() -> str | None:
@@ -71,14 +81,39 @@ def load_lm(
         return tokenizer, build_tiny_model(tokenizer, cfg.tiny_model, cfg.seed).to(dtype), None
     path = local_model_dir(cfg.model)  # a directory, a cached model id, or a converted GGUF file
     read_model_config(path)  # a clear error if it is not a model directory
-    tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
-    # Weights from safetensors only: a pickled *.bin could run code when loaded.
-    lm = AutoModelForCausalLM.from_pretrained(path, local_files_only=True, dtype=dtype, use_safetensors=True)
+    # A file that does not load is named (check_model_files) only then: the usual path reads each once.
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
+    except Exception as exc:  # json's and the tokenizers library's (bare Exception) errors name no file
+        check_model_files(path)
+        raise ValueError(f"{path}: its tokenizer cannot be loaded ({type(exc).__name__}: {exc})") from None
+    try:
+        # Weights from safetensors only: a pickled *.bin could run code when loaded.
+        lm = AutoModelForCausalLM.from_pretrained(
+            path, local_files_only=True, dtype=dtype, use_safetensors=True
+        )
+    except SafetensorError:
+        check_model_files(path)
+        raise
     if tokenizer.pad_token_id is None:
         if tokenizer.eos_token_id is None:
             raise ValueError(f"the tokenizer in {path} has neither a pad token nor an eos token")
         tokenizer.pad_token = tokenizer.eos_token
     return tokenizer, lm.eval(), str(path)
+
+
+def check_model_files(path: Path) -> None:
+    """A ValueError naming the first truncated or corrupt file of the model directory ``path`` (a JSON
+    file, a safetensors header), for a load that failed inside transformers with an error naming none."""
+    for name in MODEL_JSON_FILES:
+        if (path / name).is_file():
+            read_record(path / name)
+    for file in sorted(path.glob("*.safetensors")):
+        try:
+            with safe_open(str(file), framework="pt"):
+                pass
+        except SafetensorError as exc:
+            raise ValueError(f"{file}: cannot be read ({exc}); it is truncated or corrupt") from None
 
 
 def chat_prompt(tokenizer: PreTrainedTokenizerBase, text: str) -> str:

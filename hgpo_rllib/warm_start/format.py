@@ -8,9 +8,11 @@ checkpoints live beside them, so an interrupted build resumes.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from hgpo_rllib.checks import is_int, is_number
 from hgpo_rllib.run_records import read_record
 
 SFT_CONFIG = "hgpo_sft.json"
@@ -18,6 +20,17 @@ DEMONSTRATIONS = "demonstrations.jsonl"
 CHECKPOINTS = "checkpoints"
 #: What a warm start's settings record must hold to play and prompt like it was trained.
 PLAY_SETTINGS = ("env", "env_config", "history_length", "max_prompt_tokens", "max_new_tokens")
+#: What each setting a policy plays by must be (of those a settings record holds): the check and its words.
+PLAY_SETTING_TYPES: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "format": (lambda v: is_int(v) and v >= 1, "an int >= 1"),
+    "env": (lambda v: isinstance(v, str) and v != "", "a non-empty string"),
+    "env_class": (lambda v: v is None or (isinstance(v, str) and v != ""), "a 'module:Class' string or null"),
+    "env_config": (lambda v: isinstance(v, dict), "a JSON object"),
+    "history_length": (lambda v: is_int(v) and v >= 0, "an int >= 0"),
+    "max_prompt_tokens": (lambda v: is_int(v) and v >= 1, "an int >= 1"),
+    "max_new_tokens": (lambda v: is_int(v) and v >= 1, "an int >= 1"),
+    "eval_temperature": (lambda v: is_number(v) and v >= 0, "a number >= 0"),
+}
 
 
 def response_text(thought: str, command: str) -> str:
@@ -49,4 +62,13 @@ def read_settings(path: Path) -> dict[str, Any]:
         raise ValueError(
             f"{path / SFT_CONFIG} lacks {missing}: it is not a warm start written by `rllib sft`"
         )
+    return check_play_settings(path / SFT_CONFIG, settings)
+
+
+def check_play_settings(record: Path, settings: dict[str, Any]) -> dict[str, Any]:
+    """``settings``, read from ``record``, once each play setting it holds is of its type (a received
+    record is data, checked before anything plays by it); else a ValueError naming the field."""
+    for key, (valid, expected) in PLAY_SETTING_TYPES.items():
+        if key in settings and not valid(settings[key]):
+            raise ValueError(f"{record}: {key} must be {expected}, got {settings[key]!r}")
     return settings
