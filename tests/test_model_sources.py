@@ -21,13 +21,7 @@ from hgpo_rllib.rl_module.model_sources import (
     short_name_file,
 )
 
-SMOLLM2 = "smollm2-135m-instruct"
-
-
-@pytest.fixture(scope="session")
-def smollm2_dir() -> Path:
-    """The converted SmolLM2 (the first test to ask converts it, about 15-50 s on 2 cores)."""
-    return local_model_dir(SMOLLM2)
+SMOLLM2 = "smollm2-135m-instruct"  # also what the session fixture smollm2_dir converts
 
 
 def test_the_short_name_converts_the_packages_gguf_once_into_a_model_directory(

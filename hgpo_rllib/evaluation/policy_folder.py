@@ -16,6 +16,8 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from safetensors.torch import load_file
+
 import envs
 from hgpo_rllib.evaluation.policy_loading import (
     POLICY_FORMAT,
@@ -24,6 +26,9 @@ from hgpo_rllib.evaluation.policy_loading import (
     save_merged_model_dir,
 )
 from hgpo_rllib.evaluation.rollout import new_episode
+from hgpo_rllib.rl_module.config import TINY_PRESET
+from hgpo_rllib.rl_module.gguf_export import GGUF_TYPES, base_gguf, write_gguf
+from hgpo_rllib.rl_module.model_sources import SOURCE_RECORD, local_model_dir
 from hgpo_rllib.run_records import write_record
 
 
@@ -43,16 +48,31 @@ def policy_record(env: str, settings: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def export_policy(checkpoint: str | Path, output_dir: str | Path, env: str | None = None) -> Path:
+def export_policy(
+    checkpoint: str | Path, output_dir: str | Path, env: str | None = None, gguf_type: str | None = None
+) -> Path:
     """Write the policy folder ``output_dir`` (new or empty) from an algorithm checkpoint or another
     policy folder (of an env this process does not know: ``env``, the user's, which the new folder then
     names); built beside it and renamed into place, so an interrupted export leaves nothing. Only the
-    merged weights, tokenizer and play settings are written: nothing else the source holds is copied."""
+    merged weights, tokenizer and play settings are written: nothing else the source holds is copied.
+    A model converted from a GGUF file keeps its source record, and with ``gguf_type`` ("f16" or
+    "q8_0") the folder also holds the policy as a GGUF file in the base file's format
+    (:mod:`~hgpo_rllib.rl_module.gguf_export`)."""
     out = Path(output_dir).expanduser()
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise FileExistsError(f"{out} exists and is not an empty directory; choose a new output")
     policy = CheckpointPolicy(checkpoint, env=env)
     config = policy.config
+    source = _converted_source(config.user_model_config().get("model", TINY_PRESET))
+    if gguf_type is not None:
+        if gguf_type not in GGUF_TYPES:
+            raise ValueError(f"--gguf-type must be one of {GGUF_TYPES}, got {gguf_type!r}")
+        if source is None:
+            raise ValueError(
+                f"--format gguf writes a model back into the GGUF file it was converted from; {checkpoint}'s "
+                f"model ({config.user_model_config().get('model', TINY_PRESET)!r}) was not converted from one"
+            )
+        base = base_gguf(source)
     settings = {
         "env_config": dict(config.env_config),
         "history_length": config.history_length,
@@ -64,10 +84,25 @@ def export_policy(checkpoint: str | Path, output_dir: str | Path, env: str | Non
     shutil.rmtree(building, ignore_errors=True)
     save_merged_model_dir(policy.module, building)
     write_record(building / POLICY_RECORD, policy_record(str(config.env), settings))
+    if source is not None:  # so that this folder exports to GGUF too
+        shutil.copy(source / SOURCE_RECORD, building / SOURCE_RECORD)
+    if gguf_type is not None:
+        weights: dict[str, Any] = {}
+        for file in sorted(building.glob("*.safetensors")):
+            weights.update(load_file(file))
+        write_gguf(weights, base, building / f"{out.name}.{gguf_type}.gguf", gguf_type)
     if out.exists():
         out.rmdir()
     building.rename(out)
     return out
+
+
+def _converted_source(model: str) -> Path | None:
+    """The directory of a model converted from a GGUF file (its source record), else None."""
+    if model == TINY_PRESET:
+        return None
+    directory = local_model_dir(model)
+    return directory if (directory / SOURCE_RECORD).is_file() else None
 
 
 class LoadedPolicy:
