@@ -228,3 +228,22 @@ def test_an_error_line_is_the_innermost_cause_in_one_line() -> None:
     wrapped.cause = KeyError("inner")
     assert error_line(wrapped) == "KeyError: 'inner'"
     assert error_line(ActorDied()) == "ValueError: bad thing"
+
+
+def test_an_env_that_cannot_be_built_for_the_tiny_tokenizer_is_one_error_naming_it(tmp_path: Path) -> None:
+    """The tiny model's tokenizer is trained on texts the env plays on the driver: an env whose
+    constructor raised ended the command with a traceback."""
+    from hgpo_rllib import HGPOConfig
+
+    env_file = tmp_path / "broken_env.py"
+    env_file.write_text(
+        "from envs.keychest.env import KeyChestEnv\n\n"
+        "class BrokenEnv(KeyChestEnv):\n"
+        "    def __init__(self, max_steps=4, **kwargs):\n"
+        "        raise RuntimeError('no game server at localhost:1234')\n"
+    )
+    config = HGPOConfig().environment(f"{env_file}:BrokenEnv", env_config={"max_steps": 4})
+    with pytest.raises(
+        ValueError, match=r"broken_env.py:BrokenEnv.*RuntimeError: no game server at localhost:1234"
+    ):
+        config.validate()

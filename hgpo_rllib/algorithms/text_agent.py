@@ -304,7 +304,13 @@ class TextAgentConfig(AlgorithmConfig):
         if user.get("model", TINY_PRESET) == TINY_PRESET and "tokenizer_corpus" not in user:
             name = self.envs_name()
             if name is not None and self._env_is_usable(name):
-                auto["tokenizer_corpus"] = envs.get_tokenizer_corpus(name, self.env_config)
+                try:
+                    auto["tokenizer_corpus"] = envs.get_tokenizer_corpus(name, self.env_config)
+                except Exception as error:  # the user's env: its constructor or its play raised
+                    raise ValueError(
+                        f"env {name!r} could not play the texts the tiny model's tokenizer is trained "
+                        f"on: {error_line(error)}"
+                    ) from error
         return super()._model_config_auto_includes | auto
 
     def _env_is_usable(self, name: str) -> bool:
