@@ -159,6 +159,7 @@ def test_connector_level_metrics_on_the_worked_example() -> None:
     settings = _settings("hgpo", case)
     _, stats = run_connector(episodes, settings)
     assert stats["num_groups"] == 1 and stats["num_step_rows"] == 21
+    assert stats["num_informative_groups"] == 1  # its episodes' returns differ
     assert stats["episodes_per_group_min"] == stats["episodes_per_group_max"] == 5
     for depth, rows, size_sum in ((1, 21, 71), (2, 16, 46), (3, 11, 23)):
         assert stats[f"level{depth}_group_size_mean"] == pytest.approx(size_sum / rows)

@@ -26,13 +26,24 @@ from typing import Any
 
 import ray
 
+import envs
 from hgpo_rllib.columns import (
     NUM_CONSECUTIVE_FAILED_ITERATIONS,
     NUM_ENV_RUNNER_FAILURES,
     TASK_GENERATOR,
 )
+from hgpo_rllib.env_runner.metrics_callback import episode_outcome
 
 logger = logging.getLogger(__name__)
+
+
+#: Iterations in a row whose every episode an environment error ended, after which training stops
+#: (:class:`EnvErrorsOnly`): their rewards, and so their advantages, are all 0; it trains nothing.
+ENV_ERROR_ITERATIONS = 2
+
+
+class EnvErrorsOnly(RuntimeError):
+    """Every episode of :data:`ENV_ERROR_ITERATIONS` iterations in a row ended in an env error."""
 
 
 @dataclasses.dataclass
@@ -90,6 +101,7 @@ class RunnerPool:
         self.config = config
         self.task_generators: dict[int, dict] = {}
         self.consecutive_failed_iterations = 0
+        self.consecutive_env_error_iterations = 0
         self._background: _BackgroundSampling | None = None
 
     @property
@@ -271,6 +283,20 @@ class RunnerPool:
         if failed > tolerance:
             raise RuntimeError(summary)
         logger.warning(summary)
+
+    def count_env_errors(self, episodes: Sequence[Any]) -> None:
+        """Raise :class:`EnvErrorsOnly`, naming the env and its last error, when every episode of
+        :data:`ENV_ERROR_ITERATIONS` sampled batches in a row ended in an env error."""
+        errors = [episode_outcome(episode).env_error for episode in episodes]
+        if not errors or None in errors:
+            self.consecutive_env_error_iterations = 0
+            return
+        self.consecutive_env_error_iterations += 1
+        if self.consecutive_env_error_iterations >= ENV_ERROR_ITERATIONS:
+            raise EnvErrorsOnly(
+                f"every episode of the last {ENV_ERROR_ITERATIONS} iterations ended in an env error of env "
+                f"{envs.env_name(self.config.env)!r}; the last: {errors[-1]}"
+            )
 
     def push_task_generators(self, runners: Any, worker_ids: Sequence[int]) -> None:
         """Give the (restarted or restored) runners their last known task-generator positions."""

@@ -58,6 +58,7 @@ from hgpo_rllib.connectors.module_to_env.text_actions import TextActionsToEnv
 from hgpo_rllib.env_runner.grouped_env_runner import GroupedEnvRunner
 from hgpo_rllib.env_runner.grouped_multi_agent_env_runner import GroupedMultiAgentEnvRunner
 from hgpo_rllib.env_runner.metrics_callback import EpisodeMetricsCallback
+from hgpo_rllib.errors import error_line
 from hgpo_rllib.orphans import owner_tag, remove_orphans
 from hgpo_rllib.rl_module.config import ALGORITHM_OWNED_KEYS, TINY_PRESET
 from hgpo_rllib.rl_module.llm_rl_module import LLMRLModule
@@ -303,7 +304,13 @@ class TextAgentConfig(AlgorithmConfig):
         if user.get("model", TINY_PRESET) == TINY_PRESET and "tokenizer_corpus" not in user:
             name = self.envs_name()
             if name is not None and self._env_is_usable(name):
-                auto["tokenizer_corpus"] = envs.get_tokenizer_corpus(name, self.env_config)
+                try:
+                    auto["tokenizer_corpus"] = envs.get_tokenizer_corpus(name, self.env_config)
+                except Exception as error:  # the user's env: its constructor or its play raised
+                    raise ValueError(
+                        f"env {name!r} could not play the texts the tiny model's tokenizer is trained "
+                        f"on: {error_line(error)}"
+                    ) from error
         return super()._model_config_auto_includes | auto
 
     def _env_is_usable(self, name: str) -> bool:
@@ -391,12 +398,30 @@ class TextAgent(Algorithm):
     def setup(self, config: AlgorithmConfig) -> None:
         if isinstance(config.env, str):  # a gym.register or module:Class name: to RLlib's lookup
             envs.register_with_tune(config.env)
-        super().setup(config)
+        try:
+            super().setup(config)
+        except Exception as error:
+            failure = self._env_runner_start_failure()
+            if failure is None:
+                raise
+            raise RuntimeError(failure) from error
         self.runner_pool = RunnerPool(self.config)
         # async_sampling: the groups sampled during the last update, trained on next.
         self._sampled_episodes: list[Any] | None = None
         self._trained_task_generators: dict[int, dict] | None = None
         remove_orphaned_checkpoint_copies(Path(tempfile.gettempdir()))
+
+    def _env_runner_start_failure(self) -> str | None:
+        """Why an env runner could not start (its env or module raised in its constructor), in one
+        line: RLlib only logs that error, then fails on the runner's absence (``IndexError``)."""
+        runners = getattr(self, "env_runner_group", None)
+        if runners is None:
+            return None
+        manager = runners._worker_manager
+        for result in manager.foreach_actor(lambda runner: runner.assert_healthy(), healthy_only=False):
+            if not result.ok:
+                return f"an env runner could not start (env {self.config.env!r}): {error_line(result.get())}"
+        return None
 
     @override(Algorithm)
     def save_checkpoint(self, checkpoint_dir: str) -> None:
@@ -430,6 +455,7 @@ class TextAgent(Algorithm):
         if self._sampled_episodes is None:  # synchronous, or the first iteration of an async run
             self._sampled_episodes = self._sample()
         episodes, self._sampled_episodes = self._sampled_episodes, None
+        self.runner_pool.count_env_errors(episodes)
         # The runners' task generators as of the groups trained on: what a checkpoint keeps.
         self._trained_task_generators = dict(self.runner_pool.task_generators)
         if len(episodes) // self.config.group_size < max(1, self.config.num_learners):

@@ -12,28 +12,52 @@ continues from each trial's last periodic checkpoint).
 from __future__ import annotations
 
 import difflib
+import math
 import os
+import pickle
 import signal
 import threading
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from ray import tune
 from ray.tune.experiment import Trial
-from ray.tune.result import AUTO_RESULT_KEYS, SHOULD_CHECKPOINT
+from ray.tune.result import (
+    AUTO_RESULT_KEYS,
+    EPISODES_TOTAL,
+    SHOULD_CHECKPOINT,
+    TIME_TOTAL_S,
+    TIMESTEPS_TOTAL,
+    TRAINING_ITERATION,
+)
 from ray.tune.utils import flatten_dict
+
+from hgpo_rllib.algorithms.runner_pool import EnvErrorsOnly
+from hgpo_rllib.errors import error_chain, error_line
 
 #: The signals that end a run resumably.
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
+#: Tune's counters, and RLlib's ``*_lifetime`` ones: a threshold below 1 is met by the first result.
+COUNT_KEYS = (TRAINING_ITERATION, TIMESTEPS_TOTAL, EPISODES_TOTAL)
+#: Tune's run time: a threshold <= 0 is met by the first result.
+TIME_KEYS = (TIME_TOTAL_S,)
+
+
 def check_stop_criteria(stop: Mapping[str, Any]) -> None:
-    """Refuse before the run a criterion that is not a number, or a top-level key that is a near miss
-    of one of Tune's own result keys (``training_iteraton``); nested keys are checked against the
-    first result (:class:`MetricStopper`)."""
+    """Refuse before the run a criterion that is not a finite number, a count (iterations, steps,
+    episodes) below 1 or a run time <= 0 (met by the first result: the run would train one iteration
+    and exit 0), or a top-level key that is a near miss of one of Tune's own result keys
+    (``training_iteraton``); nested keys are checked against the first result (:class:`MetricStopper`)."""
     for key, value in stop.items():
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            raise ValueError(f"stop criterion {key!r} must be a number, got {value!r}")
+        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+            raise ValueError(f"stop criterion {key!r} must be a finite number, got {value!r}")
+        if (key in COUNT_KEYS or key.rsplit("/", 1)[-1].endswith("_lifetime")) and value < 1:
+            raise ValueError(f"stop criterion {key!r} must be >= 1 (a count), got {value!r}")
+        if key in TIME_KEYS and value <= 0:
+            raise ValueError(f"stop criterion {key!r} must be > 0 (seconds), got {value!r}")
         if "/" not in key and key not in AUTO_RESULT_KEYS:
             close = difflib.get_close_matches(key, AUTO_RESULT_KEYS, n=1, cutoff=0.8)
             if close:
@@ -180,29 +204,52 @@ class RecurringTrialError(RuntimeError):
 
 
 #: Trial errors that recur on retry: a non-finite loss (the learner's FloatingPointError) comes back
-#: with the checkpoint's weights and the same settings.
-RECURRING_ERRORS: tuple[type[BaseException], ...] = (FloatingPointError,)
-
-
-def error_chain(error: BaseException | None) -> list[BaseException]:
-    """``error`` and what it wraps (a Ray task error's ``cause``, Python's ``__cause__``)."""
-    chain: list[BaseException] = []
-    while error is not None and error not in chain:
-        chain.append(error)
-        error = getattr(error, "cause", None) or error.__cause__
-    return chain
+#: with the checkpoint's weights and the same settings, and an env that failed every episode of
+#: several iterations (:class:`~hgpo_rllib.algorithms.runner_pool.EnvErrorsOnly`) with the same env.
+RECURRING_ERRORS: tuple[type[BaseException], ...] = (FloatingPointError, EnvErrorsOnly)
 
 
 class StopOnRecurringErrors(tune.Callback):
-    """Ends the run at a trial's first recurring error (:data:`RECURRING_ERRORS`) instead of retrying
-    it ``--max-failures`` times: Tune asks before each retry (``on_trial_recover``), and the raised
+    """Ends the run at a trial's first recurring error instead of retrying it ``--max-failures``
+    times: one of :data:`RECURRING_ERRORS`, or any error before the trial's first result (building
+    its module, tokenizer, engine or envs: a retry builds the same). Tune asks before each retry
+    (``on_trial_recover``; ``on_trial_error`` when none is left), and the raised
     :class:`RecurringTrialError` ends ``Tuner.fit``."""
 
     def on_trial_recover(self, iteration: int, trials: list[Any], trial: Any, **info: Any) -> None:
-        error = trial.get_pickled_error()
+        self._stop_if_recurring(trial)
+
+    def on_trial_error(self, iteration: int, trials: list[Any], trial: Any, **info: Any) -> None:
+        if not _started(trial):
+            self._stop_if_recurring(trial)
+
+    @staticmethod
+    def _stop_if_recurring(trial: Any) -> None:
+        error = _latest_error(trial)
+        if not _started(trial):
+            raise RecurringTrialError(
+                f"{trial} failed while starting, before its first iteration: {error_line(error)}; "
+                "not retried (it would recur)"
+            )
         recurring = [e for e in error_chain(error) if isinstance(e, RECURRING_ERRORS)]
         if recurring:
             cause = recurring[-1]  # the innermost: the learner's own error, not Ray's wrapper
             raise RecurringTrialError(
                 f"{trial}: {type(cause).__name__}: {cause}; not retried (it would recur)"
             )
+
+
+def _latest_error(trial: Any) -> BaseException | None:
+    """The error Tune has just recorded for the trial: its pickle in the trial's local directory,
+    written by this process (``get_pickled_error`` reads the storage copy, synced only later, so
+    not yet for a trial that failed before its first result)."""
+    path = trial.pickled_error_file
+    if path is None or not Path(path).is_file():
+        return trial.get_pickled_error()
+    with Path(path).open("rb") as file:
+        return pickle.load(file)
+
+
+def _started(trial: Any) -> bool:
+    """Whether the trial has reported a result (a resumed one: in an earlier run)."""
+    return TRAINING_ITERATION in (trial.last_result or {})

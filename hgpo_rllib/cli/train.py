@@ -22,11 +22,12 @@ from typing import Any
 
 import ray
 from ray import tune
+from ray.rllib.utils.metrics import ENV_RUNNER_RESULTS
 from ray.tune.search.basic_variant import BasicVariantGenerator
 
 import envs
 from hgpo_rllib.cli.args import InterruptedWithHint, count, json_dict, user_error
-from hgpo_rllib.cli.console import LINE_COLUMNS, IterationLines
+from hgpo_rllib.cli.console import LINE_COLUMNS, IterationLines, UninformativeGroupsWarning
 from hgpo_rllib.cli.quiet import WORKER_SETUP_HOOK, hide_harmless_lines
 from hgpo_rllib.cli.result_files import result_file_callbacks
 from hgpo_rllib.cli.stopping import (
@@ -41,6 +42,8 @@ from hgpo_rllib.cli.stopping import (
     what_was_saved,
 )
 from hgpo_rllib.cli.tensorboard_layout import TensorboardLayout
+from hgpo_rllib.columns import ENV_ERROR_RATE, NUM_CONSECUTIVE_FAILED_ITERATIONS, NUM_GROUPS_SAMPLED
+from hgpo_rllib.errors import error_line
 from hgpo_rllib.experiments.experiment_file import (
     DEFAULT_CHECKPOINT_FREQ,
     Experiment,
@@ -265,6 +268,7 @@ def train(
             verbose=3 if verbose else 0,
             callbacks=[
                 *([] if verbose else [IterationLines()]),
+                UninformativeGroupsWarning(),
                 TensorboardLayout(),
                 *result_file_callbacks(),
                 StopOnRecurringErrors(),
@@ -298,18 +302,27 @@ def _fit(tuner: tune.Tuner) -> tuple[Any, int | None]:
 
 
 def _incomplete_trials(results: Any) -> list[str]:
-    """Trials that reached their stop while their last iterations sampled too few groups to train
-    (below ``num_consecutive_env_runner_failures_tolerance``, so the algorithm did not raise): a
-    run that trains nothing must not exit 0."""
+    """Trials that reached their stop while their last iterations trained on nothing, so that the
+    algorithm did not raise: too few groups sampled (below
+    ``num_consecutive_env_runner_failures_tolerance``), or every episode of the last iteration ended
+    in an env error (below ``ENV_ERROR_ITERATIONS``). A run that trains nothing must not exit 0."""
     messages = []
     for result in results:
         metrics = result.metrics or {}
-        failed = int(metrics.get("num_consecutive_failed_iterations") or 0)
-        if not result.error and failed:
+        if result.error:
+            continue
+        failed = int(metrics.get(NUM_CONSECUTIVE_FAILED_ITERATIONS) or 0)
+        if failed:
             messages.append(
                 f"{result.path}: its last {failed} iteration(s) sampled only "
-                f"{int(metrics.get('num_groups_sampled') or 0)} rollout group(s), fewer than configured; "
+                f"{int(metrics.get(NUM_GROUPS_SAMPLED) or 0)} rollout group(s), fewer than configured; "
                 "see the env runners' errors above and num_groups_sampled in progress.csv"
+            )
+        error_rate = (metrics.get(ENV_RUNNER_RESULTS) or {}).get(ENV_ERROR_RATE)
+        if error_rate == 1.0:
+            messages.append(
+                f"{result.path}: every episode of its last iteration ended in an env error "
+                f"({ENV_ERROR_RATE} 1.0); see the env runners' warnings above"
             )
     return messages
 
@@ -421,14 +434,16 @@ def run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 128 + stop_signal
-    bad_keys = sorted({m for r in results if r.metrics for m in unknown_stop_keys(stop, r.metrics)})
+    # A failed trial's metrics are Tune's bookkeeping only: its error comes first, not the stop keys.
+    finished = [r for r in results if not r.error]
+    bad_keys = sorted({m for r in finished if r.metrics for m in unknown_stop_keys(stop, r.metrics)})
     if bad_keys:
         return user_error(ValueError("; ".join(bad_keys)))
-    errors = [r.error for r in results if r.error] + _incomplete_trials(results)
+    errors = [f"{r.path}: {error_line(r.error)}" for r in results if r.error] + _incomplete_trials(results)
     errors += [
         f"{r.path}: ended before its stop criteria {stop} were met"
-        for r in results
-        if not r.error and not criteria_met(stop, r.metrics or {})
+        for r in finished
+        if not criteria_met(stop, r.metrics or {})
     ]
     for error in errors:
         print(f"rllib: trial failed: {error}", file=sys.stderr)

@@ -53,14 +53,14 @@ def episode_weighted_means(iterations: Sequence[tuple[int, Mapping[str, float]]]
 
 @dataclasses.dataclass(frozen=True)
 class EpisodeOutcome:
-    """What a finished episode's infos say: the (team's) success and score, its task type, whether the
-    env failed, and each agent's turns and invalid answers (one agent, ``None``, in a single-agent
-    episode)."""
+    """What a finished episode's infos say: the (team's) success and score, its task type, the env's
+    error that ended it (None if none did), and each agent's turns and invalid answers (one agent,
+    ``None``, in a single-agent episode)."""
 
     won: bool
     score: float | None
     task_type: str | None
-    env_error: bool
+    env_error: str | None
     turns: dict[str | None, int]
     invalid: dict[str | None, int]
 
@@ -82,11 +82,12 @@ def episode_outcome(episode: Any) -> EpisodeOutcome:
     lasts = [infos[-1] for infos in per_agent.values()]
     last = max(lasts, key=lambda info: bool(info.get("won", False)))
     steps = {agent: infos[1:] for agent, infos in per_agent.items()}
+    errors = [info["env_error"] for turns in steps.values() for info in turns if "env_error" in info]
     return EpisodeOutcome(
         won=bool(last.get("won", False)),
         score=float(last["score"]) if "score" in last else None,
         task_type=last.get("task_type") or next(iter(per_agent.values()))[0].get("task_type"),
-        env_error=any("env_error" in info for turns in steps.values() for info in turns),
+        env_error=errors[-1] if errors else None,
         turns={agent: len(turns) for agent, turns in steps.items()},
         invalid={
             agent: sum(not info.get("is_action_valid", True) for info in turns)
@@ -116,7 +117,7 @@ class EpisodeMetricsCallback(RLlibCallback):
         outcome = episode_outcome(episode)
         won = float(outcome.won)
         metrics_logger.log_value(SUCCESS_RATE, won, window=window)
-        metrics_logger.log_value(ENV_ERROR_RATE, float(outcome.env_error), window=window)
+        metrics_logger.log_value(ENV_ERROR_RATE, float(outcome.env_error is not None), window=window)
         if outcome.task_type:
             metrics_logger.log_value((f"{SUCCESS_RATE}_by_task", str(outcome.task_type)), won, window=window)
         if outcome.invalid_rate is not None:

@@ -34,9 +34,9 @@ from hgpo_rllib.rl_module.apis import TokenPolicyAPI
 class GroupAdvantages(ConnectorV2):
     """Builds the learner's train batch (numpy) from complete rollout groups.
 
-    Logs, under the module id: advantage statistics, rollout-group sizes, per-level history-group
-    sizes, singleton fractions and item statistics
-    (:func:`~hgpo_rllib.advantages.step_table.level_metrics`), and the estimator's
+    Logs, under the module id: advantage statistics, rollout-group sizes and how many groups are
+    informative (:func:`informative_groups`), per-level history-group sizes, singleton fractions and
+    item statistics (:func:`~hgpo_rllib.advantages.step_table.level_metrics`), and the estimator's
     wall time.
     """
 
@@ -105,6 +105,7 @@ class GroupAdvantages(ConnectorV2):
         advantages = estimate.advantages
         for name, value, reduce in (
             ("num_groups", len(per_group), "sum"),
+            ("num_informative_groups", informative_groups(table.group_ids, estimate.advantages), "sum"),
             ("num_step_rows", len(advantages), "sum"),
             ("episodes_per_group_min", int(per_group.min()), "min"),
             ("episodes_per_group_max", int(per_group.max()), "max"),
@@ -128,6 +129,12 @@ class GroupAdvantages(ConnectorV2):
                 )
                 for name, value in advantage_stats(advantages[mine]).items():
                     metrics.log_value((module_id, f"agent_{agent}_{name}"), value, window=1)
+
+
+def informative_groups(group_ids: Sequence[str], advantages: np.ndarray) -> int:
+    """Rollout groups with a non-zero advantage: the others (every episode the same return, e.g. all
+    failed) teach the policy nothing from the reward."""
+    return len(set(np.asarray(group_ids)[advantages != 0]))
 
 
 def advantage_stats(advantages: np.ndarray) -> dict[str, float]:

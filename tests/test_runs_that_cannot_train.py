@@ -1,0 +1,249 @@
+"""A run that cannot start, or trains nothing, says so at once and exits non-zero (issue 62).
+
+A trial that fails before its first result is not retried and its cause is the last line; a run
+whose every episode ends in an environment error stops after ``ENV_ERROR_ITERATIONS`` iterations,
+naming the env and its error; the iteration line shows env errors and the informative groups; a
+``--stop`` count below 1 is refused before the run.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from helpers import TINY_MODEL, write_experiment
+from ray.rllib.env.single_agent_episode import SingleAgentEpisode
+
+from hgpo_rllib import cli
+from hgpo_rllib.algorithms.runner_pool import ENV_ERROR_ITERATIONS, EnvErrorsOnly, RunnerPool
+from hgpo_rllib.cli.console import ZERO_ADVANTAGE_ITERATIONS, UninformativeGroupsWarning, iteration_line
+from hgpo_rllib.cli.stopping import check_stop_criteria
+from hgpo_rllib.cli.train import _incomplete_trials
+from hgpo_rllib.connectors.learner.group_advantages import informative_groups
+from hgpo_rllib.errors import error_line
+
+#: An env whose constructor raises (each call is counted in the file ``calls``).
+BROKEN_ENV = """
+from envs.keychest.env import KeyChestEnv
+
+class BrokenEnv(KeyChestEnv):
+    def __init__(self, max_steps=4, **kwargs):
+        with open({calls!r}, "a") as file:
+            file.write("built\\n")
+        raise RuntimeError("no game server at localhost:1234")
+
+config.environment(__file__ + ":BrokenEnv", env_config={{"max_steps": 4}})
+config.rl_module(model_config={{**{model!r}, "tokenizer_corpus": list(COMMANDS)}})
+"""
+
+#: An env whose engine raises at every step: every episode ends truncated with ``info["env_error"]``.
+FAILING_ENGINE = """
+from envs.keychest.env import KeyChestEnv
+
+class FlakyEnv(KeyChestEnv):
+    def _execute(self, command):
+        raise ConnectionError("the game server went away")
+
+config.environment(__file__ + ":FlakyEnv", env_config={"max_steps": 4})
+stop = {"training_iteration": 3}
+"""
+
+
+def train_args(path: Path, tmp_path: Path, *extra: str) -> list[str]:
+    return ["train", "file", str(path), "--storage-path", str(tmp_path / "out"), "--name", "run", *extra]
+
+
+@pytest.mark.usefixtures("ray_session")
+def test_a_run_that_cannot_start_fails_at_once_naming_its_cause(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """It retried 3 times (74 s) and ended with "stop key 'training_iteration' is not a metric", exit 2."""
+    calls = tmp_path / "calls"
+    path = write_experiment(tmp_path, BROKEN_ENV.format(calls=str(calls), model=TINY_MODEL))
+    started = time.monotonic()
+    assert cli.main(train_args(path, tmp_path, "--max-failures", "3")) == 1
+    assert time.monotonic() - started < 60
+    err = capsys.readouterr().err
+    assert "is not a metric" not in err
+    (line,) = [line for line in err.splitlines() if line.startswith("rllib")]
+    assert err.rstrip().endswith(line)
+    assert line.startswith("rllib: trial failed: ") and "before its first iteration" in line, line
+    assert "experiment.py:BrokenEnv" in line and "RuntimeError: no game server at localhost:1234" in line
+    assert "not retried" in line
+    assert calls.read_text().count("built") == 1  # no retry built it again
+
+
+@pytest.mark.slow  # a CLI run (about 20 s); the default run has its parts' tests below
+@pytest.mark.usefixtures("ray_session")
+def test_a_run_whose_every_episode_ends_in_an_env_error_stops_naming_the_env(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """It trained 2 iterations on nothing, printed ``errors: 0`` and exited 0."""
+    path = write_experiment(tmp_path, FAILING_ENGINE)
+    assert cli.main(train_args(path, tmp_path, "--max-failures", "3")) == 1
+    captured = capsys.readouterr()
+    iterations = [line for line in captured.out.splitlines() if line.startswith("iter ")]
+    assert len(iterations) == ENV_ERROR_ITERATIONS - 1 and "env errors 100%" in iterations[0]
+    (line,) = [line for line in captured.err.splitlines() if line.startswith("rllib")]
+    assert captured.err.rstrip().endswith(line)
+    assert f"every episode of the last {ENV_ERROR_ITERATIONS} iterations ended in an env error" in line
+    assert "experiment.py:FlakyEnv" in line and "ConnectionError: the game server went away" in line
+    assert "not retried" in line
+
+
+def errored_episode(error: str | None) -> SingleAgentEpisode:
+    """A finished one-step episode, ended by an env error when ``error`` is given."""
+    step_info = {"env_error": error} if error else {}
+    return SingleAgentEpisode(
+        observations=["a", "b"],
+        actions=["x"],
+        rewards=[0.0],
+        infos=[{}, step_info],
+        truncated=True,
+        len_lookback_buffer=0,
+    )
+
+
+def test_env_errors_stop_sampling_after_the_stated_number_of_iterations() -> None:
+    pool = RunnerPool(SimpleNamespace(env="my_env.py:MyEnv"))
+    all_failed = [errored_episode("KeyError: 'x'"), errored_episode("ValueError: the last")]
+    pool.count_env_errors(all_failed)
+    pool.count_env_errors([errored_episode(None), errored_episode("KeyError: 'x'")])  # resets the count
+    for _ in range(ENV_ERROR_ITERATIONS - 1):
+        pool.count_env_errors(all_failed)
+    with pytest.raises(EnvErrorsOnly) as raised:
+        pool.count_env_errors(all_failed)
+    assert str(raised.value) == (
+        f"every episode of the last {ENV_ERROR_ITERATIONS} iterations ended in an env error of env "
+        "'my_env.py:MyEnv'; the last: ValueError: the last"
+    )
+    pool.count_env_errors([])  # an iteration that sampled nothing is counted elsewhere
+
+
+def test_a_trial_whose_last_iteration_only_had_env_errors_did_not_finish() -> None:
+    """Below ``ENV_ERROR_ITERATIONS`` (a 1-iteration run) the run still exits non-zero."""
+    result = SimpleNamespace(path="/r/trial", error=None, metrics={"env_runners": {"env_error_rate": 1.0}})
+    assert _incomplete_trials([result]) == [
+        "/r/trial: every episode of its last iteration ended in an env error (env_error_rate 1.0); "
+        "see the env runners' warnings above"
+    ]
+    result.metrics["env_runners"]["env_error_rate"] = 0.5
+    assert _incomplete_trials([result]) == []
+
+
+def test_the_iteration_line_shows_env_errors_and_informative_groups() -> None:
+    result = {
+        "training_iteration": 3,
+        "env_runners": {"env_error_rate": 0.15},
+        "learners": {"default_policy": {"num_informative_groups": 1, "num_groups": 3}},
+    }
+    assert iteration_line(result) == "iter 3 | env errors 15% | informative groups 1/3"
+    team = {"training_iteration": 1, "learners": {"__all_modules__": {"num_informative_groups": 0}}}
+    team["learners"]["__all_modules__"]["num_groups"] = 2
+    assert iteration_line(team) == "iter 1 | informative groups 0/2"
+
+
+def test_a_trial_without_informative_groups_gets_a_warning_line(capsys: pytest.CaptureFixture[str]) -> None:
+    warn = UninformativeGroupsWarning()
+    trial = "trial_1"  # Tune's trial objects print their name
+
+    def report(informative: int) -> None:
+        result = {"learners": {"default_policy": {"num_informative_groups": informative, "num_groups": 4}}}
+        warn.on_trial_result(iteration=0, trials=[trial], trial=trial, result=result)
+
+    for _ in range(ZERO_ADVANTAGE_ITERATIONS - 1):
+        report(0)
+    report(2)
+    for _ in range(ZERO_ADVANTAGE_ITERATIONS - 1):
+        report(0)
+    assert capsys.readouterr().out == ""
+    report(0)
+    report(0)  # once per run of such iterations
+    (line,) = capsys.readouterr().out.splitlines()
+    assert line.startswith(
+        f"warning: no informative group in {ZERO_ADVANTAGE_ITERATIONS} iterations in a row "
+    )
+
+
+def test_informative_groups_are_those_with_a_non_zero_advantage() -> None:
+    import numpy as np
+
+    groups = ["a", "a", "b", "b", "c"]
+    assert informative_groups(groups, np.array([0.0, 0.0, 0.5, -0.5, 0.0])) == 1
+    assert informative_groups(groups, np.zeros(5)) == 0
+
+
+BAD_STOPS = {
+    "iteration-0": ({"training_iteration": 0}, "'training_iteration' must be >= 1"),
+    "iteration-negative": ({"training_iteration": -1}, "'training_iteration' must be >= 1"),
+    "iteration-fraction": ({"training_iteration": 0.5}, "'training_iteration' must be >= 1"),
+    "timesteps-0": ({"timesteps_total": 0}, "'timesteps_total' must be >= 1"),
+    "env-steps-0": ({"num_env_steps_sampled_lifetime": 0}, "'num_env_steps_sampled_lifetime' must be >= 1"),
+    "nested-lifetime-0": (
+        {"env_runners/num_episodes_lifetime": 0},
+        "'env_runners/num_episodes_lifetime' must be >= 1",
+    ),
+    "time-0": ({"time_total_s": 0}, "'time_total_s' must be > 0"),
+    "time-negative": ({"time_total_s": -5}, "'time_total_s' must be > 0"),
+    "nan": ({"env_runners/success_rate": math.nan}, "must be a finite number"),
+    "infinity": ({"training_iteration": math.inf}, "must be a finite number"),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_STOPS))
+def test_a_stop_count_below_one_is_refused(case: str) -> None:
+    """``{"training_iteration": 0}`` trained one iteration and exited 0."""
+    stop, message = BAD_STOPS[case]
+    with pytest.raises(ValueError, match=message):
+        check_stop_criteria(stop)
+
+
+def test_stop_criteria_that_mean_something_are_kept() -> None:
+    check_stop_criteria({"training_iteration": 1, "time_total_s": 0.5, "env_runners/success_rate": 0})
+
+
+def test_a_bad_stop_value_is_one_line_before_anything_is_written(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = write_experiment(tmp_path)
+    assert cli.main(train_args(path, tmp_path, "--stop", '{"training_iteration": 0}')) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("rllib: error: stop criterion 'training_iteration'"), err
+    assert not (tmp_path / "out").exists()
+
+
+def test_an_error_line_is_the_innermost_cause_in_one_line() -> None:
+    class ActorDied(Exception):
+        """Ray's actor errors carry the creation error only as traceback text."""
+
+        def __init__(self) -> None:
+            super().__init__("The actor died\nTraceback ...\n  File x\nValueError: bad\nthing\n")
+            self.error_msg = str(self)
+
+    wrapped: Any = RuntimeError("outer")
+    wrapped.cause = KeyError("inner")
+    assert error_line(wrapped) == "KeyError: 'inner'"
+    assert error_line(ActorDied()) == "ValueError: bad thing"
+
+
+def test_an_env_that_cannot_be_built_for_the_tiny_tokenizer_is_one_error_naming_it(tmp_path: Path) -> None:
+    """The tiny model's tokenizer is trained on texts the env plays on the driver: an env whose
+    constructor raised ended the command with a traceback."""
+    from hgpo_rllib import HGPOConfig
+
+    env_file = tmp_path / "broken_env.py"
+    env_file.write_text(
+        "from envs.keychest.env import KeyChestEnv\n\n"
+        "class BrokenEnv(KeyChestEnv):\n"
+        "    def __init__(self, max_steps=4, **kwargs):\n"
+        "        raise RuntimeError('no game server at localhost:1234')\n"
+    )
+    config = HGPOConfig().environment(f"{env_file}:BrokenEnv", env_config={"max_steps": 4})
+    with pytest.raises(
+        ValueError, match=r"broken_env.py:BrokenEnv.*RuntimeError: no game server at localhost:1234"
+    ):
+        config.validate()
