@@ -247,3 +247,46 @@ def test_an_env_that_cannot_be_built_for_the_tiny_tokenizer_is_one_error_naming_
         ValueError, match=r"broken_env.py:BrokenEnv.*RuntimeError: no game server at localhost:1234"
     ):
         config.validate()
+
+
+@pytest.mark.parametrize("name", ["../../x", "a/b", "..", "."])
+def test_a_name_that_is_a_path_is_refused(
+    name: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = write_experiment(tmp_path)
+    assert (
+        cli.main(["train", "file", str(path), "--name", name, "--storage-path", str(tmp_path / "out")]) == 2
+    )
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"--name {name!r} is not a name" in err
+    assert not (tmp_path / "out").exists() and not (tmp_path.parent / "x").exists()
+
+
+def test_ctrl_c_before_the_run_exists_says_to_rerun_without_resume(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The hint after a Ctrl-C at start-up was "rerun with --resume", which found nothing to resume."""
+    import hgpo_rllib.cli.train as train_cli
+
+    def interrupted(config: Any) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(train_cli, "check_trial_resources", interrupted)
+    path = write_experiment(tmp_path)
+    assert cli.main(["train", "file", str(path), "--storage-path", str(tmp_path / "out")]) == 130
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert last == "rllib: interrupted; the run had not started; rerun the same command (without --resume)"
+
+
+def test_resume_takes_the_run_s_own_config_and_module_settings_but_no_others(tmp_path: Path) -> None:
+    """A run started with --config (or --module) resumes with the same flags repeated; a change is
+    refused (before, any --config with --resume was)."""
+    from hgpo_rllib.cli.train import RUN_RECORD, _check_resume
+    from hgpo_rllib.run_records import write_record
+
+    started = {"stop": {"training_iteration": 2}, "config": {"lr": 1e-5}, "module": ["planner.lr=1e-5"]}
+    write_record(tmp_path / RUN_RECORD, started)
+    _check_resume(tmp_path, dict(started))  # the same command + --resume
+    _check_resume(tmp_path, {"stop": {"training_iteration": 2}})  # the printed resume command (no --config)
+    with pytest.raises(ValueError, match=r"config was \{'lr': 1e-05\}, now \{'lr': 0\.001\}"):
+        _check_resume(tmp_path, {**started, "config": {"lr": 1e-3}})

@@ -304,3 +304,45 @@ def test_value_checks_accept_numpy_scalars_and_refuse_bools_and_non_finite_numbe
     assert is_lr(1e-6) and is_lr([[0, 1e-3], [100, 1e-4]]) and is_lr(((0, 1e-3),))
     for bad in (0.0, -1e-3, np.inf, [], [[1, 1e-3]], [[0, 1e-3], [0, 1e-4]], [[0, 0.0]], [[0, 1e-3, 5]]):
         assert not is_lr(bad), bad
+
+
+@pytest.mark.parametrize(
+    ("setter", "values", "message"),
+    [
+        ("training", {"train_batch_size": -5}, r"train_batch_size=-5 is invalid: expected an int >= 1"),
+        (
+            "learners",
+            {"num_gpus_per_learner": -1},
+            r"num_gpus_per_learner=-1 is invalid: expected a number >= 0",
+        ),
+        ("env_runners", {"num_cpus_per_env_runner": -0.5}, r"num_cpus_per_env_runner=-0.5 is invalid"),
+        ("debugging", {"seed": -1}, r"seed=-1 is invalid: expected None or an int >= 0"),
+        (
+            "reporting",
+            {"metrics_num_episodes_for_smoothing": 0},
+            r"metrics_num_episodes_for_smoothing=0 is invalid: expected an int >= 1",
+        ),
+        (
+            "evaluation",
+            {"evaluation_interval": -1},
+            r"evaluation_interval=-1 is invalid: expected None or an int",
+        ),
+        (
+            "rl_module",
+            {"model_config": {"tiny_model": {"hidden_size": -1}}},
+            r"model_config\['tiny_model'\] \{'hidden_size': -1\} is invalid: these sizes must be ints >= 1",
+        ),
+        (
+            "rl_module",
+            {"model_config": {"tiny_model": {"num_hidden_layers": 0, "num_attention_heads": 2.5}}},
+            r"\{'num_hidden_layers': 0, 'num_attention_heads': 2\.5\} is invalid",
+        ),
+    ],
+)
+def test_validate_refuses_settings_it_used_to_accept(
+    setter: str, values: dict[str, Any], message: str
+) -> None:
+    """Issue 62's probes: each of these was accepted by validate() and failed later or silently."""
+    config = getattr(_valid_config(), setter)(**values)
+    with pytest.raises(ValueError, match=message):
+        config.validate()

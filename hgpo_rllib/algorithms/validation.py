@@ -108,7 +108,26 @@ def text_agent_errors(config: Any) -> list[str]:
     need(is_int(c.group_size) and c.group_size >= 1, "group_size", "an int >= 1")
     for name in ("num_env_runners", "num_learners", "evaluation_num_env_runners"):
         need(is_int(getattr(c, name)) and getattr(c, name) >= 0, name, "an int >= 0")
-    need(c.seed is None or is_int(c.seed), "seed", "None or an int")
+    need(c.seed is None or (is_int(c.seed) and c.seed >= 0), "seed", "None or an int >= 0")
+    need(is_int(c.train_batch_size) and c.train_batch_size >= 1, "train_batch_size", "an int >= 1")
+    for name in (
+        "num_gpus_per_learner",
+        "num_cpus_per_learner",
+        "num_gpus_per_env_runner",
+        "num_cpus_per_env_runner",
+    ):
+        value = getattr(c, name)
+        need(value == "auto" or (is_number(value) and value >= 0), name, "a number >= 0")
+    need(
+        is_int(c.metrics_num_episodes_for_smoothing) and c.metrics_num_episodes_for_smoothing >= 1,
+        "metrics_num_episodes_for_smoothing",
+        "an int >= 1",
+    )
+    need(
+        c.evaluation_interval is None or (is_int(c.evaluation_interval) and c.evaluation_interval >= 0),
+        "evaluation_interval",
+        "None or an int >= 0 (0 or None: no evaluation)",
+    )
     if not (is_int(c.num_learners) and c.num_learners >= 0):
         return errors.messages  # the checks below divide by it
     min_groups = max(1, c.num_learners)  # every learner needs at least one whole group
@@ -341,7 +360,14 @@ def model_errors(config: Any) -> list[str]:
             return [
                 f"model_config['tiny_model'] has unknown key(s) {unknown}: they are not Qwen2Config settings"
             ]
-        positions = {**TINY_MODEL_DEFAULTS, **module_config.tiny_model}["max_position_embeddings"]
+        sizes = {**TINY_MODEL_DEFAULTS, **module_config.tiny_model}
+        # The architecture's counts (the defaults' ints: widths, layers, heads, positions) are >= 1.
+        counts = [key for key, default in TINY_MODEL_DEFAULTS.items() if is_int(default)]
+        bad = [key for key in counts if not (is_int(sizes[key]) and sizes[key] >= 1)]
+        if bad:
+            got = {key: sizes[key] for key in bad}
+            return [f"model_config['tiny_model'] {got} is invalid: these sizes must be ints >= 1"]
+        positions = sizes["max_position_embeddings"]
     else:
         try:
             # In the driver, before any worker starts: a GGUF file is converted here, once.

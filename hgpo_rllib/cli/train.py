@@ -10,13 +10,14 @@ that loads). An existing experiment directory is never overwritten.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import glob
 import importlib.util
 import os
 import shlex
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -178,6 +179,28 @@ def _progress_reporter() -> Any:
     return tune.CLIReporter(metric_columns=columns, max_report_frequency=10)
 
 
+def check_run_name(name: str) -> None:
+    """An experiment name is one folder under the storage path, never a path of its own."""
+    if not name or name in (".", "..") or "/" in name or "\\" in name or "\0" in name:
+        raise ValueError(f"--name {name!r} is not a name: give one folder name, without '/' or '..'")
+
+
+@contextlib.contextmanager
+def _not_started_yet(resume: bool) -> Iterator[None]:
+    """A Ctrl-C before a new run's directory exists: there is nothing to resume, so the hint says to
+    rerun the same command (a resumed run's Ctrl-C keeps the usual hint)."""
+    try:
+        yield
+    except InterruptedWithHint:
+        raise
+    except KeyboardInterrupt:
+        if resume:
+            raise
+        raise InterruptedWithHint(
+            "the run had not started; rerun the same command (without --resume)"
+        ) from None
+
+
 def train(
     experiment: Experiment,
     *,
@@ -190,6 +213,7 @@ def train(
     resume: bool = False,
     max_concurrent_trials: int | None = None,
     verbose: bool = False,
+    overrides: dict[str, Any] | None = None,
 ):
     """Run an experiment through Ray Tune; returns its ``ResultGrid`` and the signal (SIGINT,
     SIGTERM) that interrupted it, or None.
@@ -209,47 +233,50 @@ def train(
     storage = Path(storage_path or os.environ.get("CHECKPOINTS_DIR") or Path.home() / "ray_results")
     storage = storage.expanduser().resolve()
     name = name or experiment.run_name() or f"{experiment.config.algo_class.__name__}_{experiment.config.env}"
+    check_run_name(name)
     runs = experiment_runs(storage, name)
     trainable = experiment.config.algo_class
     stop = stop or experiment.stop
     check_stop_criteria(stop)
-    os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")  # Tune's newer output ignores verbose=0
-    if not verbose:
-        hide_harmless_lines()
-    if not ray.is_initialized():
-        _start_ray(quiet=not verbose)
-    envs.register_all()  # Ray's registry forgets names across ray.shutdown()/ray.init()
-    if isinstance(experiment.config.env, str):
-        envs.register_with_tune(experiment.config.env)  # a gym.register in the file: to the trials
-    record = {
-        "stop": stop,
-        "checkpoint_freq": checkpoint_freq,
-        "num_samples": num_samples,
-        "experiment_file_sha256": experiment.source_sha256,
-    }
-    if experiment.settings:  # the file's typed settings: --resume must give the same
-        record["settings"] = experiment.settings
-    if resume:
-        if not runs:
-            raise FileNotFoundError(f"nothing to resume: no experiment {name!r} under {storage}")
-        latest = runs[max(runs)]
-        _check_resume(latest, record)
-        print(f"Resuming {latest}")
-        tuner = tune.Tuner.restore(str(latest), trainable=trainable, resume_errored=True)
-        return _fit(tuner)
-    check_param_space(experiment.config, experiment.param_space)
-    for point in experiment.points_to_evaluate:
-        check_param_space(experiment.config, point)
-    if experiment.prepare is not None:
-        try:
-            experiment.prepare()  # e.g. the main job's warm-start build
-        except KeyboardInterrupt:
-            raise InterruptedWithHint(
-                "the run had not started; rerun the same command (without --resume): what its "
-                "preparation finished is kept"
-            ) from None
-    experiment.config.copy(copy_frozen=False).validate()  # fail here, not inside a trial
-    check_trial_resources(experiment.config)
+    with _not_started_yet(resume):
+        os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")  # Tune's newer output ignores verbose=0
+        if not verbose:
+            hide_harmless_lines()
+        if not ray.is_initialized():
+            _start_ray(quiet=not verbose)
+        envs.register_all()  # Ray's registry forgets names across ray.shutdown()/ray.init()
+        if isinstance(experiment.config.env, str):
+            envs.register_with_tune(experiment.config.env)  # a gym.register in the file: to the trials
+        record = {
+            "stop": stop,
+            "checkpoint_freq": checkpoint_freq,
+            "num_samples": num_samples,
+            "experiment_file_sha256": experiment.source_sha256,
+        }
+        if experiment.settings:  # the file's typed settings: --resume must give the same
+            record["settings"] = experiment.settings
+        record.update(overrides)  # --config / --module: a resume may repeat them, not change them
+        if resume:
+            if not runs:
+                raise FileNotFoundError(f"nothing to resume: no experiment {name!r} under {storage}")
+            latest = runs[max(runs)]
+            _check_resume(latest, record)
+            print(f"Resuming {latest}")
+            tuner = tune.Tuner.restore(str(latest), trainable=trainable, resume_errored=True)
+            return _fit(tuner)
+        check_param_space(experiment.config, experiment.param_space)
+        for point in experiment.points_to_evaluate:
+            check_param_space(experiment.config, point)
+        if experiment.prepare is not None:
+            try:
+                experiment.prepare()  # e.g. the main job's warm-start build
+            except KeyboardInterrupt:
+                raise InterruptedWithHint(
+                    "the run had not started; rerun the same command (without --resume): what its "
+                    "preparation finished is kept"
+                ) from None
+        experiment.config.copy(copy_frozen=False).validate()  # fail here, not inside a trial
+        check_trial_resources(experiment.config)
     experiment_dir = claim_experiment_dir(storage, name)
     write_record(experiment_dir / RUN_RECORD, record)
     print(f"Results go to {experiment_dir}")
@@ -401,8 +428,9 @@ def run(args: argparse.Namespace) -> int:
     module = getattr(args, "experiment_module", None)
     values = declared_values(args, getattr(args, "declared_settings", ()))
     experiment = load_experiment_file(args.path, values, module=module)
-    if (args.config or args.module) and args.resume:
-        raise ValueError("--config and --module cannot change a resumed run (it keeps its own config)")
+    overrides = {"config": args.config} if args.config else {}
+    if args.module:
+        overrides["module"] = args.module
     if args.config:
         apply_config_overrides(experiment.config, args.config)
     if args.module:
@@ -419,6 +447,7 @@ def run(args: argparse.Namespace) -> int:
             resume=args.resume,
             max_concurrent_trials=args.max_concurrent_trials,
             verbose=args.verbose,
+            overrides=overrides,
         )
     except RecurringTrialError as exc:
         print(f"rllib: trial failed: {exc}", file=sys.stderr)
