@@ -117,9 +117,7 @@ def parse_action(output: str, *, require_tags: bool = True) -> ParsedAction:
     """Extract the command from a think-action output; never raises.
 
     With ``require_tags=False`` (small from-scratch models, e.g. KeyChest) an output without an
-    ``<action>`` block is taken whole as the command and counts as valid if no longer than a command
-    (:data:`MAX_COMMAND_CHARS`). In every format an output with control characters (a NUL byte) or CJK
-    characters is invalid.
+    ``<action>`` block is taken whole as the command and counts as valid.
     """
     output = _as_text(output)
     lowered = output.lower()
@@ -129,17 +127,11 @@ def parse_action(output: str, *, require_tags: bool = True) -> ParsedAction:
         is_valid = "<think>" in output and "</think>" in output if require_tags else True
     elif require_tags:
         return ParsedAction(normalize_command(lowered[-MALFORMED_TAIL_CHARS:]), False)
-    else:  # the whole output is the command: one no longer than any command is
-        command, is_valid = normalize_command(lowered), len(output.strip()) <= MAX_COMMAND_CHARS
-    if _CJK.search(output) or _has_control_characters(output):
+    else:
+        command, is_valid = normalize_command(lowered), True
+    if _CJK.search(output):
         is_valid = False
     return ParsedAction(command, is_valid)
-
-
-def _has_control_characters(output: str) -> bool:
-    """Control characters (a NUL byte, an escape) but tabs and line breaks: an output holding any is
-    malformed in every env and format, so every env counts it invalid (docs/environments.md)."""
-    return any(unicodedata.category(ch) == "Cc" and ch not in "\t\n\r" for ch in output)
 
 
 def parse_plan_execute(output: str) -> ParsedAction:
@@ -158,11 +150,7 @@ def parse_plan_execute(output: str) -> ParsedAction:
     switch, subgoal = _block(output, "switch"), _block(output, "subgoal")
     command = normalize_command(block if block is not None else lowered[-MALFORMED_TAIL_CHARS:])
     is_valid = (
-        block is not None
-        and switch in SWITCH_WORDS
-        and subgoal is not None
-        and not _CJK.search(output)
-        and not _has_control_characters(output)
+        block is not None and switch in SWITCH_WORDS and subgoal is not None and not _CJK.search(output)
     )
     return ParsedAction(command, is_valid, switch, subgoal)
 
