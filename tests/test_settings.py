@@ -19,7 +19,13 @@ from hgpo_rllib.advantages.step_table import EstimatorSettings
 from hgpo_rllib.cli import scripts
 from hgpo_rllib.experiments.experiment_file import apply_module_overrides, load_experiment_file
 from hgpo_rllib.experiments.memory_plan import MODEL_CONFIGS_DIR
-from hgpo_rllib.experiments.settings import ESTIMATOR_SETTINGS, REMOVED_VARIABLES, SWITCHES, RunSettings
+from hgpo_rllib.experiments.settings import (
+    ESTIMATOR_SETTINGS,
+    REMOVED_VARIABLES,
+    SWITCHES,
+    RunSettings,
+    declared_values,
+)
 from hgpo_rllib.warm_start.cache import find_warm_start, warm_start_recipe
 from hgpo_rllib.warm_start.format import SFT_CONFIG
 from hgpo_rllib.warm_start.trainer import SFTSettings
@@ -49,7 +55,7 @@ def built(example: str, *flags: str) -> Any:
     """The experiment ``rllib train file <example> <flags>`` runs: parsed by the CLI's own parser."""
     path = str(TUNED / example)
     args = cli.build_parser(["train", "file", path, *flags]).parse_args(["train", "file", path, *flags])
-    values = {name: getattr(args, f"setting_{name}") for name in args.declared_settings}
+    values = declared_values(args, args.declared_settings)
     return load_experiment_file(path, values, module=args.experiment_module)
 
 

@@ -220,7 +220,6 @@ def add_setting_arguments(
 ) -> argparse._ArgumentGroup:
     """An argument group ``settings of <source>`` with the declared switches (default and help), on
     ``parser``; the other switches are hidden there and refused when given."""
-    defaults = RunSettings()
     group = parser.add_argument_group(f"settings of {source}")
     for name, switch in SWITCHES.items():
         if name not in declared:
@@ -234,18 +233,18 @@ def add_setting_arguments(
                 help=argparse.SUPPRESS,
             )
             continue
-        default = getattr(defaults, name)
+        default = _DEFAULTS[name]
         kwargs: dict[str, Any] = {"dest": f"setting_{name}", "default": default}
         if switch.is_flag:
             kwargs["action"] = "store_true"
         else:
-            kwargs.update(type=_type_of(default, name), choices=switch.choices, metavar=switch.metavar)
+            kwargs.update(type=_type_of(name), choices=switch.choices, metavar=switch.metavar)
         shown = "" if switch.is_flag or default is None else " (default: %(default)s)"
         group.add_argument(*switch.flags, help=switch.help + shown, **kwargs)
     return group
 
 
-def _type_of(default: Any, name: str) -> Callable[[str], Any]:
+def _type_of(name: str) -> Callable[[str], Any]:
     field_type = {f.name: f.type for f in dataclasses.fields(RunSettings)}[name]
     return {"int": int, "float": float}.get(str(field_type), str)
 
