@@ -6,12 +6,13 @@ its estimator settings, ``tuned_examples/hiper_alfworld.py`` for HiPER): free te
 lr 1e-5, KL 0.05 to the warm start, for the same number of training iterations (``--iterations``: a
 wall-clock budget would buy fewer beside other work), once per training seed. ALFWorld's warm
 starts come from the main job's recipe (``hgpo_rllib.warm_start.cache``) at each variant's K and
-answer format: shipped for K = 2, built once into the cache otherwise (K = 4, HiPER's plan-execute
-format). WebShop's is ``WEBSHOP_WARM_START`` (K = 4, shipped) or an ``rllib sft --env
-webshop`` directory (``--warm-start``; its K is every WebShop variant's). Each final checkpoint, and
-each warm start, is then evaluated by ``rllib evaluate``'s protocol: by default once (evaluation
-seed 123) on every game of both ALFWorld evaluation splits (140 in, 134 out of distribution), or
-WebShop's 500 test goals.
+answer format; all three ship with the package (K = 2, K = 4 and HiPER's plan-execute format,
+``hgpo_rllib/warm_start/shipped/``, used while the recipe matches), so ALFWorld's rows build
+nothing. No WebShop warm start ships: WebShop's is ``WEBSHOP_WARM_START`` (K = 4), built once into
+the cache when a run first needs it (hours on 2 cores), or an ``rllib sft --env webshop`` directory
+(``--warm-start``; its K is every WebShop variant's). Each final checkpoint, and each warm start, is
+then evaluated by ``rllib evaluate``'s protocol: by default once (evaluation seed 123) on every game
+of both ALFWorld evaluation splits (140 in, 134 out of distribution), or WebShop's 500 test goals.
 
 Resumable across sittings: each run writes its own small result files under ``<output>/runs/<run>/``
 (``curve.csv``, ``trained.json``, the evaluation's ``episodes.csv`` ...) and its checkpoint under
@@ -140,8 +141,8 @@ def variant_config(variant: Variant, warm_start: Path):  # noqa: ANN201 (an RLli
 
 
 def warm_start_for(env: str, variant: Variant, given: Path | None) -> Path:
-    """ALFWorld: the main job's recipe at the variant's K and answer format; WebShop: ``given``
-    (``--warm-start``), else ``WEBSHOP_WARM_START`` (each shipped, cached or built now)."""
+    """ALFWorld: the main job's recipe at the variant's K and answer format (shipped); WebShop:
+    ``given`` (``--warm-start``), else ``WEBSHOP_WARM_START`` (cached, or built now: none ships)."""
     if env == "alfworld":
         return build_warm_start(warm_start_recipe("alfworld", variant.history_length, variant.answer_format))
     return given or build_warm_start(warm_start_recipe("webshop"))
@@ -452,7 +453,8 @@ def main() -> None:
     parser.add_argument(
         "--warm-start",
         type=Path,
-        help="WebShop: an `rllib sft --env webshop` directory (default: the shipped one)",
+        help="WebShop: an `rllib sft --env webshop` directory (default: WEBSHOP_WARM_START, built once "
+        "into the cache: none ships)",
     )
     parser.add_argument(
         "--iterations", type=int, default=6, help="training iterations per run (every run the same)"
@@ -489,7 +491,7 @@ def main() -> None:
     max_steps = args.eval_max_steps or EVAL_MAX_STEPS[env]
     # Warm starts, one row each; then seed-major runs, so that a sitting that ends early leaves every
     # variant with as many seeds. A warm start is found (or built) only when a run still needs it: a
-    # fresh clone's committed, evaluated K = 4 rows must not start a build of hours.
+    # fresh clone's committed, evaluated rows must not start a build of hours (WebShop's does not ship).
     variant_of_label: dict[str, Variant] = {}
     for name in variants:
         variant = VARIANTS[env][name]

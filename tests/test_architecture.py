@@ -190,6 +190,31 @@ def test_the_iteration_trace_in_rllib_notes_names_what_exists() -> None:
     assert not missing, f"docs/rllib_notes.md §5.1 names what the code lacks: {missing}"
 
 
+def test_rllib_notes_describe_the_default_weight_route() -> None:
+    """The weight sync in docs/rllib_notes.md (§3.5 and §5.1's trace) is the default route,
+    ``weight_transfer="engine_dtype"``; RLlib's float32 ``get_state`` route appears only as the
+    named alternative (``"float32_state"``), never as what a sync does."""
+    import re
+
+    from hgpo_rllib.algorithms import TextAgentConfig
+
+    assert TextAgentConfig().weight_transfer == "engine_dtype", "the default changed: rewrite the notes"
+    notes = (PACKAGE.parent / "docs" / "rllib_notes.md").read_text()
+    trace = notes.split("### 5.1 One iteration", 1)[1].split("```")[1]
+    section = notes.split("### 3.5 Weight sync", 1)[1].split("\n## ", 1)[0]
+    default = re.compile(r'weight_transfer="engine_dtype"[^.\n]{0,20}\bthe default\b')
+    for where, text in (("§5.1's trace", trace), ("§3.5", section)):
+        named = default.search(" ".join(text.split()))
+        assert named, f"docs/rllib_notes.md {where} does not name the default weight route (engine_dtype)"
+    float32_lines = [
+        line
+        for line in trace.splitlines()
+        if ("get_state" in line or "float32" in line.replace("float32_state", ""))
+        and 'weight_transfer="float32_state"' not in line
+    ]
+    assert not float32_lines, f"§5.1's trace describes the float32 route as the sync: {float32_lines}"
+
+
 # ------------------------------------------------------------------ settings never through os.environ
 ROOT = PACKAGE.parent
 #: Where the environment may be read or written, by variable: process knobs of Ray, Tune and OpenMP,

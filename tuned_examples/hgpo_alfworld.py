@@ -10,8 +10,8 @@
 On CPU the run starts from a warm start: a 3.5M-parameter model fine-tuned on the searcher's play of 800
 training games, then two DAgger rounds (``rllib sft``, recipe
 ``envs.alfworld.facts.ALFWORLD_WARM_START`` at the run's K). The package ships it for K = 2 and K = 4
-(bf16 weights, ``hgpo_rllib/warm_start/shipped``); another K builds its own when the run starts (about 3
-hours on 2 cores, each phase announced with an ETA; resumable), cached under ``~/.cache/hgpo_rllib``
+(bf16 weights, ``hgpo_rllib/warm_start/shipped``); another K builds its own when the run starts (about 2
+hours on 2 idle cores, each phase announced with an ETA; resumable), cached under ``~/.cache/hgpo_rllib``
 (``--cache``). It then trains for 30 minutes, generating free text
 (``<think>...</think><action>...</action>``, no action constraint). ``--warm-start DIR`` starts from
 another ``rllib sft`` model directory; ``--warm-start none`` runs the 2-minute pipeline demo instead (a

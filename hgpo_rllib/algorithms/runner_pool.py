@@ -2,11 +2,11 @@
 
 RLlib's ``EnvRunnerGroup.sync_weights`` does not wait (``timeout_seconds=0.0``) and drops remote errors,
 and its sampling helpers return whatever came back. A group-relative estimator needs every group of an
-iteration complete and sampled with one set of weights, and a failure must never pass quietly
-(docs/rllib_notes.md §5.3): a runner that raises, dies or hangs loses its share of groups, which is
-dealt again to the others; a hung runner is killed (Ray restarts it); the weight sync waits for every
-runner and fails the iteration with the error of one that raises; too many incomplete iterations in a
-row raise with the runners' errors.
+iteration complete and sampled with one set of weights (docs/rllib_notes.md §5.2; the weight sync:
+§3.5), and a failure must never pass quietly (docs/reliability.md): a runner that raises, dies or hangs
+loses its share of groups, which is dealt again to the others; a hung runner is killed (Ray restarts
+it); the weight sync waits for every runner and fails the iteration with the error of one that raises;
+too many incomplete iterations in a row raise with the runners' errors.
 
 With overlapped sampling (``async_sampling``) the same dealing runs in a driver thread while the
 learner updates (:meth:`RunnerPool.start_sampling`): the thread only waits on runner calls; what it
