@@ -1,9 +1,9 @@
 """Build a warm start's recipe (if the cache has none), ship it inside the package in bf16, and
 evaluate the shipped copy: ALFWorld's (the CPU main job's at ``-k`` and ``--answer-format``) on the
-134 ``eval_out_of_distribution`` games, WebShop's (K = 4, ``envs/webshop/facts.py``) on its first 100
-test goals.
+134 ``eval_out_of_distribution`` games, WebShop's (K = 4, ``envs/webshop/facts.py``; or with ``--model``
+its recipe for that pretrained base, a LoRA adapter) on its first 100 test goals.
 
-    python scripts/ship_warm_start.py --cache ~/.cache/hgpo_rllib [--env webshop]
+    python scripts/ship_warm_start.py --cache ~/.cache/hgpo_rllib [--env webshop [--model NAME]]
 
 Resumable: the build and the evaluation both continue where an interrupted run stopped.
 """
@@ -26,6 +26,10 @@ def main() -> None:
     parser.add_argument("--env", choices=["alfworld", "webshop"], default="alfworld")
     parser.add_argument("-k", "--history-length", type=int, default=2, help="ALFWorld's K (WebShop's is 4)")
     parser.add_argument("--answer-format", choices=envs.ANSWER_FORMATS, help="ALFWorld's answer format")
+    parser.add_argument(
+        "--model",
+        help="WebShop: the warm start of this pretrained base (its recipe in WarmStartFacts.base_recipes)",
+    )
     parser.add_argument("--seed", type=int, default=123, help="evaluation seed (one pass over the split)")
     parser.add_argument(
         "--output",
@@ -35,10 +39,14 @@ def main() -> None:
     )
     args = parser.parse_args()
     command, name = "python scripts/ship_warm_start.py", f"{args.env}_shipped_warm_start_eval"
+    if args.model and args.env != "webshop":
+        parser.error("--model: only WebShop has a pretrained base's recipe")
     if args.env == "webshop":
         if args.history_length != 2 or args.answer_format:
-            parser.error("WebShop's warm start has its own K (4) and answer format")
-        recipe, command = warm_start_recipe("webshop"), f"{command} --env webshop"
+            parser.error("WebShop's warm starts have their own K and answer format")
+        recipe, command = warm_start_recipe("webshop", base=args.model), f"{command} --env webshop"
+        if args.model:
+            command, name = f"{command} --model {args.model}", f"{name}_{args.model}"
         evaluation = {
             "env": "webshop",
             "seeds": [args.seed],

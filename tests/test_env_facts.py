@@ -11,12 +11,19 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+import torch
 from helpers import ROOT
+from safetensors.torch import save_file
 
 import envs
 from envs import DemonstrationCost, EnvFacts, EvaluationFacts, PaperFacts, WarmStartFacts
 from hgpo_rllib import cli
-from hgpo_rllib.warm_start.cache import demonstration_format, shipped_warm_start, warm_start_recipe
+from hgpo_rllib.warm_start.cache import (
+    demonstration_format,
+    recipe_directory,
+    shipped_warm_start,
+    warm_start_recipe,
+)
 from hgpo_rllib.warm_start.demonstrations import make_demonstrator
 
 ALFWORLD_SPLITS = {
@@ -145,6 +152,38 @@ def test_the_recipes_keep_their_cache_names_and_find_the_shipped_warm_starts() -
         assert shipped is not None and shipped.parent.name == directory
     with pytest.raises(ValueError, match="'keychest' has no warm-start recipe"):
         warm_start_recipe("keychest")
+
+
+def test_a_pretrained_bases_recipe_is_named_after_the_bases_weights(tmp_path: Path) -> None:
+    """WebShop's recipe for SmolLM2 is its facts' (K = 2, 1,000-token prompts, the answers' loss); a
+    base's warm start is named after the base's weights, so another file under the same name is
+    another warm start, and the same weights the same one."""
+    assert warm_start_recipe("webshop", base="smollm2-135m-instruct") == {
+        "env": "webshop",
+        "base": "smollm2-135m-instruct",
+        "episodes": 320,
+        "demonstrator": "searcher",
+        "epochs": 1.5,
+        "batch_size": 4,
+        "history_length": 2,
+        "max_prompt_tokens": 1000,
+    }
+    assert warm_start_recipe("webshop", 4, base="smollm2-135m-instruct")["history_length"] == 4
+    with pytest.raises(ValueError, match="'webshop' has no warm-start recipe for the base 'other'"):
+        warm_start_recipe("webshop", base="other")
+    with pytest.raises(ValueError, match=r"base_recipes\['a'\] must train that base, not 'b'"):
+        WarmStartFacts(base_recipes={"a": {"env": "webshop", "base": "b"}})
+
+    def directory(weights: torch.Tensor, name: str = "base") -> Path:
+        base = tmp_path / name
+        base.mkdir(exist_ok=True)
+        save_file({"w": weights}, base / "model.safetensors")
+        return recipe_directory({"env": "webshop", "base": str(tmp_path / "base"), "episodes": 1})
+
+    first = directory(torch.zeros(2))
+    assert directory(torch.zeros(2)) == first
+    assert directory(torch.ones(2)) != first
+    assert first.parent == Path("warm_starts") and first.name.startswith("webshop-")
 
 
 def test_demonstrators_come_from_the_facts() -> None:

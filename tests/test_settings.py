@@ -26,6 +26,7 @@ from hgpo_rllib.experiments.settings import (
     RunSettings,
     declared_values,
 )
+from hgpo_rllib.run_records import write_record
 from hgpo_rllib.warm_start.cache import find_warm_start, warm_start_recipe
 from hgpo_rllib.warm_start.format import SFT_CONFIG
 from hgpo_rllib.warm_start.trainer import SFTSettings
@@ -362,6 +363,30 @@ def test_model_on_cpu_is_the_real_model_preset(
             example.split("_")[1].removesuffix(".py"),
             "smollm2-135m-instruct",
         ]
+
+
+def test_model_on_cpu_starts_from_the_bases_warm_start_once_it_is_built() -> None:
+    """``--model smollm2-135m-instruct`` on WebShop: from the base zero-shot while no warm start of
+    WebShop's recipe for it exists at the run's K; from that warm start (its prompt and answer
+    lengths, the example's step limit) once it is built."""
+    recipe = warm_start_recipe("webshop", base="smollm2-135m-instruct")
+    assert recipe == envs.env_facts("webshop").warm_start.base_recipes["smollm2-135m-instruct"]
+    assert built("hgpo_webshop.py", "--model", "smollm2-135m-instruct").config.model_config["model"] == (
+        "smollm2-135m-instruct"
+    )
+    warm_start = find_warm_start(recipe)  # the session's HOME cache, where a build would go
+    warm_start.mkdir(parents=True)
+    try:
+        write_record(warm_start / SFT_CONFIG, {**SFTSettings(**recipe).record(), "finished": True})
+        config = built("hgpo_webshop.py", "--model", "smollm2-135m-instruct").config
+        assert config.model_config["model"] == str(warm_start)
+        assert (config.history_length, config.max_prompt_tokens, config.max_new_tokens) == (2, 1000, 96)
+        assert (config.env_config["max_steps"], config.lr, config.group_size) == (8, 5e-5, 2)
+        other_k = built("hgpo_webshop.py", "--model", "smollm2-135m-instruct", "-k", "4").config
+        assert other_k.model_config["model"] == "smollm2-135m-instruct"  # no warm start at K = 4
+        assert other_k.max_new_tokens == 64
+    finally:
+        shutil.rmtree(warm_start)
 
 
 def test_per_module_settings_reach_the_module_config_and_its_spec() -> None:

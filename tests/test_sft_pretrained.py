@@ -21,11 +21,12 @@ from hgpo_rllib.evaluation import CheckpointPolicy, evaluate
 from hgpo_rllib.evaluation.policy_folder import export_policy
 from hgpo_rllib.evaluation.policy_loading import config_for_warm_start, inference_module
 from hgpo_rllib.rl_module import model_sources
-from hgpo_rllib.rl_module.model_sources import ADAPTER_RECORD, local_model_dir, model_sha256
+from hgpo_rllib.rl_module.model_sources import ADAPTER_FILES, ADAPTER_RECORD, local_model_dir, model_sha256
 from hgpo_rllib.rl_module.models import chat_prompt
 from hgpo_rllib.warm_start.format import SFT_CONFIG
 from hgpo_rllib.warm_start.phases import fit_seconds
 from hgpo_rllib.warm_start.pretrained import DEFAULT_LORA_RANK, based_lr
+from hgpo_rllib.warm_start.shipping import copy_in_bf16
 from hgpo_rllib.warm_start.trainer import SFTSettings
 
 
@@ -106,6 +107,19 @@ def test_the_adapter_folder_loads_as_the_merged_model_everywhere_a_model_loads(
         out = module.lm.generate(**prompt, max_new_tokens=6, do_sample=False)
     assert out.shape[1] > prompt["input_ids"].shape[1]
     assert CheckpointPolicy(based).config.history_length == 2
+
+
+def test_a_shipped_adapter_is_its_bf16_copy_and_loads_over_its_base(based: Path, tmp_path: Path) -> None:
+    """scripts/ship_warm_start.py's copy of a base's warm start: the adapter's weights in bf16 beside
+    its records and tokenizer, none of the Trainer's files; runs merge it into the float32 base."""
+    shipped = tmp_path / "shipped"
+    copy_in_bf16(based, shipped)
+    assert not (shipped / "checkpoints").exists() and not (shipped / "model.safetensors").exists()
+    assert (shipped / ADAPTER_RECORD).read_bytes() == (based / ADAPTER_RECORD).read_bytes()
+    weights, original = load_file(shipped / ADAPTER_FILES[1]), load_file(based / ADAPTER_FILES[1])
+    assert weights.keys() == original.keys() and {w.dtype for w in weights.values()} == {torch.bfloat16}
+    policy = CheckpointPolicy(shipped)
+    assert policy.module.lm.dtype == torch.float32 and policy.config.history_length == 2
 
 
 def test_an_adapter_is_refused_in_one_line_over_another_base(based: Path, tmp_path: Path) -> None:

@@ -86,12 +86,19 @@ class WarmStartFacts:
     demonstration_format: int = DEMONSTRATION_FORMAT
     #: The env's own warm-start recipe (:mod:`hgpo_rllib.warm_start.cache`), if it has one.
     recipe: Mapping[str, Any] | None = None
+    #: Recipes of a pretrained base's warm start (its LoRA adapter, ``rllib sft --model``), by the
+    #: base's short name (``model_config["model"]``); the real-model CPU examples start from one that
+    #: is built or shipped.
+    base_recipes: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.demonstrator not in DEMONSTRATORS:
             raise ValueError(f"demonstrator must be one of {DEMONSTRATORS}, got {self.demonstrator!r}")
         if self.demonstrator == "searcher" and self.searcher is None:
             raise ValueError("demonstrator 'searcher' needs a searcher ('module:Class')")
+        for base, recipe in self.base_recipes.items():
+            if recipe.get("base") != base:
+                raise ValueError(f"base_recipes[{base!r}] must train that base, not {recipe.get('base')!r}")
 
 
 @dataclass(frozen=True)

@@ -7,11 +7,13 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import envs
 from hgpo_rllib.algorithms.hgpo.hgpo import HGPOConfig
 from hgpo_rllib.algorithms.hiper.hiper import HiPERConfig
-from hgpo_rllib.evaluation.policy_loading import config_for_warm_start
+from hgpo_rllib.evaluation.policy_loading import config_for_warm_start, read_policy_settings
 from hgpo_rllib.experiments.settings import RunSettings
 from hgpo_rllib.rl_module.models import cpu_dtype
+from hgpo_rllib.warm_start.cache import find_warm_start, is_finished, warm_start_recipe
 
 #: Training settings of the tiny-model CPU demos (single-agent and team): fast lr, no KL reference.
 CPU_DEMO_TRAINING = {
@@ -94,7 +96,17 @@ def real_model_cpu_config(
 ) -> Any:
     """RL of a real pretrained model (``--model smollm2-135m-instruct``, a model directory, cached
     model id or GGUF file) on 2 cores: 2 groups of 2 episodes, free text in the env's own answer format,
-    bf16 where the CPU computes it natively (else float32)."""
+    bf16 where the CPU computes it natively (else float32). Where the env has a recipe for the base
+    at the run's K and its warm start is built or shipped, RL starts from that adapter, prompting as
+    it learned; else from the base itself, zero-shot."""
+    warm_start = base_warm_start(env_name, model, settings.history_length)
+    prompts: dict[str, Any] = {}
+    if warm_start is not None:
+        learned = read_policy_settings(warm_start)
+        env_config = {**learned["env_config"], **env_config}
+        prompts = {key: learned[key] for key in ("max_prompt_tokens", "max_new_tokens")}
+        print(f"Starting from {model}'s {env_name} warm start {warm_start} (docs/models.md)")
+        model = str(warm_start)
     group_size, groups = 2, 2
     return (
         HGPOConfig()
@@ -107,12 +119,22 @@ def real_model_cpu_config(
                 "group_size": group_size,
                 "groups_per_iteration": groups,
                 **REAL_MODEL_CPU_TRAINING,
+                **prompts,
                 **training,
             }
         )
         .debugging(seed=0)
         .reporting(metrics_num_episodes_for_smoothing=4 * group_size * groups)
     )
+
+
+def base_warm_start(env_name: str, model: str, history_length: int) -> Path | None:
+    """The finished warm start (built in the cache, else shipped) of the env's recipe for the base
+    ``model`` at ``history_length``, if the env has such a recipe and it is built; else None."""
+    if model not in envs.env_facts(env_name).warm_start.base_recipes:
+        return None
+    found = find_warm_start(warm_start_recipe(env_name, history_length, base=model))
+    return found if is_finished(found) else None
 
 
 def warm_start_cpu_config(

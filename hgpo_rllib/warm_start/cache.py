@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import envs
-from hgpo_rllib.rl_module.model_sources import local_model_dir, model_parameters
+from hgpo_rllib.rl_module.model_sources import local_model_dir, model_parameters, model_sha256
 from hgpo_rllib.run_records import read_record
 from hgpo_rllib.warm_start.dagger import DaggerSettings, train_dagger
 from hgpo_rllib.warm_start.format import SFT_CONFIG
@@ -43,15 +43,23 @@ SHIPPED_RECORD = "hgpo_shipped.json"
 
 
 def warm_start_recipe(
-    env: str, history_length: int | None = None, answer_format: str | None = None
+    env: str,
+    history_length: int | None = None,
+    answer_format: str | None = None,
+    base: str | None = None,
 ) -> dict[str, Any]:
-    """The env's own recipe (``WarmStartFacts.recipe``: ALFWorld's CPU main job, WebShop's K = 4)
-    for a prompt window of ``history_length`` (default: the recipe's) and an answer format
-    (``"plan_execute"``: HiPER's, docs/hiper.md): prompts and answers differ with both. The defaults
-    give the recipe itself, with its digest."""
-    own = envs.env_facts(env).warm_start.recipe
+    """The env's own recipe (``WarmStartFacts.recipe``: ALFWorld's CPU main job, WebShop's K = 4), or
+    with ``base`` its recipe for that pretrained base (``WarmStartFacts.base_recipes``), for a prompt
+    window of ``history_length`` (default: the recipe's) and an answer format (``"plan_execute"``:
+    HiPER's, docs/hiper.md): prompts and answers differ with both. The defaults give the recipe
+    itself, with its digest."""
+    facts = envs.env_facts(env).warm_start
+    own = facts.recipe if base is None else facts.base_recipes.get(base)
     if own is None:
-        raise ValueError(f"{env!r} has no warm-start recipe (its WarmStartFacts.recipe is None)")
+        has = "has no warm-start recipe (its WarmStartFacts.recipe is None)"
+        if base is not None:
+            has = f"has no warm-start recipe for the base {base!r} (its WarmStartFacts.base_recipes)"
+        raise ValueError(f"{env!r} {has}")
     recipe = dict(own)
     own_history_length = recipe.get("history_length", SFTSettings.history_length)
     if history_length is not None and history_length != own_history_length:
@@ -72,10 +80,14 @@ def demonstration_format(env: str) -> int:
 
 
 def recipe_directory(recipe: dict[str, Any]) -> Path:
-    """The recipe's finished warm start's path inside a cache (its last DAgger round, if any)."""
+    """The recipe's finished warm start's path inside a cache (its last DAgger round, if any); a
+    pretrained base's is named after the base's sha256 too (another GGUF file is another base)."""
     recipe = dict(recipe)
     dagger = recipe.pop("dagger", None)
-    key = json.dumps([demonstration_format(recipe["env"]), recipe], sort_keys=True)
+    identity: list[Any] = [demonstration_format(recipe["env"]), recipe]
+    if recipe.get("base") is not None:  # a pretrained base's adapter: of these very weights
+        identity.append(model_sha256(local_model_dir(recipe["base"])))
+    key = json.dumps(identity, sort_keys=True)
     digest = hashlib.sha256(key.encode()).hexdigest()[:10]
     base = Path("warm_starts") / f"{recipe['env']}-{digest}"
     if not dagger:

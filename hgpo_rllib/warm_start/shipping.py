@@ -19,6 +19,7 @@ from typing import Any
 import pandas as pd
 import torch
 from safetensors.torch import load_file, save_file
+from scipy.stats import binomtest
 
 from hgpo_rllib.evaluation.protocol import evaluate
 from hgpo_rllib.run_records import read_record, write_record
@@ -30,9 +31,9 @@ from hgpo_rllib.warm_start.cache import (
 )
 from hgpo_rllib.warm_start.format import SFT_CONFIG
 
-WEIGHTS = "model.safetensors"
 #: The files of a model directory that a run reads (the rest are training leftovers: Trainer
-#: checkpoints, demonstrations, DAgger states, the DAgger rounds inside the warm start).
+#: checkpoints, demonstrations, DAgger states, the DAgger rounds inside the warm start); its weights
+#: are ``*.safetensors`` (a model's, or a pretrained base's LoRA adapter's).
 _LOADED_SUFFIXES = (".json", ".jinja")
 
 
@@ -42,20 +43,28 @@ def copy_in_bf16(built: Path, target: Path) -> None:
     for path in sorted(built.iterdir()):
         if path.is_file() and path.suffix in _LOADED_SUFFIXES:
             shutil.copy2(path, target / path.name)
-    weights = {
-        name: tensor.to(torch.bfloat16) if tensor.is_floating_point() else tensor
-        for name, tensor in load_file(built / WEIGHTS).items()
-    }
-    save_file(weights, target / WEIGHTS, metadata={"format": "pt"})
+    weight_files = sorted(built.glob("*.safetensors"))
+    if not weight_files:
+        raise FileNotFoundError(f"{built} holds no safetensors weights to ship")
+    for file in weight_files:
+        weights = {
+            name: tensor.to(torch.bfloat16) if tensor.is_floating_point() else tensor
+            for name, tensor in load_file(file).items()
+        }
+        save_file(weights, target / file.name, metadata={"format": "pt"})
 
 
 def episodes_summary(episodes_csv: Path) -> dict[str, Any]:
-    """Games, games won, success, mean steps and invalid-action rate of an evaluation's episodes."""
+    """Games, games won, success with its 95% interval (Wilson's, over the games played), mean steps
+    and invalid-action rate of an evaluation's episodes."""
     episodes = pd.read_csv(episodes_csv)
+    won = int(episodes["won"].sum())
+    interval = binomtest(won, len(episodes)).proportion_ci(confidence_level=0.95, method="wilson")
     return {
         "games": len(episodes),
-        "won": int(episodes["won"].sum()),
+        "won": won,
         "success": round(float(episodes["won"].mean()), 4),
+        "success_95": [round(float(interval.low), 4), round(float(interval.high), 4)],
         "mean_steps": round(float(episodes["steps"].mean()), 2),
         "invalid_rate": round(float(episodes["invalid_rate"].mean()), 4),
     }
@@ -119,6 +128,7 @@ def describe(path: Path) -> str:
     result = record["evaluation"]
     return (
         f"{path} ({shipped_bytes(path) / 2**20:.1f} MiB): won {result['won']} of {result['games']} "
-        f"games ({result['success']:.1%}), {result['mean_steps']} steps per game, invalid actions "
+        f"games ({result['success']:.1%}, 95% interval {result['success_95'][0]:.1%}-"
+        f"{result['success_95'][1]:.1%}), {result['mean_steps']} steps per game, invalid actions "
         f"{result['invalid_rate']:.1%}; record: {json.dumps(record['evaluation'])}"
     )
