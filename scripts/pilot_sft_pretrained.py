@@ -119,7 +119,6 @@ def main() -> None:
         "won": won,
         "seconds_per_episode": round(per_episode, 3),
         "examples_per_won_episode": round(len(examples) / won, 2),
-        "mean_full_prompt_tokens": round(statistics.mean(examples.full_prompt_tokens), 1),
         "mean_prompt_tokens": round(statistics.mean(examples.prompt_tokens), 1),
         "mean_example_tokens": round(statistics.mean(examples.lengths), 1),
         "cut_prompts": examples.cut_prompts,
