@@ -1,7 +1,7 @@
 """The algorithms (≈ ``rllib/algorithms/``): what every text-agent algorithm shares at this level
-(:mod:`~hgpo_rllib.algorithms.text_agent`: config and iteration; validation; the env-runner pool; the
-learner group; the token loss, torch learner and FSDP in ``torch/``), and one sub-package per
-algorithm (``hgpo/``)."""
+(:mod:`~hgpo_rllib.algorithms.text_agent`: config and iteration; checkpoint housekeeping; validation;
+the env-runner pool; the learner group; the token loss, torch learner and FSDP in ``torch/``), and one
+sub-package per algorithm (``hgpo/``)."""
 
 from hgpo_rllib._imports import lazy_getattr
 
