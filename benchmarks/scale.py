@@ -13,7 +13,7 @@ layer, so the comparison holds per layer). Each row of the table runs in a fresh
 * **sampling wave**: ``forward_exploration`` (HF ``generate``) of ``rows`` prompts.
 
 Peak = the largest resident set during the phase minus the process's size before the model was
-built (sampled every 5 ms); the prediction is :func:`hgpo_rllib.experiments.memory_plan.learner_items` /
+built (sampled every 5 ms); the prediction is :func:`hgpo_rllib.experiments.memory_items.learner_items` /
 ``env_runner_items`` for the same settings with ``on_cpu`` (CPU attention materialises its scores
 and CPU AdamW steps tensor by tensor). Prints a Markdown table and writes ``docs/results/scale.md``.
 """
@@ -93,7 +93,7 @@ def child(args: argparse.Namespace) -> dict[str, Any]:
     import torch
     from ray.rllib.core.rl_module.rl_module import RLModuleSpec
 
-    from hgpo_rllib.experiments import memory_plan as memory
+    from hgpo_rllib.experiments import memory_items as memory
     from hgpo_rllib.rl_module import LLMRLModule
 
     torch.manual_seed(0)

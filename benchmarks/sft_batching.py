@@ -28,12 +28,9 @@ from hgpo_rllib.rl_module.tokenizer import build_tiny_model
 from hgpo_rllib.run_records import read_record
 from hgpo_rllib.warm_start.format import SFT_CONFIG
 from hgpo_rllib.warm_start.phases import fit_seconds
-from hgpo_rllib.warm_start.trainer import (
-    IGNORE_INDEX,
-    SFTSettings,
-    demonstration_examples,
-    play_demonstrations,
-)
+from hgpo_rllib.warm_start.sft_dataset import IGNORE_INDEX, demonstration_examples
+from hgpo_rllib.warm_start.sft_settings import SFTSettings
+from hgpo_rllib.warm_start.trainer import play_demonstrations
 
 
 def batches(sampler: torch.utils.data.Sampler, batch_size: int) -> list[list[int]]:

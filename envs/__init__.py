@@ -1,16 +1,18 @@
 """Text environments for LLM agents: ALFWorld, WebShop and the KeyChest memory probe, and the
-registry that resolves a user's own (see :mod:`envs.registry`).
+registry that resolves a user's own (see :mod:`envs.registry`; a path's file: :mod:`envs.file_import`;
+a tiny tokenizer's text: :mod:`envs.corpora`).
 
 Importing this package registers ``hgpo/ALFWorld-v0``, ``hgpo/WebShop-v0`` and ``hgpo/KeyChest-v0``
 with Gymnasium and ``alfworld``, ``webshop`` and ``keychest`` with Ray Tune / RLlib, and likewise their
 turn-based multi-agent teams (docs/drmas.md): ``hgpo/ALFWorldTeam-v0`` / ``alfworld_team``,
 ``hgpo/WebShopTeam-v0`` / ``webshop_team`` and ``hgpo/KeyChestTeam-v0`` / ``keychest_team``.
 
-``TeamTextEnv`` and ``PlannerExecutorTeam`` (:mod:`envs.common.team_env`) are imported on first use:
-they subclass RLlib's ``MultiAgentEnv``, and importing RLlib would make every ``import envs`` seconds
-slower.
+``TeamTextEnv`` (:mod:`envs.common.team_env`) and ``PlannerExecutorTeam``
+(:mod:`envs.common.planner_executor`) are imported on first use: they subclass RLlib's
+``MultiAgentEnv``, and importing RLlib would make every ``import envs`` seconds slower.
 """
 
+import importlib
 from typing import Any
 
 from envs.common.actions import (
@@ -28,6 +30,7 @@ from envs.common.facts import DemonstrationCost, EnvFacts, EvaluationFacts, Pape
 from envs.common.prompts import PromptContext, default_prompt
 from envs.common.spaces import TextSpace
 from envs.common.text_env import Observation, TextEnv
+from envs.corpora import get_tokenizer_corpus, get_tokenizer_whole_words
 from envs.registry import (
     ENV_SPECS,
     TEAM_ENV_SPECS,
@@ -41,8 +44,6 @@ from envs.registry import (
     env_name,
     get_env_spec,
     get_prompt_renderer,
-    get_tokenizer_corpus,
-    get_tokenizer_whole_words,
     make_env,
     register_all,
     register_with_tune,
@@ -50,14 +51,13 @@ from envs.registry import (
 
 register_all()
 
-_TEAM_CLASSES = ("PlannerExecutorTeam", "TeamTextEnv")
+#: The team classes, by the module that defines each.
+_TEAM_CLASSES = {"PlannerExecutorTeam": "envs.common.planner_executor", "TeamTextEnv": "envs.common.team_env"}
 
 
 def __getattr__(name: str) -> Any:
     if name in _TEAM_CLASSES:
-        from envs.common import team_env
-
-        return getattr(team_env, name)
+        return getattr(importlib.import_module(_TEAM_CLASSES[name]), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 

@@ -7,7 +7,8 @@ with Gymnasium (``gym.register``), or a ``module:Class`` path (the module may be
 path). A user's env is a :class:`~envs.common.text_env.TextEnv` subclass; its prompt is its class's
 ``render_prompt(context)`` if it has one, else :func:`~envs.common.prompts.default_prompt`, and the
 tiny model's tokenizer text is its class's ``tokenizer_corpus()`` if it has one, else the text of a
-few seeded random episodes. Tune keeps registered creators in the Ray cluster (so every worker of a
+few seeded random episodes (:mod:`envs.corpora`); a path's ``.py`` file is imported by
+:mod:`envs.file_import`. Tune keeps registered creators in the Ray cluster (so every worker of a
 run finds them) and pickles them by value when they come from a script or an experiment file. A file
 meant to be received (a policy folder, a warm start) names its env as data: :func:`adopt_received_env`
 resolves it only without importing anything the file names.
@@ -24,24 +25,19 @@ Imports of the game engines are lazy, so ``import envs`` stays cheap on every Ra
 
 from __future__ import annotations
 
-import base64
 import functools
-import importlib
-import importlib.util
-import inspect
 import json
-import random
 import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
 
 from envs.common.facts import EnvFacts
-from envs.common.prompts import PromptContext, default_prompt
+from envs.common.prompts import default_prompt
 from envs.common.text_env import TextEnv
+from envs.file_import import load_object, module_file
 
 EnvCreator = Callable[[Mapping[str, Any]], gym.Env]
 
@@ -124,63 +120,6 @@ TEAM_ENV_SPECS: dict[str, EnvSpec] = {
         ),
     )
 }
-
-
-#: Module names of files imported by path (experiment files, ``file.py:Class`` envs): the prefix and
-#: the file's absolute path in base32, so any process on the machine can tell the file from a class.
-FILE_MODULE_PREFIX = "_hgpo_file_"
-
-
-def file_module_name(file: Path) -> str:
-    encoded = base64.b32encode(str(file.resolve()).encode()).decode().rstrip("=").lower()
-    return f"{FILE_MODULE_PREFIX}{encoded}"
-
-
-def module_file(module_name: str) -> Path | None:
-    """The file a :func:`file_module_name` module was imported from, else None."""
-    if not module_name.startswith(FILE_MODULE_PREFIX):
-        return None
-    encoded = module_name[len(FILE_MODULE_PREFIX) :].upper()
-    return Path(base64.b32decode(encoded + "=" * (-len(encoded) % 8)).decode())
-
-
-def import_file(file: Path) -> Any:
-    """Import a ``.py`` file by path as a new module (not in ``sys.modules``: Ray's pickler then
-    ships its functions and classes by value, so workers need not find the file)."""
-    spec = importlib.util.spec_from_file_location(file_module_name(file), file)
-    if spec is None or spec.loader is None:
-        raise ValueError(f"cannot import {file} (is it a .py file?)")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def load_object(path: str) -> Any:
-    """``module:attr``, where the module is an importable name or a ``.py`` file's path."""
-    module_name, sep, attr = path.rpartition(":")
-    if not sep or not module_name or not attr:
-        raise ValueError(f"{path!r} is not a 'module:Class' path")
-    if module_name.endswith(".py"):
-        module = _imported_file(Path(module_name).expanduser().resolve())
-    else:
-        try:
-            module = importlib.import_module(module_name)
-        except ImportError as exc:  # a name typed on a command line: one line, not an import traceback
-            raise ValueError(
-                f"{path!r}: cannot import {module_name} ({type(exc).__name__}: {exc}); pass a module "
-                "on the Python path or a file.py:Class path"
-            ) from None
-    try:
-        return getattr(module, attr)
-    except AttributeError:
-        raise ValueError(f"{module_name} has no {attr!r}") from None
-
-
-@functools.cache
-def _imported_file(file: Path) -> Any:
-    if not file.is_file():
-        raise ValueError(f"no such file: {file}")
-    return import_file(file)
 
 
 def builtin_specs() -> list[EnvSpec]:
@@ -267,14 +206,14 @@ def env_name(name_or_id: str) -> str:
     return spec.name if spec is not None else name_or_id
 
 
-def _config_key(env_config: Mapping[str, Any] | None) -> str:
+def env_config_key(env_config: Mapping[str, Any] | None) -> str:
     return json.dumps(dict(env_config or {}), sort_keys=True, default=repr)
 
 
 def env_class(name_or_id: str, env_config: Mapping[str, Any] | None = None) -> type:
     """The env's class: imported for built-ins, paths and Gymnasium classes; otherwise (a Tune
     creator) the class of one env built with ``env_config``."""
-    return _env_class(name_or_id, _config_key(env_config))
+    return _env_class(name_or_id, env_config_key(env_config))
 
 
 @functools.cache
@@ -321,74 +260,6 @@ def get_prompt_renderer(name_or_id: str, env_config: Mapping[str, Any] | None = 
     if spec is not None:
         return load_object(spec.prompt_renderer)
     return getattr(env_class(name_or_id, env_config), "render_prompt", None) or default_prompt
-
-
-def get_tokenizer_corpus(name_or_id: str, env_config: Mapping[str, Any] | None = None) -> list[str]:
-    """Text covering what the env and its prompt produce (to build a tiny test tokenizer from);
-    computed once per process and env."""
-    return list(_tokenizer_corpus(name_or_id, _config_key(env_config)))
-
-
-@functools.cache
-def _tokenizer_corpus(name_or_id: str, config_key: str) -> tuple[str, ...]:
-    spec = builtin_spec(name_or_id)
-    if spec is not None:
-        return tuple(load_object(spec.tokenizer_corpus)())
-    env_config = json.loads(config_key)
-    own = getattr(env_class(name_or_id, env_config), "tokenizer_corpus", None)
-    return tuple(own() if own is not None else played_corpus(name_or_id, env_config))
-
-
-def get_tokenizer_whole_words(name_or_id: str, env_config: Mapping[str, Any] | None = None) -> list[str]:
-    """Texts a tiny tokenizer may keep whole (``rllib sft --whole-words``): the built-in env's
-    ``tokenizer_whole_words`` function's, a user's env class's ``tokenizer_whole_words()``, else none."""
-    spec = builtin_spec(name_or_id)
-    if spec is not None:
-        return list(load_object(spec.tokenizer_whole_words)()) if spec.tokenizer_whole_words else []
-    own = getattr(env_class(name_or_id, env_config), "tokenizer_whole_words", None)
-    return list(own()) if own is not None else []
-
-
-def played_corpus(
-    name_or_id: str, env_config: Mapping[str, Any] | None = None, *, episodes: int = 5, max_steps: int = 20
-) -> list[str]:
-    """The text of a few episodes with seeded random admissible actions: tasks, observations,
-    actions, tagged answers and every step's prompt (deterministic when the env is)."""
-    env = make_env(name_or_id, env_config)
-    render = get_prompt_renderer(name_or_id, env_config)
-    kwargs = prompt_settings(render, env_config)
-    texts: list[str] = []
-    try:
-        for seed in range(episodes):
-            rng = random.Random(seed)
-            observation, info = env.reset(seed=seed)
-            history: list[tuple[str, str]] = []
-            for step in range(max_steps):
-                actions = list(info.get("admissible_actions") or [])
-                context = PromptContext(info.get("task", ""), history, observation, actions, step, 2)
-                texts += [context.task, observation, *actions, render(context, **kwargs)]
-                command = rng.choice(actions) if actions else "look"
-                answer = f"<think></think><action>{command}</action>"
-                texts.append(answer)
-                history.append((observation, command))
-                observation, _, terminated, truncated, info = env.step(answer)
-                if terminated or truncated:
-                    texts.append(observation)
-                    break
-    finally:
-        env.close()
-    return list(dict.fromkeys(texts))
-
-
-def prompt_settings(render: Callable[..., str], env_config: Mapping[str, Any] | None) -> dict[str, Any]:
-    """The ``env_config`` entries a template also takes as keyword-only arguments (e.g. KeyChest's
-    ``require_tags``), so prompt and env agree."""
-    params = inspect.signature(render).parameters
-    return {
-        k: v
-        for k, v in dict(env_config or {}).items()
-        if k in params and params[k].kind is inspect.Parameter.KEYWORD_ONLY
-    }
 
 
 def check_env_config(name_or_id: str, env_config: Mapping[str, Any] | None) -> None:

@@ -24,7 +24,8 @@ from transformers import DataCollatorForSeq2Seq
 from hgpo_rllib.rl_module.model_sources import local_model_dir
 from hgpo_rllib.warm_start.demonstrations import collect_demonstrations
 from hgpo_rllib.warm_start.pretrained import base_model, base_tokenizer, based_lr, lora_settings
-from hgpo_rllib.warm_start.trainer import IGNORE_INDEX, SFTSettings, tokenize_examples, won_steps
+from hgpo_rllib.warm_start.sft_dataset import IGNORE_INDEX, tokenize_examples, won_steps
+from hgpo_rllib.warm_start.sft_settings import SFTSettings
 
 
 def play(sft: SFTSettings, record: dict[str, Any], episodes: int, folder: Path) -> tuple[list[dict], float]:

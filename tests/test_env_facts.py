@@ -17,6 +17,7 @@ from safetensors.torch import save_file
 
 import envs
 from envs import DemonstrationCost, EnvFacts, EvaluationFacts, PaperFacts, WarmStartFacts
+from envs.file_import import load_object
 from hgpo_rllib import cli
 from hgpo_rllib.warm_start.cache import (
     demonstration_format,
@@ -120,7 +121,7 @@ def test_a_team_is_evaluated_and_run_as_its_game_and_demonstrated_by_its_expert_
 
 @pytest.mark.parametrize("spec", envs.registry.builtin_specs(), ids=lambda spec: spec.name)
 def test_a_built_in_env_class_declares_the_facts_its_spec_names(spec: envs.registry.EnvSpec) -> None:
-    assert envs.registry.load_object(spec.entry_point).FACTS is envs.env_facts(spec.name)
+    assert load_object(spec.entry_point).FACTS is envs.env_facts(spec.name)
 
 
 def test_a_built_in_envs_facts_are_read_without_importing_its_engine() -> None:

@@ -39,7 +39,7 @@ import pytest
 from helpers import EXPERIMENTS, ROOT, write_experiment
 
 from hgpo_rllib import cli
-from hgpo_rllib.algorithms.text_agent import SAVING_OWNER
+from hgpo_rllib.algorithms.checkpoints import SAVING_OWNER
 from hgpo_rllib.orphans import owner_is_gone
 from hgpo_rllib.rl_module.vllm_generation import WEIGHTS_DIR_PREFIX, weight_dir_owner
 

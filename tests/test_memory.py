@@ -17,8 +17,9 @@ from transformers import AutoConfig, AutoModelForCausalLM
 import envs
 from hgpo_rllib import HGPOConfig
 from hgpo_rllib.cli.memory import main as memory_main
-from hgpo_rllib.experiments import memory_plan
-from hgpo_rllib.experiments.memory_plan import MODEL_CONFIGS_DIR, ModelShape
+from hgpo_rllib.experiments import memory_items, memory_plan
+from hgpo_rllib.experiments.memory_items import ModelShape
+from hgpo_rllib.experiments.memory_plan import MODEL_CONFIGS_DIR
 from hgpo_rllib.experiments.paper import apply_paper_preset, hiper_paper_config
 from hgpo_rllib.experiments.settings import RunSettings
 from hgpo_rllib.experiments.teams import team_config
@@ -95,7 +96,7 @@ def test_the_issue_numbers_and_the_levers_move_the_plan() -> None:
         pytest.approx(122, abs=1)
     )
     # The issue's "about 5 GB per tensor": 16 x 512 tokens x 152k vocabulary in fp32.
-    per_fp32_tensor = items["log-prob/entropy head"] / (2 + 4 * memory_plan._HEAD_FP32_TENSORS) * 4
+    per_fp32_tensor = items["log-prob/entropy head"] / (2 + 4 * memory_items._HEAD_FP32_TENSORS) * 4
     assert per_fp32_tensor == pytest.approx(5.0, abs=0.1)
     errors = memory_plan.fit_errors([learner])
     assert len(errors) == 1 and "model_config['lora']" in errors[0] and "reference_on_cpu" in errors[0]
@@ -145,8 +146,9 @@ def test_offload_moves_the_sharded_state_to_host_ram_and_keeps_the_rest_on_the_g
     assert learner.total_bytes / 1e9 == pytest.approx(26.9, abs=0.1) and learner.fits
     assert "host RAM per learner" in memory_plan.format_plan([learner])
     # Offload applies to sharded learners only: a replicated plan ignores it.
-    single = memory_plan.learner_items(
-        ModelShape.from_model_dir(MODEL_CONFIGS_DIR / "qwen2.5-7b"), memory_plan.LearnerSettings(offload=True)
+    single = memory_items.learner_items(
+        ModelShape.from_model_dir(MODEL_CONFIGS_DIR / "qwen2.5-7b"),
+        memory_items.LearnerSettings(offload=True),
     )
     assert all(item.host_bytes == 0 for item in single) and single[1].name == "fp32 master weights"
 

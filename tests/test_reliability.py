@@ -28,7 +28,7 @@ import torch
 from helpers import DATA, ROOT, keychest_config, write_experiment
 
 from hgpo_rllib import cli, load_policy
-from hgpo_rllib.algorithms.text_agent import (
+from hgpo_rllib.algorithms.checkpoints import (
     SAVING_OWNER,
     older_checkpoints,
     remove_orphaned_checkpoint_copies,

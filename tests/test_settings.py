@@ -29,7 +29,7 @@ from hgpo_rllib.experiments.settings import (
 from hgpo_rllib.run_records import write_record
 from hgpo_rllib.warm_start.cache import find_warm_start, warm_start_recipe
 from hgpo_rllib.warm_start.format import SFT_CONFIG
-from hgpo_rllib.warm_start.trainer import SFTSettings
+from hgpo_rllib.warm_start.sft_settings import SFTSettings
 
 #: What each tuned example declares (the test fails when a file's list changes unnoticed).
 DECLARED = {

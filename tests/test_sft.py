@@ -30,21 +30,21 @@ from hgpo_rllib.experiments.experiment_file import load_experiment_file
 from hgpo_rllib.experiments.settings import RunSettings
 from hgpo_rllib.rl_module.prompts import HistoryPrompt, fit_prompts
 from hgpo_rllib.rl_module.tokenizer import build_tiny_tokenizer
-from hgpo_rllib.warm_start import cache, dagger, trainer
+from hgpo_rllib.warm_start import cache, dagger, sft_dataset, trainer
 from hgpo_rllib.warm_start.cache import build_warm_start, warm_start_path, warm_start_recipe
 from hgpo_rllib.warm_start.dagger import DaggerSettings
 from hgpo_rllib.warm_start.demonstrations import make_demonstrator, play_demonstration, prompt_renderer
 from hgpo_rllib.warm_start.format import DEMONSTRATIONS, SFT_CONFIG
 from hgpo_rllib.warm_start.phases import BuildClock, Phase, fit_seconds
-from hgpo_rllib.warm_start.shipping import ship_warm_start
-from hgpo_rllib.warm_start.trainer import (
+from hgpo_rllib.warm_start.sft_dataset import (
     IGNORE_INDEX,
-    SFTSettings,
     check_answers_fit,
     describe_examples,
     tokenize_examples,
-    train_warm_start,
 )
+from hgpo_rllib.warm_start.sft_settings import SFTSettings
+from hgpo_rllib.warm_start.shipping import ship_warm_start
+from hgpo_rllib.warm_start.trainer import train_warm_start
 
 MICRO_RECIPE = {
     "env": "keychest",
@@ -414,7 +414,7 @@ def test_whole_words_make_each_webshop_product_id_one_token_of_the_warm_starts_t
     for whole_words, pieces in ((True, 1), (False, 10)):
         sft = SFTSettings(env="webshop", episodes=1, vocab_size=300, whole_words=whole_words)
         assert ("whole_words" in sft.record()) is whole_words
-        tokenizer, examples = trainer.demonstration_examples(records, sft, sft.record())
+        tokenizer, examples = sft_dataset.demonstration_examples(records, sft, sft.record())
         ids = tokenizer(asin, add_special_tokens=False)["input_ids"]
         assert len(ids) >= pieces and (len(ids) == 1) is whole_words
         assert tokenizer.decode(examples.rows[0]["input_ids"]).count(asin) == 2

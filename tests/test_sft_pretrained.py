@@ -26,8 +26,8 @@ from hgpo_rllib.rl_module.models import chat_prompt
 from hgpo_rllib.warm_start.format import SFT_CONFIG
 from hgpo_rllib.warm_start.phases import fit_seconds
 from hgpo_rllib.warm_start.pretrained import DEFAULT_LORA_RANK, based_lr
+from hgpo_rllib.warm_start.sft_settings import SFTSettings
 from hgpo_rllib.warm_start.shipping import copy_in_bf16
-from hgpo_rllib.warm_start.trainer import SFTSettings
 
 
 def based_args(out: Path, *extra: str) -> list[str]:

@@ -15,7 +15,7 @@ import pytest
 from hgpo_rllib import HiPERConfig
 from hgpo_rllib.warm_start.cache import find_warm_start, warm_start_recipe
 from hgpo_rllib.warm_start.format import SFT_CONFIG
-from hgpo_rllib.warm_start.trainer import SFTSettings
+from hgpo_rllib.warm_start.sft_settings import SFTSettings
 
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 sys.path.append(str(BENCHMARKS))

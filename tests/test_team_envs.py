@@ -20,8 +20,9 @@ from ray.tune.registry import ENV_CREATOR, _global_registry
 import envs
 from envs.alfworld.logic import TASK_TYPES
 from envs.alfworld.team import ALFWorldTeamEnv
+from envs.common.planner_executor import EXECUTOR, PLANNER
 from envs.common.prompts import PromptContext
-from envs.common.team_env import ALL, EXECUTOR, PLANNER, TeamEpisode, TeamTextEnv, play_team
+from envs.common.team_env import ALL, TeamEpisode, TeamTextEnv, play_team
 from envs.keychest.env import CHEST_SUBGOAL, KEY_SUBGOAL, NOTHING_HAPPENS, WIN_REWARD
 from envs.keychest.team import KeyChestTeamEnv
 from envs.keychest.team import render_prompt as keychest_prompt

@@ -13,7 +13,7 @@ import pytest
 from helpers import ROOT
 
 from hgpo_rllib import cli
-from hgpo_rllib.algorithms.text_agent import ENV_RECORD
+from hgpo_rllib.algorithms.checkpoints import ENV_RECORD
 from hgpo_rllib.run_records import read_record
 
 EXAMPLE = ROOT / "examples" / "own_env.py"

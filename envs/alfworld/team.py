@@ -1,6 +1,6 @@
 """``hgpo/ALFWorldTeam-v0``: a planner and an executor playing ALFWorld.
 
-The planner/executor shape of :class:`~envs.common.team_env.PlannerExecutorTeam` (docs/drmas.md) on
+The planner/executor shape of :class:`~envs.common.planner_executor.PlannerExecutorTeam` (docs/drmas.md) on
 the ALFWorld engine (:mod:`envs.alfworld.env`): the planner names the next part of the household task,
 the executor plays commands until it reports the part done or failed (or ``replan_every`` turns
 pass). Settings: ALFWorld's own (``split``, ``max_steps``, ``source``, ``data_dir``, ``task_types``,
@@ -15,8 +15,9 @@ from collections.abc import Sequence
 from envs.alfworld import prompts
 from envs.alfworld.env import ALFWorldEnv
 from envs.alfworld.facts import ALFWORLD_TEAM_FACTS
+from envs.common.planner_executor import PlannerExecutorTeam, planner_executor_prompt
 from envs.common.prompts import PromptContext
-from envs.common.team_env import PlannerExecutorTeam, planner_executor_prompt, play_team, team_corpus
+from envs.common.team_env import play_team, team_corpus
 
 GAME = "the ALFRED household environment"
 #: Expert commands that only lead up to an interaction (moving, opening and closing receptacles).

@@ -15,6 +15,9 @@ In every format an output with CJK or control characters (a NUL byte) is invalid
 
 In both, the command is the lower-cased text between the first ``<action>`` and the first
 ``</action>`` after it (tags matched in any case).
+
+A team role's answer in a tag of its own (a verdict, a subgoal; the team envs of
+:mod:`envs.common.team_env`) is read by :func:`parse_tagged`.
 """
 
 from __future__ import annotations
@@ -180,3 +183,37 @@ def current_subgoal(step_infos: Sequence[Mapping[str, Any]]) -> str | None:
         if info.get("is_action_valid") and info.get(SUBGOAL_INFO) is not None:
             return info[SUBGOAL_INFO]
     return None
+
+
+# --------------------------------------------------------------------------- team roles' tags
+def has_think(output: str) -> bool:
+    """The reference's think rule (:func:`parse_action`): both tags present."""
+    return "<think>" in output and "</think>" in output
+
+
+def tag_text(output: str, tag: str) -> str | None:
+    """The text between the first ``<tag>`` and the first ``</tag>`` after it (tags in any case),
+    lower-cased and normalised as commands are; None when the pair is missing."""
+    lowered = output.lower()
+    start = lowered.find(f"<{tag}>")
+    end = lowered.find(f"</{tag}>", start + len(tag) + 2) if start != -1 else -1
+    return normalize_command(lowered[start + len(tag) + 2 : end]) if start != -1 and end != -1 else None
+
+
+def parse_tagged(
+    output: str, tag: str, *, require_think: bool, choices: Sequence[str] | None = None
+) -> ParsedAction:
+    """A role answer in ``<tag>`` (a verdict, a subgoal): valid when the tag holds text (one of
+    ``choices`` when given), the think tags are there if required and the output has no CJK or control
+    characters (:func:`is_malformed_text`). Without the tag the command is the
+    output's tail, as :func:`parse_action` keeps it."""
+    text = tag_text(output, tag)
+    if text is None:
+        return ParsedAction(normalize_command(output.lower()[-MALFORMED_TAIL_CHARS:]), False)
+    is_valid = (
+        bool(text)
+        and (choices is None or text in choices)
+        and (has_think(output) or not require_think)
+        and not is_malformed_text(output)
+    )
+    return ParsedAction(text, is_valid)

@@ -8,8 +8,10 @@ closes the prompt with the current subgoal and the three-tag rules (:func:`answe
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import inspect
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from envs.common.actions import THINK_ACTION, check_answer_format
 
@@ -120,4 +122,15 @@ def history_fields(
         "history_length": shown,
         "action_history": action_history,
         "current_step": step_index + 1,
+    }
+
+
+def prompt_settings(render: Callable[..., str], env_config: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The ``env_config`` entries a template also takes as keyword-only arguments (e.g. KeyChest's
+    ``require_tags``), so prompt and env agree."""
+    params = inspect.signature(render).parameters
+    return {
+        k: v
+        for k, v in dict(env_config or {}).items()
+        if k in params and params[k].kind is inspect.Parameter.KEYWORD_ONLY
     }

@@ -3,8 +3,10 @@
 Dr. MAS (docs/drmas.md) trains systems of cooperating LLM agents whose turns are sequential: a router
 decides who acts, and only some roles' outputs reach the environment. :class:`TeamTextEnv` is that
 layer over one :class:`~envs.common.text_env.TextEnv` game; a subclass names the roles and the
-orchestration (who acts next). :class:`PlannerExecutorTeam` is the planner/executor shape shared by
-ALFWorld and KeyChest; WebShop's router/searcher/buyer shape is :mod:`envs.webshop.team`.
+orchestration (who acts next). :class:`~envs.common.planner_executor.PlannerExecutorTeam` is the
+planner/executor shape shared by ALFWorld and KeyChest; WebShop's router/searcher/buyer shape is
+:mod:`envs.webshop.team`. The roles' tag rules are :func:`~envs.common.actions.parse_tagged` and its
+kin; the prompt helpers and the expert play (:func:`play_team`) here serve every team.
 
 The contract, for every role (agent ids are the role names):
 
@@ -46,15 +48,8 @@ from typing import Any, ClassVar
 
 from ray.rllib.env.multi_agent_env import MultiAgentEnv
 
-from envs.common.actions import (
-    MALFORMED_TAIL_CHARS,
-    ParsedAction,
-    is_malformed_text,
-    normalize_command,
-    parse_action,
-)
 from envs.common.facts import EnvFacts
-from envs.common.prompts import PromptContext, format_history, shown_subgoal
+from envs.common.prompts import PromptContext, format_history
 from envs.common.spaces import TextSpace
 from envs.common.text_env import TextEnv
 
@@ -62,39 +57,6 @@ from envs.common.text_env import TextEnv
 NOT_TEAM_SETTINGS = ("answer_format",)
 #: RLlib's key for "every agent" in ``terminateds`` / ``truncateds``.
 ALL = "__all__"
-
-
-def has_think(output: str) -> bool:
-    """The reference's think rule (:func:`~envs.common.actions.parse_action`): both tags present."""
-    return "<think>" in output and "</think>" in output
-
-
-def tag_text(output: str, tag: str) -> str | None:
-    """The text between the first ``<tag>`` and the first ``</tag>`` after it (tags in any case),
-    lower-cased and normalised as commands are; None when the pair is missing."""
-    lowered = output.lower()
-    start = lowered.find(f"<{tag}>")
-    end = lowered.find(f"</{tag}>", start + len(tag) + 2) if start != -1 else -1
-    return normalize_command(lowered[start + len(tag) + 2 : end]) if start != -1 and end != -1 else None
-
-
-def parse_tagged(
-    output: str, tag: str, *, require_think: bool, choices: Sequence[str] | None = None
-) -> ParsedAction:
-    """A role answer in ``<tag>`` (a verdict, a subgoal): valid when the tag holds text (one of
-    ``choices`` when given), the think tags are there if required and the output has no CJK or control
-    characters (:func:`~envs.common.actions.is_malformed_text`). Without the tag the command is the
-    output's tail, as :func:`~envs.common.actions.parse_action` keeps it."""
-    text = tag_text(output, tag)
-    if text is None:
-        return ParsedAction(normalize_command(output.lower()[-MALFORMED_TAIL_CHARS:]), False)
-    is_valid = (
-        bool(text)
-        and (choices is None or text in choices)
-        and (has_think(output) or not require_think)
-        and not is_malformed_text(output)
-    )
-    return ParsedAction(text, is_valid)
 
 
 @dataclass(frozen=True)
@@ -302,109 +264,6 @@ class TeamTextEnv(MultiAgentEnv, ABC):
         }
 
 
-# --------------------------------------------------------------------------- planner and executor
-PLANNER = "planner"
-EXECUTOR = "executor"
-#: The executor's report words: hand the turn back to the planner after this action.
-REPORTS = ("done", "failed")
-
-
-def parse_executor(output: str, *, require_think: bool) -> tuple[ParsedAction, str | None]:
-    """The executor's ``<action>`` (think-action rule) and its optional ``<report>`` word (None when
-    absent). A report other than :data:`REPORTS` makes the output invalid."""
-    report = tag_text(output, "report")
-    if report is None:
-        return parse_action(output, require_tags=require_think), None
-    lowered = output.lower()
-    start = lowered.find("<report>")
-    end = lowered.find("</report>", start) + len("</report>")
-    parsed = parse_action(output[:start] + output[end:], require_tags=require_think)
-    if report not in REPORTS:
-        return ParsedAction(parsed.command, False), report
-    return parsed, report
-
-
-class PlannerExecutorTeam(TeamTextEnv):
-    """A planner that sets subgoals and an executor that plays the game (ALFWorld, KeyChest).
-
-    The planner acts first and whenever the executor's subgoal is over: after an executor answer that
-    ends with ``<report>done</report>`` or ``<report>failed</report>`` (its action runs first), and
-    after ``replan_every`` executor turns on one subgoal. It answers
-    ``<think>...</think><subgoal>...</subgoal>``; an invalid answer keeps the subgoal in force and
-    the executor goes on (as Dr. MAS's unparseable verdict lets its team go on, docs/drmas.md). The
-    executor answers ``<think>...</think><action>command</action>`` and alone steps the game. Both
-    need the think tags when the game's ``require_tags`` does (KeyChest's bare commands stay valid).
-    ``info`` adds ``subgoal`` (the subgoal in force, None before the first valid one) and ``report``
-    (the executor's report on its latest turn, None without one).
-    """
-
-    ROLES = (PLANNER, EXECUTOR)
-
-    def __init__(self, *, max_turns: int | None = None, replan_every: int = 5, **game_settings: Any):
-        type(self).check_settings(replan_every=replan_every)
-        super().__init__(max_turns=max_turns, **game_settings)
-        self.replan_every = replan_every
-        self.subgoal: str | None = None
-        self._report: str | None = None
-        self._subgoal_turns = 0
-
-    @classmethod
-    def check_settings(cls, *, replan_every: int = 5, **common: Any) -> None:
-        super().check_settings(**common)
-        if not isinstance(replan_every, int) or isinstance(replan_every, bool) or replan_every < 1:
-            raise ValueError(f"replan_every must be a positive int, got {replan_every!r}")
-
-    @abstractmethod
-    def _expert_phase(self, plan: Sequence[str]) -> tuple[str, str]:
-        """The expert's current phase for its remaining ``plan``: (the subgoal, the command that
-        completes it)."""
-
-    def _start_episode(self) -> None:
-        self.subgoal = None
-        self._report = None
-        self._subgoal_turns = 0
-
-    def _first_role(self) -> str:
-        return PLANNER
-
-    def _parse(self, role: str, output: str) -> RoleTurn:
-        require_think = self.game.require_tags
-        if role == PLANNER:
-            parsed = parse_tagged(output, "subgoal", require_think=require_think)
-            return RoleTurn(parsed.command, parsed.is_valid)
-        parsed, report = parse_executor(output, require_think=require_think)
-        if not parsed.is_valid:
-            return RoleTurn(parsed.command, False)
-        return RoleTurn(parsed.command, True, game_command=parsed.command, note=report)
-
-    def _next_role(self, role: str, turn: RoleTurn) -> str:
-        if role == PLANNER:
-            if turn.is_valid:
-                self.subgoal = turn.command
-            self._subgoal_turns = 0
-            return EXECUTOR
-        self._report = turn.note
-        self._subgoal_turns += 1
-        return PLANNER if turn.note is not None or self._subgoal_turns >= self.replan_every else EXECUTOR
-
-    def _admissible(self, role: str) -> list[str]:
-        return list(self._game_info.get("admissible_actions", [])) if role == EXECUTOR else []
-
-    def _role_info(self, role: str) -> dict[str, Any]:
-        return {"subgoal": self.subgoal, "report": self._report}
-
-    def expert_action(self, role: str) -> str:
-        plan = self.game.expert_plan()
-        if not plan:
-            raise RuntimeError("the expert has nothing left to do (the episode is over)")
-        subgoal, completing = self._expert_phase(plan)
-        if role == PLANNER:
-            return f"<think>The next part of the task: {subgoal}.</think><subgoal>{subgoal}</subgoal>"
-        command = plan[0]
-        report = "<report>done</report>" if command == completing else ""
-        return f"<think>This step serves the subgoal.</think><action>{command}</action>{report}"
-
-
 # --------------------------------------------------------------------------- prompts
 def team_prompt_context(
     observation: str, info: Mapping[str, Any], history: Sequence[tuple[str, str]], history_length: int
@@ -447,31 +306,6 @@ def role_prompt(context: PromptContext, *, intro: str, answer: str, show: Callab
         lines += [f"- {role}: {text}" for role, text in c.team_context]
     lines.append(answer)
     return "\n".join(lines)
-
-
-PLANNER_ANSWER = (
-    "The current subgoal is: {subgoal}\n"
-    "Think step by step inside <think> </think> tags, then give the executor its next subgoal inside "
-    "<subgoal> </subgoal> tags: one short part of the task that a few actions can reach."
-)
-EXECUTOR_ANSWER = (
-    "Your current subgoal is: {subgoal}\n"
-    "Think step by step inside <think> </think> tags, then give your next action inside <action> "
-    "</action> tags. If this action completes the subgoal, end your answer with <report>done</report>; "
-    "if the subgoal cannot be reached, end it with <report>failed</report>."
-)
-
-
-def planner_executor_prompt(context: PromptContext, game: str, show: Callable[[str], str] = str) -> str:
-    """The planner's or the executor's prompt (by ``context.role``) in a team playing ``game``."""
-    intros = {
-        PLANNER: f"You are the planner of a two-agent team in {game}. You set subgoals; the executor acts.",
-        EXECUTOR: f"You are the executor of a two-agent team in {game}. You act for the planner's subgoal.",
-    }
-    answers = {PLANNER: PLANNER_ANSWER, EXECUTOR: EXECUTOR_ANSWER}
-    role = check_role(context, PlannerExecutorTeam.ROLES)
-    answer = answers[role].format(subgoal=shown_subgoal(context))
-    return role_prompt(context, intro=intros[role], answer=answer, show=show)
 
 
 def check_role(context: PromptContext, roles: Sequence[str]) -> str:

@@ -1,6 +1,6 @@
 """``hgpo/KeyChestTeam-v0``: a planner and an executor playing KeyChest, the fast CPU team system.
 
-The planner/executor shape of :class:`~envs.common.team_env.PlannerExecutorTeam` (docs/drmas.md) on
+The planner/executor shape of :class:`~envs.common.planner_executor.PlannerExecutorTeam` (docs/drmas.md) on
 the tiny KeyChest game (:mod:`envs.keychest.env`): the planner's subgoals carry what the observations
 hide (whether the key is carried), so the team can win where a memoryless executor cannot. Settings:
 KeyChest's own (``num_rooms``, ``num_layouts``, ``max_steps``, ``require_tags``, ``render_mode``) plus
@@ -12,8 +12,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from envs.common.planner_executor import PlannerExecutorTeam, planner_executor_prompt
 from envs.common.prompts import PromptContext
-from envs.common.team_env import PlannerExecutorTeam, planner_executor_prompt, play_team, team_corpus
+from envs.common.team_env import play_team, team_corpus
 from envs.keychest import prompts
 from envs.keychest.env import CHEST_SUBGOAL, KEY_SUBGOAL, OPEN_CHEST, TAKE_KEY, KeyChestEnv
 from envs.keychest.facts import KEYCHEST_TEAM_FACTS

@@ -23,17 +23,9 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from envs.common.actions import parse_action
+from envs.common.actions import parse_action, parse_tagged
 from envs.common.prompts import PromptContext
-from envs.common.team_env import (
-    RoleTurn,
-    TeamTextEnv,
-    check_role,
-    parse_tagged,
-    play_team,
-    role_prompt,
-    team_corpus,
-)
+from envs.common.team_env import RoleTurn, TeamTextEnv, check_role, play_team, role_prompt, team_corpus
 from envs.webshop import pages, prompts
 from envs.webshop.env import WebShopEnv
 from envs.webshop.facts import WEBSHOP_TEAM_FACTS

@@ -16,8 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import logging
-import re
 import tempfile
 import time
 from collections.abc import Iterator
@@ -43,7 +41,13 @@ from ray.rllib.utils.metrics import (
 from ray.train.constants import DEFAULT_STORAGE_PATH
 
 import envs
-from hgpo_rllib.algorithms import validation
+from hgpo_rllib.algorithms import model_checks, validation
+from hgpo_rllib.algorithms.checkpoints import (
+    load_or_older,
+    mark_saving_owner,
+    remove_orphaned_checkpoint_copies,
+    write_env_record,
+)
 from hgpo_rllib.algorithms.learner_group import GroupShardingLearnerGroup
 from hgpo_rllib.algorithms.runner_pool import RunnerPool
 from hgpo_rllib.columns import (
@@ -60,24 +64,9 @@ from hgpo_rllib.env_runner.grouped_env_runner import GroupedEnvRunner
 from hgpo_rllib.env_runner.grouped_multi_agent_env_runner import GroupedMultiAgentEnvRunner
 from hgpo_rllib.env_runner.metrics_callback import EpisodeMetricsCallback
 from hgpo_rllib.errors import error_line
-from hgpo_rllib.orphans import owner_tag, remove_orphans
 from hgpo_rllib.progress import LEARNING, PROGRESS_KWARG, IterationProgress
 from hgpo_rllib.rl_module.config import ALGORITHM_OWNED_KEYS, TINY_PRESET
 from hgpo_rllib.rl_module.llm_rl_module import LLMRLModule
-from hgpo_rllib.run_records import write_record
-
-logger = logging.getLogger(__name__)
-
-#: In a checkpoint being saved in the temp dir: the saving process (:func:`hgpo_rllib.orphans.owner_tag`).
-SAVING_OWNER = ".hgpo_saving_owner"
-#: In each checkpoint: the env's name and ``module:Class`` (:func:`env_record`).
-ENV_RECORD = "hgpo_env.json"
-
-
-def env_record(config: AlgorithmConfig) -> dict[str, str]:
-    """The env a config trains on: its name and its class as ``module:Class`` (``file.py:Class`` for
-    a class defined in an experiment file)."""
-    return {"env": envs.env_name(config.env), "env_class": envs.env_class_path(config.env, config.env_config)}
 
 
 class TextAgentConfig(AlgorithmConfig):
@@ -400,7 +389,7 @@ class TextAgentConfig(AlgorithmConfig):
     @override(AlgorithmConfig)
     def validate(self) -> None:
         super().validate()
-        for error in self.setting_errors() or validation.memory_errors(self):
+        for error in self.setting_errors() or model_checks.memory_errors(self):
             self._value_error(f"{type(self).__name__}: {error}")
 
     def setting_errors(self) -> list[str]:
@@ -446,15 +435,13 @@ class TextAgent(Algorithm):
 
     @override(Algorithm)
     def save_checkpoint(self, checkpoint_dir: str) -> None:
-        """RLlib's save. Tune has a trial save into a new directory of the temp dir, copies it to the
-        trial's storage and deletes it; a trial killed meanwhile leaves the copy (a full set of
-        weights), so the directory names its owner (:data:`SAVING_OWNER`) for the next algorithm
-        started on the host to remove. The env's name and class go to :data:`ENV_RECORD`, so the
-        checkpoint plays (``rllib evaluate``) where the env is not registered."""
-        if Path(checkpoint_dir).parent == Path(tempfile.gettempdir()):
-            (Path(checkpoint_dir) / SAVING_OWNER).write_text(owner_tag())
+        """RLlib's save, with the housekeeping of :mod:`hgpo_rllib.algorithms.checkpoints`: a copy
+        saved in the temp dir names its owner, for the next algorithm started on the host to remove
+        if the trial is killed meanwhile; the env's name and class go into the checkpoint, so it
+        plays (``rllib evaluate``) where the env is not registered."""
+        mark_saving_owner(checkpoint_dir)
         super().save_checkpoint(checkpoint_dir)
-        write_record(Path(checkpoint_dir) / ENV_RECORD, env_record(self.config))
+        write_env_record(checkpoint_dir, self.config)
 
     @override(Algorithm)
     def cleanup(self) -> None:
@@ -577,26 +564,7 @@ class TextAgent(Algorithm):
         """RLlib's restore, falling back to the newest older checkpoint of the same trial that loads
         when this one does not (a crash or a full disk cut it short): ``--resume`` then continues
         from there, says so, and re-reports the iterations after it (their rows are replaced)."""
-        try:
-            super().load_checkpoint(checkpoint_dir)
-            return
-        except Exception as error:  # any damage: truncated pickles, missing files, bad headers
-            failure = error
-        for older in older_checkpoints(Path(checkpoint_dir)):
-            try:
-                super().load_checkpoint(str(older))
-            except Exception:
-                continue
-            logger.warning(
-                "checkpoint %s cannot be loaded (%s: %s); resuming from %s (iteration %d) instead",
-                checkpoint_dir,
-                type(failure).__name__,
-                failure,
-                older.name,
-                self.iteration,
-            )
-            return
-        raise failure
+        load_or_older(super().load_checkpoint, checkpoint_dir, lambda: self.iteration)
 
     @override(Algorithm)
     def restore_env_runners(self, env_runner_group: Any) -> list[int]:
@@ -637,28 +605,3 @@ class TextAgent(Algorithm):
             self.runner_pool.push_task_generators(
                 self.env_runner_group, self.env_runner_group.healthy_env_runner_ids()
             )
-
-
-def older_checkpoints(checkpoint: Path) -> list[Path]:
-    """The trial's checkpoints (Tune's ``checkpoint_<n>`` directories beside ``checkpoint``) older
-    than it, newest first."""
-
-    def number(path: Path) -> int | None:
-        match = re.fullmatch(r"checkpoint_(\d+)", path.name)
-        return int(match.group(1)) if match else None
-
-    own = number(checkpoint)
-    if own is None or not checkpoint.parent.is_dir():
-        return []
-    older = [(n, p) for p in checkpoint.parent.iterdir() if (n := number(p)) is not None and n < own]
-    return [p for _, p in sorted(older, reverse=True)]
-
-
-def remove_orphaned_checkpoint_copies(temp_dir: Path) -> list[Path]:
-    """Delete the checkpoint copies in ``temp_dir`` (its ``tmp*`` directories with a
-    :data:`SAVING_OWNER` file) whose saving process no longer runs on this host."""
-    owned = []
-    for marker in temp_dir.glob(f"tmp*/{SAVING_OWNER}"):
-        with contextlib.suppress(OSError):  # removed meanwhile by its owner
-            owned.append((marker.parent, marker.read_text()))
-    return remove_orphans(owned)

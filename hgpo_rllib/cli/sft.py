@@ -13,7 +13,8 @@ from hgpo_rllib.rl_module.models import TORCH_DTYPES
 from hgpo_rllib.warm_start.cache import build_phases
 from hgpo_rllib.warm_start.dagger import DaggerSettings, train_dagger
 from hgpo_rllib.warm_start.pretrained import DEFAULT_LORA_RANK, FULL_FINETUNE_LR, LORA_LR
-from hgpo_rllib.warm_start.trainer import TINY_LR, SFTSettings, train_warm_start
+from hgpo_rllib.warm_start.sft_settings import TINY_LR, SFTSettings
+from hgpo_rllib.warm_start.trainer import train_warm_start
 
 _SFT = {f.name: f.default for f in dataclasses.fields(SFTSettings)}
 _DAGGER = {f.name: f.default for f in dataclasses.fields(DaggerSettings)}

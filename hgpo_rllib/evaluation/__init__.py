@@ -1,8 +1,9 @@
 """The paper's evaluation protocol (``rllib evaluate``): playing policies on fixed evaluation tasks
 (:mod:`~hgpo_rllib.evaluation.rollout`), loading trained policies
 (:mod:`~hgpo_rllib.evaluation.policy_loading`), the shareable policy folder
-(:mod:`~hgpo_rllib.evaluation.policy_folder`) and the tables over seeds
-(:mod:`~hgpo_rllib.evaluation.protocol`)."""
+(:mod:`~hgpo_rllib.evaluation.policy_folder`), the tables over seeds
+(:mod:`~hgpo_rllib.evaluation.protocol`; its output directory, :mod:`~hgpo_rllib.evaluation.output_dir`)
+and teams (:mod:`~hgpo_rllib.evaluation.team`)."""
 
 from hgpo_rllib._imports import lazy_getattr
 
@@ -41,7 +42,7 @@ __getattr__ = lazy_getattr(
         "export_policy": _FOLDER,
         "load_policy": _FOLDER,
         "DEFAULT_SEEDS": _PROTOCOL,
-        "DEFAULT_EPISODES": _PROTOCOL,
+        "DEFAULT_EPISODES": "hgpo_rllib.evaluation.output_dir",
         "evaluate": _PROTOCOL,
         "summarize": _PROTOCOL,
     },

@@ -22,8 +22,9 @@ from ray.rllib.core.rl_module.rl_module import RLModule, RLModuleSpec
 
 import envs
 from envs.common.spaces import TextSpace
+from hgpo_rllib.algorithms.checkpoints import ENV_RECORD
 from hgpo_rllib.algorithms.hgpo.hgpo import HGPOConfig
-from hgpo_rllib.algorithms.text_agent import ENV_RECORD, TextAgentConfig
+from hgpo_rllib.algorithms.text_agent import TextAgentConfig
 from hgpo_rllib.columns import ACTION_TEXT
 from hgpo_rllib.evaluation.rollout import EpisodeSlot
 from hgpo_rllib.rl_module.llm_rl_module import LLMRLModule

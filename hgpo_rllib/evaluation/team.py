@@ -1,4 +1,5 @@
-"""Evaluating a multi-agent text system (a team of LLM roles, docs/drmas.md) from its checkpoint.
+"""Evaluating a multi-agent text system (a team of LLM roles, docs/drmas.md) from its checkpoint
+(:func:`evaluate_team`, which ``rllib evaluate`` runs for a team checkpoint or a team of warm starts).
 
 The team plays through the runner it was trained with (:class:`GroupedMultiAgentEnvRunner`: the same
 roles-to-modules mapping, per-role prompts and connectors), at each module's ``eval_temperature``, on
@@ -19,10 +20,18 @@ import torch
 from ray.rllib.algorithms.algorithm_config import AlgorithmConfig
 from ray.rllib.core.rl_module.multi_rl_module import MultiRLModule
 
+import envs
 from hgpo_rllib.columns import TASK_SEED
 from hgpo_rllib.env_runner.grouped_multi_agent_env_runner import GroupedMultiAgentEnvRunner
 from hgpo_rllib.env_runner.metrics_callback import episode_outcome
-from hgpo_rllib.evaluation.policy_loading import MODULES_DIR
+from hgpo_rllib.evaluation.output_dir import eval_splits, play_all, write_tables
+from hgpo_rllib.evaluation.policy_loading import (
+    CTOR_FILE,
+    MODULE_DIR,
+    MODULES_DIR,
+    check_trained_env,
+    load_checkpoint_config,
+)
 
 
 def team_runner(
@@ -95,3 +104,74 @@ def summarize_team(episodes: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     grouped = per_seed.drop(columns="seed").groupby(keys[:-1], sort=False)
     summary = grouped.mean().round(2).astype(str) + " ± " + grouped.std(ddof=0).round(2).astype(str)
     return per_seed.round(3), summary.reset_index()
+
+
+def is_team_checkpoint(path: Path) -> bool:
+    """An algorithm checkpoint of a multi-agent team (its modules are not just ``default_policy``)."""
+    return (path / CTOR_FILE).is_file() and (path / MODULES_DIR).is_dir() and not (path / MODULE_DIR).is_dir()
+
+
+def evaluate_team(
+    checkpoint: Path,
+    warm_started: AlgorithmConfig | None,
+    *,
+    env: str | None,
+    split: str | None,
+    seeds: Sequence[int],
+    episodes: int | None,
+    output: str | Path,
+    env_config: dict[str, Any],
+    batch_size: int,
+    samples: int,
+    reuse: Sequence[str | Path],
+) -> pd.DataFrame:
+    """:func:`~hgpo_rllib.evaluation.protocol.evaluate` for a team checkpoint, or for the team
+    ``warm_started`` from the warm-start folder ``checkpoint``: the team plays every task ``samples``
+    times."""
+    config = warm_started or load_checkpoint_config(checkpoint)
+    env_name = envs.env_name(str(config.env))
+    check_trained_env(checkpoint, env or env_name, env_name, dict(config.env_config))
+    merged = {**dict(config.env_config), **env_config}
+    envs.check_env_config(env_name, merged)
+    team_class = envs.env_class(env_name, merged)
+    facts = envs.env_facts(env_name, merged).evaluation  # a built-in team's are its game's
+    splits = eval_splits(env_name, facts, split, merged)
+    game_config = {k: v for k, v in merged.items() if k not in team_class.team_settings()}
+    runners: dict[str | None, Any] = {}
+
+    def play_split(
+        split_config: dict[str, Any], seed: int, tasks: Sequence[int], *_: object
+    ) -> list[dict[str, Any]]:
+        # A team's tasks come back all at once (``samples`` episodes each): none is reported early.
+        key = split_config.get("split")
+        if key not in runners:
+            trained = None if warm_started else checkpoint  # warm starts: the config's own modules
+            runners[key] = team_runner(config, split_config, trained, batch_size)
+        return play_team(runners[key], tasks, samples, seed)
+
+    settings = {
+        "env": env_name,
+        "episodes": episodes,
+        "samples": samples,
+        "env_config": merged,
+        "checkpoint": str(checkpoint),
+    }
+    players = {"checkpoint": play_split}
+    try:
+        table, lines = play_all(
+            players,
+            facts,
+            lambda game_settings: team_class.game_class(**game_settings),
+            splits,
+            merged,
+            seeds,
+            episodes,
+            output,
+            settings,
+            game_config,
+            reuse,
+        )
+    finally:
+        for runner in runners.values():
+            runner.stop()
+    return write_tables(Path(output).expanduser(), env_name, lines, seeds, *summarize_team(table))

@@ -30,7 +30,7 @@ from ray.rllib.core import DEFAULT_MODULE_ID
 from ray.rllib.core.rl_module.multi_rl_module import MultiRLModuleSpec
 from ray.rllib.core.rl_module.rl_module import RLModuleSpec
 
-from envs.registry import import_file
+from envs.file_import import import_file
 from hgpo_rllib.experiments.settings import check_declared, settings_of
 from hgpo_rllib.rl_module.config import LLMModuleConfig
 

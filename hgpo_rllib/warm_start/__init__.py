@@ -4,6 +4,8 @@ Qwen2.5-Instruct; CPU runs need a small model that has learned the task's format
 
 - :mod:`~hgpo_rllib.warm_start.format`: the files of a warm-start directory;
 - :mod:`~hgpo_rllib.warm_start.demonstrations`: demonstrators and their rendered play;
+- :mod:`~hgpo_rllib.warm_start.sft_settings`: what a warm start is made of;
+- :mod:`~hgpo_rllib.warm_start.sft_dataset`: the examples it learns;
 - :mod:`~hgpo_rllib.warm_start.trainer`: the from-scratch model's supervised training;
 - :mod:`~hgpo_rllib.warm_start.dagger`: DAgger rounds;
 - :mod:`~hgpo_rllib.warm_start.cache`: the envs' recipes (their ``WarmStartFacts.recipe``), built once

@@ -32,7 +32,8 @@ from hgpo_rllib.warm_start.phases import (
     dagger_phase,
     fit_seconds,
 )
-from hgpo_rllib.warm_start.trainer import SFTSettings, train_warm_start
+from hgpo_rllib.warm_start.sft_settings import SFTSettings
+from hgpo_rllib.warm_start.trainer import train_warm_start
 
 DEFAULT_CACHE_DIR = Path("~/.cache/hgpo_rllib")
 #: Finished warm starts that ship inside the package, at their path inside a cache, their weights in

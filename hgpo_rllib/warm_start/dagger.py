@@ -31,14 +31,8 @@ from hgpo_rllib.warm_start.demonstrations import (
 )
 from hgpo_rllib.warm_start.format import DEMONSTRATIONS, SFT_CONFIG, read_settings
 from hgpo_rllib.warm_start.phases import BuildClock, dagger_phase
-from hgpo_rllib.warm_start.trainer import (
-    check_answers_fit,
-    fit,
-    fitted_fraction,
-    open_run,
-    tokenize_examples,
-    write_run_record,
-)
+from hgpo_rllib.warm_start.sft_dataset import check_answers_fit, tokenize_examples
+from hgpo_rllib.warm_start.trainer import fit, fitted_fraction, open_run, write_run_record
 
 
 @dataclasses.dataclass(frozen=True)

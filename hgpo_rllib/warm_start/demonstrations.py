@@ -31,7 +31,7 @@ from tqdm.auto import tqdm
 import envs
 from envs.common.actions import PLAN_EXECUTE, THINK_ACTION, current_subgoal
 from envs.common.team_env import ALL, TeamTextEnv
-from envs.registry import load_object
+from envs.file_import import load_object
 from hgpo_rllib.connectors.env_to_module.history_window import prompt_connector
 from hgpo_rllib.evaluation.rollout import EpisodeSlot, new_episode, read_played_episodes, task_seeds
 from hgpo_rllib.rl_module.prompts import HistoryPrompt

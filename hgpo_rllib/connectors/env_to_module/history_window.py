@@ -28,7 +28,7 @@ from ray.rllib.utils.annotations import override
 
 import envs
 from envs.common.actions import current_subgoal
-from envs.common.prompts import PromptContext
+from envs.common.prompts import PromptContext, prompt_settings
 from hgpo_rllib.columns import ALLOWED_IDS
 from hgpo_rllib.rl_module.apis import TokenPolicyAPI
 from hgpo_rllib.rl_module.prompts import HistoryPrompt
@@ -147,5 +147,5 @@ def prompt_connector(env: str, env_config: Mapping[str, Any], history_length: in
     return HistoryWindowPrompt(
         render_prompt=render,
         history_length=history_length,
-        render_kwargs=envs.registry.prompt_settings(render, env_config),
+        render_kwargs=prompt_settings(render, env_config),
     )
