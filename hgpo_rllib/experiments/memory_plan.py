@@ -1,6 +1,6 @@
 """Memory plan: what each GPU of a run holds, computed from the model's ``config.json`` and the settings.
 
-    python -m hgpo_rllib.memory tuned_examples/hgpo_alfworld.py --preset paper-7b [--gpu-memory-gb 80]
+    rllib memory tuned_examples/hgpo_alfworld.py --preset paper-7b [--gpu-memory-gb 80]
 
 A run fails late and expensively when a GPU runs out of memory (after the model loads, the first wave
 samples and the first update starts), so ``HGPOConfig.validate()`` checks this plan first and names
@@ -254,7 +254,7 @@ def learner_items(shape: ModelShape, s: LearnerSettings) -> list[Item]:
     elif shards > 1:
         note = f"1/{shards} of {total / 1e9:.2f}B x 4 B"
         items.append(sharded("weights (fp32 shards)", total * 4, note))
-        # hgpo_rllib/fsdp.py: one unit per decoder layer; the root unit (embeddings, head, final norm
+        # algorithms/torch/fsdp.py: one unit per decoder layer; the root unit (embeddings, head, final norm
         # of the policy and of a GPU reference) stays gathered from the first forward to the backward's end.
         models = 2 if s.reference and not s.reference_on_cpu else 1
         root = total - shape.num_layers * shape.layer_params()
