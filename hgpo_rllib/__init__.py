@@ -6,15 +6,18 @@ as "HGPO" (``tune.Tuner("HGPO", ...)``); ``HiPER, HiPERConfig`` likewise (docs/h
 so this package loads RLlib only when an algorithm is asked for. ``load_policy(DIR)`` loads a shared
 policy folder (safetensors and JSON, no pickle) that acts on an env's observations. The README's
 "Layout" section maps the sub-packages. Importing it sets how long torch's OpenMP threads spin
-while waiting, unless you did (:mod:`hgpo_rllib.openmp`).
+while waiting, unless you did (:mod:`hgpo_rllib.openmp`), and makes the module paths that checkpoints
+of 0.1.0 pickle resolve (:mod:`hgpo_rllib.checkpoint_paths`).
 """
 
+from hgpo_rllib import checkpoint_paths
 from hgpo_rllib._imports import lazy_getattr
 from hgpo_rllib.openmp import wait_briefly
 
 wait_briefly()  # before anything loads torch
+checkpoint_paths.install()
 
-__version__ = "0.2.0"
+__version__ = "0.3.0"
 __all__ = ["HGPO", "HGPOConfig", "HiPER", "HiPERConfig", "load_policy"]
 
 __getattr__ = lazy_getattr(

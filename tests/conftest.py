@@ -51,8 +51,9 @@ def pytest_configure(config: pytest.Config) -> None:
     missing = [name for name in TEST_REQUIREMENTS if importlib.util.find_spec(name) is None]
     if missing:
         pytest.exit(f"the tests need {', '.join(missing)}: run scripts/install.sh first", returncode=4)
-    # Tests use the 0.2.0 module paths: importing a moved module or name by its old path (a shim's
-    # DeprecationWarning) fails the test. test_checkpoint_compat.py records these warnings on purpose.
+    # Tests use today's module paths: a class reached by a path of 0.1.0 that old checkpoints pickle
+    # (hgpo_rllib.checkpoint_paths warns) fails the test. Tests that load the 0.1.0 checkpoint ignore
+    # or record these warnings on purpose.
     config.addinivalue_line("filterwarnings", r"error:hgpo_rllib\.\S+ moved to :DeprecationWarning")
 
 

@@ -5,8 +5,8 @@ OpenMP waiting,
 the numpy maths, the module config and API, the memory plan, the warm-start file format) <
 ``rl_module`` < ``connectors`` < ``env_runner`` < ``algorithms`` < ``evaluation`` < ``warm_start`` <
 ``experiments`` < ``cli``. Every import between project modules counts, function-level ones too, so
-none can hide a cycle. The re-export shims of the 0.2.0 moves sit outside the layers: they may import
-anything, and nothing may import them.
+none can hide a cycle. No module is a re-export shim of an old path: the paths that old checkpoints
+pickle resolve through one table, :mod:`hgpo_rllib.checkpoint_paths`.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "hgpo_rllib"
 #: Module-name prefix -> layer; the longest matching prefix decides.
 LAYERS = {
     "hgpo_rllib._imports": 0,
+    "hgpo_rllib.checkpoint_paths": 0,
     "hgpo_rllib.openmp": 0,
     "hgpo_rllib.columns": 0,
     "hgpo_rllib.checks": 0,
@@ -58,12 +59,26 @@ def _modules() -> dict[str, ast.Module]:
     return {_module_name(p): ast.parse(p.read_text(), str(p)) for p in PACKAGE.rglob("*.py")}
 
 
-def _is_shim(tree: ast.Module) -> bool:
-    """A 0.2.0 re-export shim: it calls ``warn_moved_module``."""
-    return any(
-        isinstance(node, ast.Call) and getattr(node.func, "id", "") == "warn_moved_module"
-        for node in ast.walk(tree)
-    )
+def _is_reexport_shim(tree: ast.Module) -> bool:
+    """A module that only re-exports project names: after its docstring, nothing but imports (one of
+    the package at least), name aliases, deprecation calls (``warn...(...)``) and a ``__main__`` guard."""
+    imports_project = False
+    for node in tree.body:
+        if node is tree.body[0] and isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant):
+            continue  # the docstring
+        if isinstance(node, ast.ImportFrom):
+            imports_project |= (node.module or "").startswith("hgpo_rllib")
+        elif isinstance(node, ast.Import):
+            imports_project |= any(alias.name.startswith("hgpo_rllib") for alias in node.names)
+        elif isinstance(node, ast.Assign) and isinstance(node.value, (ast.Name, ast.Attribute)):
+            continue
+        elif isinstance(node, ast.Expr) and isinstance(node.value, ast.Call):
+            func = node.value.func
+            if not (getattr(func, "id", None) or getattr(func, "attr", "")).startswith("warn"):
+                return False
+        elif not (isinstance(node, ast.If) and "__name__" in ast.dump(node.test)):
+            return False
+    return imports_project
 
 
 def _imports(name: str, tree: ast.Module, known: set[str]) -> set[str]:
@@ -85,31 +100,24 @@ def _layer(name: str) -> int:
     return LAYERS[prefix]
 
 
-def _graph() -> tuple[dict[str, set[str]], set[str]]:
+def _graph() -> dict[str, set[str]]:
     modules = _modules()
     known = set(modules)
-    shims = {name for name, tree in modules.items() if _is_shim(tree)}
-    edges = {name: _imports(name, tree, known) for name, tree in modules.items()}
-    return edges, shims
+    return {name: _imports(name, tree, known) for name, tree in modules.items()}
 
 
-def test_imports_point_down_and_never_at_a_shim() -> None:
-    edges, shims = _graph()
+def test_imports_point_down() -> None:
     upward = [
         f"{a} (layer {_layer(a)}) imports {b} (layer {_layer(b)})"
-        for a, targets in edges.items()
-        if a not in shims
+        for a, targets in _graph().items()
         for b in targets
         if _layer(b) > _layer(a)
     ]
-    into_shims = [f"{a} imports the deprecated {b}" for a, targets in edges.items() for b in targets & shims]
     assert not upward, "\n".join(upward)
-    assert not into_shims, "\n".join(into_shims)
 
 
 def test_no_import_cycles() -> None:
-    edges, shims = _graph()
-    graph = {a: {b for b in targets if b not in shims} for a, targets in edges.items() if a not in shims}
+    graph = _graph()
     state: dict[str, int] = {}  # 1 = on the stack, 2 = done
     cycles = []
 
@@ -134,6 +142,48 @@ def test_the_checker_sees_function_level_imports_and_cycles() -> None:
     assert _imports("hgpo_rllib.columns", tree, {"hgpo_rllib.cli.train"}) == {"hgpo_rllib.cli.train"}
     assert _layer("hgpo_rllib.cli.train") > _layer("hgpo_rllib.columns")
     assert _layer("hgpo_rllib.rl_module.config") < _layer("hgpo_rllib.rl_module.llm_rl_module")
+
+
+def test_no_module_is_a_re_export_shim() -> None:
+    """0.3.0 removed the 0.2.0 shims: every module of the package holds code of its own."""
+    shims = [name for name, tree in _modules().items() if _is_reexport_shim(tree)]
+    assert not shims, f"re-export shims: {shims}"
+
+
+def test_the_shim_checker_sees_a_shim_and_passes_real_modules() -> None:
+    shim = (
+        '"""Deprecated path."""\nfrom hgpo_rllib._imports import warn_moved_module\n'
+        "from hgpo_rllib.env_runner.env_pool import EnvCrash, EnvWorkerPool\nOldName = EnvCrash\n"
+        "warn_moved_module(__name__, 'hgpo_rllib.env_runner.env_pool')\n"
+        "if __name__ == '__main__':\n    raise SystemExit(0)\n"
+    )
+    assert _is_reexport_shim(ast.parse(shim))
+    entry_point = "import sys\n\nfrom hgpo_rllib.cli import main\n\nsys.exit(main())\n"  # cli/__main__.py
+    assert not _is_reexport_shim(ast.parse(entry_point))
+    assert not _is_reexport_shim(ast.parse('"""A package."""\n'))
+    assert not _is_reexport_shim(ast.parse((PACKAGE / "env_runner" / "__init__.py").read_text()))
+
+
+def test_the_old_checkpoint_paths_are_one_table_and_no_file() -> None:
+    """The module paths of 0.1.0 that checkpoints pickle have no file (a file there would be a shim,
+    and dead: the table's import hook comes first); each names an object that its new module defines;
+    a removed path that no checkpoint names does not import."""
+    import importlib.util
+
+    from hgpo_rllib.checkpoint_paths import OLD_MODULES, OLD_PACKAGES, PICKLED_PATHS
+
+    for old in (*OLD_MODULES, *OLD_PACKAGES):
+        relative = Path(*old.split(".")[1:])
+        assert not (PACKAGE / relative.with_suffix(".py")).exists() and not (PACKAGE / relative).exists(), old
+    modules = _modules()
+    for old, new in PICKLED_PATHS.items():
+        module, name = new.rsplit(".", 1)
+        defined = {
+            node.name for node in modules[module].body if isinstance(node, (ast.ClassDef, ast.FunctionDef))
+        }
+        assert name in defined, f"{old} -> {new}: {module} defines no {name}"
+    for removed in ("hgpo_rllib.env_pool", "hgpo_rllib.memory", "hgpo_rllib.connectors.group_advantages"):
+        assert importlib.util.find_spec(removed) is None, removed
 
 
 @pytest.mark.parametrize(

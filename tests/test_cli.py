@@ -244,6 +244,7 @@ USER_ERRORS = {
         r"--stop: expected a JSON object",
     ),
     "zero-samples": (lambda t: ["train", "file", _file(t, ""), "--num-samples", "0"], r">= 1, got 0"),
+    "memory-missing-file": (lambda t: ["memory", str(t / "missing.py")], r"experiment file not found"),
     "output-is-a-file": (
         lambda t: [*EVAL, "--output", _file(t, "not a directory")],
         r"experiment\.py is a file",

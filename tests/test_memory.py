@@ -5,8 +5,6 @@
 from __future__ import annotations
 
 import copy
-import subprocess
-import sys
 from typing import Any
 
 import pytest
@@ -15,8 +13,7 @@ from helpers import CORPUS, build, train_batch
 from transformers import AutoConfig, AutoModelForCausalLM
 
 import envs
-from hgpo_rllib import HGPOConfig
-from hgpo_rllib.cli.memory import main as memory_main
+from hgpo_rllib import HGPOConfig, cli
 from hgpo_rllib.experiments import memory_items, memory_plan
 from hgpo_rllib.experiments.memory_items import ModelShape
 from hgpo_rllib.experiments.memory_plan import MODEL_CONFIGS_DIR
@@ -160,13 +157,18 @@ def test_vllm_share_too_small_for_one_sequence_is_refused() -> None:
     assert any("vllm_gpu_memory_utilization" in e and "KV cache" in e for e in errors)
 
 
+def rllib_memory(*args: str) -> int:
+    """``rllib memory ARGS`` through the ``rllib`` command's main function."""
+    return cli.main(["memory", *args])
+
+
 def test_memory_cli_prints_each_role_and_says_it_fits(capsys: pytest.CaptureFixture[str]) -> None:
-    assert memory_main(["tuned_examples/hgpo_alfworld.py", "--preset", "paper-7b"]) == 0
+    assert rllib_memory("tuned_examples/hgpo_alfworld.py", "--preset", "paper-7b") == 0
     out = capsys.readouterr().out
     assert "learner (2 GPUs)" in out and "env runner (2 GPUs)" in out and "DOES NOT FIT" not in out
     assert "vLLM KV cache" in out and "optimizer (AdamW, fp32)" in out
     small = ["tuned_examples/hgpo_alfworld.py", "--preset", "paper-7b", "--gpu-memory-gb", "30"]
-    assert memory_main(small) == 1
+    assert rllib_memory(*small) == 1
     assert "DOES NOT FIT" in capsys.readouterr().out
 
 
@@ -174,17 +176,20 @@ def test_memory_cli_prints_each_role_and_says_it_fits(capsys: pytest.CaptureFixt
 def test_memory_cli_counts_a_critic_for_hiper_only(example: str, capsys: pytest.CaptureFixture[str]) -> None:
     """The CLI names a default critic for every paper preset, but only HiPER's config takes it (an
     HGPO plan once counted a 1.5B critic it does not have and said paper-1.5b did not fit)."""
-    assert memory_main([f"tuned_examples/{example}.py", "--preset", "paper-1.5b"]) == 0
+    assert rllib_memory(f"tuned_examples/{example}.py", "--preset", "paper-1.5b") == 0
     out = capsys.readouterr().out
     assert ("critic weights" in out) == (example == "hiper_alfworld") and "DOES NOT FIT" not in out
 
 
-def test_python_m_hgpo_rllib_memory_is_still_the_memory_command() -> None:
-    """The documented ``python -m hgpo_rllib.memory`` runs the memory plan's CLI (hgpo_rllib.cli.memory)."""
-    out = subprocess.run(
-        [sys.executable, "-m", "hgpo_rllib.memory", "--help"], capture_output=True, text=True, check=True
-    ).stdout
-    assert out.startswith("usage: python -m hgpo_rllib.memory") and "--preset" in out
+def test_rllib_memory_is_a_subcommand_of_the_rllib_command(capsys: pytest.CaptureFixture[str]) -> None:
+    """``rllib memory --help`` lists the plan's options; the CPU preset has nothing to plan (exit 0)."""
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["memory", "--help"])
+    assert exit_.value.code == 0
+    out = capsys.readouterr().out
+    assert out.startswith("usage: rllib memory [-h]") and "--preset" in out and "--gpu-memory-gb" in out
+    assert rllib_memory("tuned_examples/hgpo_alfworld.py") == 0
+    assert capsys.readouterr().out == "no role of this config uses a GPU (CPU run): nothing to plan\n"
 
 
 # ------------------------------------------------------------------------- chunked log-probs
@@ -398,9 +403,9 @@ def test_gpu_0_5b_shares_one_80_gb_gpu_and_the_plan_sums_its_three_tenants() -> 
 
 
 def test_gpu_0_5b_fits_the_memory_cli(capsys: pytest.CaptureFixture[str]) -> None:
-    """``python -m hgpo_rllib.memory tuned_examples/hgpo_alfworld.py --preset gpu-0.5b``: the shipped
+    """``rllib memory tuned_examples/hgpo_alfworld.py --preset gpu-0.5b``: the shipped
     Qwen2.5-0.5B architecture by default, one shared GPU, fits 80 GB."""
-    assert memory_main(["tuned_examples/hgpo_alfworld.py", "--preset", "gpu-0.5b"]) == 0
+    assert rllib_memory("tuned_examples/hgpo_alfworld.py", "--preset", "gpu-0.5b") == 0
     out = capsys.readouterr().out
     assert "(0.49B parameters)" in out and f"{memory_plan.SHARED_GPU_ROLE} (1 GPU), per GPU:" in out
     assert "evaluation env runner: vLLM KV cache" in out and "55.9" in out and "DOES NOT FIT" not in out

@@ -76,7 +76,7 @@ def test_estimator_run_name_is_the_authors_naming() -> None:
 
 def test_the_main_job_builds_nothing_when_its_file_is_read(monkeypatch: pytest.MonkeyPatch) -> None:
     """``hgpo_alfworld.py`` defines ``prepare()`` for ``rllib train file`` to call; reading the file
-    (``rllib train file``, ``python -m hgpo_rllib.memory``, this test) builds no warm start."""
+    (``rllib train file``, ``rllib memory``, this test) builds no warm start."""
     from hgpo_rllib.warm_start import cache
 
     built = []

@@ -1,6 +1,7 @@
 """The ``rllib`` command: ``rllib train file <experiment.py>`` (:mod:`~hgpo_rllib.cli.train`), ``rllib
 evaluate <checkpoint>`` (:mod:`~hgpo_rllib.cli.evaluate`), ``rllib sft`` (:mod:`~hgpo_rllib.cli.sft`),
-``rllib export`` (:mod:`~hgpo_rllib.cli.export`) and ``rllib models`` (:mod:`~hgpo_rllib.cli.models`).
+``rllib export`` (:mod:`~hgpo_rllib.cli.export`), ``rllib models`` (:mod:`~hgpo_rllib.cli.models`) and
+``rllib memory <experiment.py>`` (:mod:`~hgpo_rllib.cli.memory`).
 
 RLlib 2.60 ships no CLI any more; this one is hgpo-rllib's own. Every user error (a bad flag, a bad
 file, a bad setting) is one line on stderr with exit status 2.
@@ -20,7 +21,7 @@ try:  # before the commands' modules import transformers, which would fail with 
 except TorchvisionError as broken:
     sys.exit(f"rllib: {broken}")
 
-from hgpo_rllib.cli import evaluate, export, models, sft, train  # noqa: E402
+from hgpo_rllib.cli import evaluate, export, memory, models, sft, train  # noqa: E402
 from hgpo_rllib.cli.args import InterruptedWithHint, Parser, user_error  # noqa: E402
 from hgpo_rllib.experiments.settings import refuse_removed_variables  # noqa: E402
 
@@ -41,6 +42,11 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
     models.add_arguments(
         commands.add_parser("models", help="list, prepare or remove models converted from GGUF")
     )
+    memory.add_arguments(
+        commands.add_parser(
+            "memory", help="print an experiment's GPU memory plan (exit 1 if a role does not fit)"
+        )
+    )
     return parser
 
 
@@ -51,6 +57,7 @@ _COMMANDS = {
     "sft": (sft.run, (OSError, ValueError, RuntimeError)),
     "export": (export.run, (OSError, ValueError)),
     "models": (models.run, (OSError, ValueError)),
+    "memory": (memory.run, (OSError, ValueError)),
 }
 
 
@@ -61,6 +68,7 @@ _RESUME_HINTS = {
     "sft": "rerun the same command to resume",
     "export": "nothing was written; rerun the same command",
     "models": "a conversion in progress is not kept; rerun the same command",
+    "memory": "nothing was written; rerun the same command",
 }
 
 

@@ -1,5 +1,5 @@
-"""``python -m hgpo_rllib.memory <experiment.py> [--preset P]``: print the memory plan of an experiment's
-GPU roles (:mod:`hgpo_rllib.experiments.memory_plan`) and exit 1 if one does not fit."""
+"""``rllib memory <experiment.py> [--preset P]``: print the memory plan of an experiment's GPU roles
+(:mod:`hgpo_rllib.experiments.memory_plan`) and exit 1 if one does not fit."""
 
 from __future__ import annotations
 
@@ -24,8 +24,8 @@ from hgpo_rllib.experiments.memory_plan import (
 from hgpo_rllib.experiments.settings import PRESETS
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m hgpo_rllib.memory", description=__doc__.split("\n")[0])
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of ``rllib memory``."""
     parser.add_argument("experiment", help="experiment file defining `config` (tuned_examples/...)")
     parser.add_argument("--preset", choices=PRESETS, help="the experiment file's --preset (default: cpu)")
     parser.add_argument(
@@ -39,7 +39,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         "Qwen2.5-1.5B, the authors' critic)",
     )
     parser.add_argument("--gpu-memory-gb", type=float, default=DEFAULT_GPU_MEMORY_GB)
-    args = parser.parse_args(argv)
+
+
+def run(args: argparse.Namespace) -> int:
     module = import_experiment_module(args.experiment)
     settings = _settings(args, declared_settings(module))
     config = load_experiment_file(args.experiment, settings, module=module).config

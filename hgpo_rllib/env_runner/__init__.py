@@ -12,17 +12,4 @@ __getattr__ = lazy_getattr(
         "EnvWorkerPool": "hgpo_rllib.env_runner.env_pool",
         "EpisodeMetricsCallback": "hgpo_rllib.env_runner.metrics_callback",
     },
-    moved={
-        "GROUP_ID": "hgpo_rllib.columns",
-        "TASK_SEED": "hgpo_rllib.columns",
-        "PROMPT_IDS": "hgpo_rllib.columns",
-        "PROMPT_MASK": "hgpo_rllib.columns",
-        "RESP_MASK": "hgpo_rllib.columns",
-        "RESP_LOGP": "hgpo_rllib.columns",
-        "ACTION_TEXT": "hgpo_rllib.columns",
-        "NUM_GENERATED_TOKENS": "hgpo_rllib.columns",
-        "GENERATED_TOKENS_PER_S": "hgpo_rllib.columns",
-        "TASK_GENERATOR": "hgpo_rllib.columns",
-        "group_id_of": "hgpo_rllib.columns",
-    },
 )

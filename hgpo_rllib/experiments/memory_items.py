@@ -206,7 +206,7 @@ def learner_items(shape: ModelShape, s: LearnerSettings) -> list[Item]:
     elif shards > 1:
         note = f"1/{shards} of {total / 1e9:.2f}B x 4 B"
         items.append(sharded("weights (fp32 shards)", total * 4, note))
-        # hgpo_rllib/fsdp.py: one unit per decoder layer; the root unit (embeddings, head, final norm
+        # algorithms/torch/fsdp.py: one unit per decoder layer; the root unit (embeddings, head, final norm
         # of the policy and of a GPU reference) stays gathered from the first forward to the backward's end.
         models = 2 if s.reference and not s.reference_on_cpu else 1
         root = total - shape.num_layers * shape.layer_params()

@@ -1,6 +1,6 @@
 """Memory plan: what each GPU of a run holds, computed from the model's ``config.json`` and the settings.
 
-    python -m hgpo_rllib.memory tuned_examples/hgpo_alfworld.py --preset paper-7b [--gpu-memory-gb 80]
+    rllib memory tuned_examples/hgpo_alfworld.py --preset paper-7b [--gpu-memory-gb 80]
 
 A run fails late and expensively when a GPU runs out of memory (after the model loads, the first wave
 samples and the first update starts), so ``HGPOConfig.validate()`` checks this plan first and names

@@ -21,13 +21,13 @@ from hgpo_rllib.experiments.settings import RunSettings
 # evaluation env runner): paper-1.5b takes 3 GPUs, paper-7b 5. gpu-0.5b shares one GPU among the three
 # roles with Ray's fractional GPUs: half for the learner, a quarter for each runner. Ray's shares only
 # place the actors; what each holds is set by the memory levers below, and the memory plan sums the three
-# (python -m hgpo_rllib.memory tuned_examples/hgpo_alfworld.py --preset gpu-0.5b).
+# (rllib memory tuned_examples/hgpo_alfworld.py --preset gpu-0.5b).
 _GPU_LAYOUT = {
     "paper-1.5b": (1, 1, 1, 1, 1),
     "paper-7b": (2, 1, 2, 1, 1),
     "gpu-0.5b": (1, 0.25, 1, 0.5, 0.25),
 }
-#: Memory levers per preset so each fits 80 GB GPUs (``python -m hgpo_rllib.memory <file> --preset P``):
+#: Memory levers per preset so each fits 80 GB GPUs (``rllib memory <file> --preset P``):
 #: (model_config additions, training overrides). 7B full fine-tuning needs its fp32 weights, gradients and
 #: AdamW state (122 GB) off the GPU: learner_sharding="fsdp" over the preset's two learners halves them and
 #: the reference (still 95 GB per GPU at micro-batch 8), and learner_offload=True keeps those shards and

@@ -27,13 +27,4 @@ __getattr__ = lazy_getattr(
         "LLMModuleConfig": "hgpo_rllib.rl_module.config",
         "TokenPolicyAPI": "hgpo_rllib.rl_module.apis",
     },
-    moved={
-        "TINY_PRESET": "hgpo_rllib.rl_module.config",
-        "INFERENCE_BACKENDS": "hgpo_rllib.rl_module.config",
-        "VLLM_MANAGED_ARGS": "hgpo_rllib.rl_module.config",
-        "TORCH_DTYPES": "hgpo_rllib.rl_module.models",
-        "resolve_inference_backend": "hgpo_rllib.rl_module.models",
-        "chat_prompt": "hgpo_rllib.rl_module.prompts",
-        "ALLOWED_IDS": "hgpo_rllib.columns",
-    },
 )

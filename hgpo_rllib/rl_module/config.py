@@ -129,9 +129,9 @@ class LLMModuleConfig:
     vllm_engine_args: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     action_vocabulary: Sequence[str] | None = None
     constrain_to_admissible: bool = False
-    # Memory levers (hgpo_rllib/memory.py plans them): LoRA adapters, gradient checkpointing, log-probs
-    # and entropy over at most this many response tokens at a time (None: all at once), the frozen
-    # reference model kept on CPU.
+    # Memory levers (experiments/memory_plan.py plans them): LoRA adapters, gradient checkpointing,
+    # log-probs and entropy over at most this many response tokens at a time (None: all at once), the
+    # frozen reference model kept on CPU.
     lora: Mapping[str, Any] | None = None
     gradient_checkpointing: bool = False
     logprob_chunk_tokens: int | None = 1024
