@@ -1,9 +1,9 @@
 """Build a warm start's recipe (if the cache has none), ship it inside the package in bf16, and
 evaluate the shipped copy: ALFWorld's (the CPU main job's at ``-k`` and ``--answer-format``) on the
-134 ``eval_out_of_distribution`` games, WebShop's (K = 4, ``envs/webshop/facts.py``; or with ``--model``
-its recipe for that pretrained base, a LoRA adapter) on its first 100 test goals.
+134 ``eval_out_of_distribution`` games, WebShop's (K = 4, ``envs/webshop/facts.py``) on its first 100
+test goals; with ``--model`` the env's recipe for that pretrained base (a LoRA adapter, K = 2).
 
-    python scripts/ship_warm_start.py --cache ~/.cache/hgpo_rllib [--env webshop [--model NAME]]
+    python scripts/ship_warm_start.py --cache ~/.cache/hgpo_rllib [--env webshop] [--model NAME]
 
 Resumable: the build and the evaluation both continue where an interrupted run stopped.
 """
@@ -28,7 +28,7 @@ def main() -> None:
     parser.add_argument("--answer-format", choices=envs.ANSWER_FORMATS, help="ALFWorld's answer format")
     parser.add_argument(
         "--model",
-        help="WebShop: the warm start of this pretrained base (its recipe in WarmStartFacts.base_recipes)",
+        help="the warm start of this pretrained base instead (the env's WarmStartFacts.base_recipes)",
     )
     parser.add_argument("--seed", type=int, default=123, help="evaluation seed (one pass over the split)")
     parser.add_argument(
@@ -39,14 +39,10 @@ def main() -> None:
     )
     args = parser.parse_args()
     command, name = "python scripts/ship_warm_start.py", f"{args.env}_shipped_warm_start_eval"
-    if args.model and args.env != "webshop":
-        parser.error("--model: only WebShop has a pretrained base's recipe")
     if args.env == "webshop":
         if args.history_length != 2 or args.answer_format:
             parser.error("WebShop's warm starts have their own K and answer format")
         recipe, command = warm_start_recipe("webshop", base=args.model), f"{command} --env webshop"
-        if args.model:
-            command, name = f"{command} --model {args.model}", f"{name}_{args.model}"
         evaluation = {
             "env": "webshop",
             "seeds": [args.seed],
@@ -54,12 +50,14 @@ def main() -> None:
             "env_config": {"max_steps": 15},
         }
     else:
-        recipe = warm_start_recipe("alfworld", args.history_length, args.answer_format)
+        recipe = warm_start_recipe("alfworld", args.history_length, args.answer_format, args.model)
         if args.history_length != 2:
             command, name = f"{command} -k {args.history_length}", f"{name}_k{args.history_length}"
         if args.answer_format:
             command, name = f"{command} --answer-format {args.answer_format}", f"{name}_{args.answer_format}"
         evaluation = {"env": "alfworld", "split": "out", "seeds": [args.seed]}
+    if args.model:
+        command, name = f"{command} --model {args.model}", f"{name}_{args.model}"
     built = build_warm_start(recipe, args.cache, use_shipped=False)
     shipped = ship_warm_start(
         recipe,

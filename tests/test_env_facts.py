@@ -170,6 +170,8 @@ def test_a_pretrained_bases_recipe_is_named_after_the_bases_weights(tmp_path: Pa
         "max_prompt_tokens": 1000,
     }
     assert warm_start_recipe("webshop", 4, base="smollm2-135m-instruct")["history_length"] == 4
+    alfworld = warm_start_recipe("alfworld", base="smollm2-135m-instruct")
+    assert (alfworld["episodes"], alfworld["epochs"], alfworld["history_length"]) == (128, 1.0, 2)
     with pytest.raises(ValueError, match="'webshop' has no warm-start recipe for the base 'other'"):
         warm_start_recipe("webshop", base="other")
     with pytest.raises(ValueError, match=r"base_recipes\['a'\] must train that base, not 'b'"):

@@ -18,6 +18,22 @@ ALFWORLD_WARM_START: dict[str, Any] = {
     "dagger": {"rounds": 2, "episodes": 96},
 }
 
+#: SmolLM2-135M-Instruct's ALFWorld warm start (docs/models.md): a LoRA adapter (rank 16) of the
+#: searcher's play of 128 training games, one epoch with the loss on the answers only. Sized by
+#: scripts/pilot_sft_pretrained.py (the searcher won 30 of 30 games, 14.3 steps each, examples of 620
+#: tokens at K = 2, 2 of 429 prompts over 1,000 tokens): about 1.1M trained tokens, some 4 h on 2
+#: cores in float32; more distinct games rather than a second pass over the same ones.
+ALFWORLD_SMOLLM2_WARM_START: dict[str, Any] = {
+    "env": "alfworld",
+    "base": "smollm2-135m-instruct",
+    "episodes": 128,
+    "demonstrator": "searcher",
+    "epochs": 1.0,
+    "batch_size": 4,
+    "history_length": 2,
+    "max_prompt_tokens": 1000,
+}
+
 ALFWORLD_FACTS = EnvFacts(
     evaluation=EvaluationFacts(
         splits={
@@ -37,6 +53,7 @@ ALFWORLD_FACTS = EnvFacts(
         # 800 searcher games in about 21 minutes with 2 processes, 10,991 steps of about 490 tokens (K = 2).
         cost=DemonstrationCost(3.2, 13.7, 490),
         recipe=ALFWORLD_WARM_START,
+        base_recipes={"smollm2-135m-instruct": ALFWORLD_SMOLLM2_WARM_START},
     ),
     paper=PaperFacts(
         max_steps=50,
