@@ -105,6 +105,12 @@ IDLE_MINIBATCHES_KEY = "idle_minibatches"
 #: learner update (``learners/__all_modules__/learner_tokens_per_s``).
 NUM_ROW_TOKENS = "num_row_tokens"
 LEARNER_TOKENS_PER_S = "learner_tokens_per_s"
+#: The FLOPs of a module's learner passes in an update (:mod:`hgpo_rllib.learner_flops`); all modules'
+#: per second of the learner's update, the matmul rate it is measured against and the fraction of it.
+LEARNER_FLOPS = "learner_flops"
+LEARNER_GFLOPS_PER_S = "learner_gflops_per_s"
+MATMUL_GFLOPS_PER_S = "matmul_gflops_per_s"
+LEARNER_PEAK_FRACTION = "learner_peak_fraction"
 #: Overlapped sampling (``async_sampling``): policy versions between the weights that sampled a row
 #: and those the update starts from (token mean; 0 when on-policy); the truncated importance weights
 #: of the off-policy correction (token mean) and the fraction of tokens at their cap.

@@ -84,6 +84,10 @@ def test_computed_tokens_are_the_distinct_prefixes_of_each_tree():
     distinct = sum(len(prefixes(sequences, tree)) for tree in trees)
     assert nodes == distinct == packing.computed_tokens
     assert packing.row_tokens == sum(map(len, sequences))
+    # The attention pairs the FLOP count takes (hgpo_rllib.learner_flops): each node with itself and
+    # its ancestors, the mask's true entries less the padding's own.
+    padding = packing.input_ids.size - packing.computed_tokens
+    assert packing.attention_pairs == int(packing.attend.sum()) - padding
     # The rows that share nothing stay alone, and so does the one sharing 3 of its 9 tokens: its
     # longer attention would cost more than the 3 tokens save. No tree costs more than its rows.
     assert sorted(n for tree in trees if len(tree) == 1 for n, _ in tree) == [4, 5, 6]

@@ -125,6 +125,7 @@ class TextAgentConfig(AlgorithmConfig):
         self.shuffle_batch_per_epoch = False
         self.learner_sharding = "none"
         self.learner_offload = False
+        self.learner_matmul_gflops = None
         # Generation.
         self.max_prompt_tokens = 4096
         self.max_new_tokens = 512
@@ -174,6 +175,7 @@ class TextAgentConfig(AlgorithmConfig):
         eval_temperature: float = NotProvided,
         learner_sharding: str = NotProvided,
         learner_offload: bool = NotProvided,
+        learner_matmul_gflops: float | None = NotProvided,
         **kwargs: Any,
     ) -> TextAgentConfig:
         """Sets the shared training settings (plus RLlib's: ``gamma``, ``lr``, ``minibatch_size``, ...).
@@ -232,6 +234,12 @@ class TextAgentConfig(AlgorithmConfig):
                 there (FSDP2's ``CPUOffloadPolicy``, as the paper's 7B runs offload); the GPU holds
                 the layers being gathered, activations and the head. Default False. Slower updates
                 (host-device copies every layer, AdamW on the CPU); with CPU learners it changes nothing.
+            learner_matmul_gflops: The matmul rate (GFLOP/s) the learner's achieved rate is reported
+                against (``learner_peak_fraction``, docs/throughput.md). None (default): each learner
+                measures it when it starts, at its model's main matmul in its compute dtype on its
+                device and threads (about a second at 135M parameters on 2 CPU cores); a number: that
+                rate, e.g. the idle figure of ``benchmarks/machine_limit.py`` when the run shares its
+                machine; 0: no fraction is reported.
 
         ``minibatch_size`` (RLlib) is rows per optimiser step summed over all learners (default
         256, must divide evenly among ``num_learners``); ``num_epochs`` passes over the batch.

@@ -143,6 +143,12 @@ def text_agent_errors(config: Any) -> list[str]:
     need(is_bool(c.recompute_old_logp), "recompute_old_logp", "True or False")
     need(is_bool(c.async_sampling), "async_sampling", "True or False")
     need(
+        c.learner_matmul_gflops is None
+        or (is_number(c.learner_matmul_gflops) and c.learner_matmul_gflops >= 0),
+        "learner_matmul_gflops",
+        "None (measured when the learner starts) or a number >= 0",
+    )
+    need(
         is_number(c.behaviour_weight_cap) and c.behaviour_weight_cap >= 1,
         "behaviour_weight_cap",
         "a number >= 1",

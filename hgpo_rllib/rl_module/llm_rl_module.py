@@ -33,6 +33,7 @@ from hgpo_rllib.columns import (
     RESP_MASK,
     TOKEN_COLUMNS,
 )
+from hgpo_rllib.learner_flops import ModelShape, PassKind, PassTokens, row_pass_tokens
 from hgpo_rllib.rl_module.apis import TokenPolicyAPI
 from hgpo_rllib.rl_module.config import LLMModuleConfig
 from hgpo_rllib.rl_module.engine_weights import ENGINE_WEIGHTS, EngineWeights
@@ -102,6 +103,8 @@ class LLMRLModule(TorchRLModule, InferenceOnlyAPI, TokenPolicyAPI):
         #: Set by a learner that shards this module's parameters (FSDP, algorithms/torch/fsdp.py).
         self.weight_gatherer: WeightGatherer | None = None
         self.allowed_tokens = self._allowed_token_mask()
+        #: What this module's log-prob passes computed, by kind, since the learner last took it.
+        self.pass_tokens: dict[PassKind, PassTokens] = {}
 
     def _setup_learner_model(self) -> None:
         """The learner's model: frozen reference (a copy, or with LoRA the base itself), gradient
@@ -294,20 +297,49 @@ class LLMRLModule(TorchRLModule, InferenceOnlyAPI, TokenPolicyAPI):
             self._generator = None
 
     # ---------------------------------------------------------------------------------- training
+    @property
+    def model_shape(self) -> ModelShape:
+        """The model's sizes, for the learner's FLOP count (:mod:`hgpo_rllib.learner_flops`)."""
+        model = self.lm.get_base_model() if isinstance(self.lm, PeftModel) else self.lm
+        return ModelShape.from_config(model.config)
+
+    @property
+    def lora_weights(self) -> int | None:
+        """The LoRA adapters' weights (``r (in + out)`` per adapted matrix, as PEFT matched them), or
+        None for full fine-tuning."""
+        if not self.uses_lora:
+            return None
+        return sum(p.numel() for name, p in self.lm.named_parameters() if ADAPTER_MARK in name)
+
+    def take_pass_tokens(self) -> dict[PassKind, PassTokens]:
+        """What the log-prob passes computed since the last call, by kind; starts a new count."""
+        taken, self.pass_tokens = self.pass_tokens, {}
+        return taken
+
+    def _count_pass(self, kind: PassKind, batch: dict[str, Any], packing: PrefixPacking | None) -> None:
+        resp_mask = batch[RESP_MASK]
+        if packing is None:
+            counts = row_pass_tokens(batch[PROMPT_MASK].cpu().numpy(), resp_mask.cpu().numpy())
+        else:
+            counts = PassTokens(packing.computed_tokens, packing.attention_pairs, int(resp_mask.sum()))
+        self.pass_tokens[kind] = self.pass_tokens.get(kind, PassTokens()) + counts
+
     def _token_logp(
-        self, lm: torch.nn.Module, batch: dict[str, Any], with_entropy: bool
+        self, lm: torch.nn.Module, batch: dict[str, Any], with_entropy: bool, kind: PassKind
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Per-token log-probs and entropies [N, T] of ``resp_ids`` at the exploration temperature.
 
         The backbone gives hidden states (:mod:`hgpo_rllib.rl_module.hidden_states`); the LM head runs
         only on valid response positions, ``logprob_chunk_tokens`` at a time
-        (:mod:`hgpo_rllib.rl_module.logprobs`).
+        (:mod:`hgpo_rllib.rl_module.logprobs`). What the pass computes is counted under ``kind``
+        (:meth:`take_pass_tokens`).
         """
         resp_ids, resp_mask = batch[RESP_IDS], batch[RESP_MASK]
         model = lm.get_base_model() if isinstance(lm, PeftModel) else lm
         backbone = getattr(model, model.base_model_prefix)
         device = resp_ids.device  # the batch's, not the model's: offloaded shards sit on the CPU
         packing = self._prefix_packing(model, batch)
+        self._count_pass(kind, batch, packing)
         # Learners: float32 master weights, the forward in the compute dtype (no-op for float32).
         mixed = self.compute_dtype != torch.float32
         with torch.autocast(device.type, dtype=self.compute_dtype, enabled=mixed):
@@ -341,7 +373,8 @@ class LLMRLModule(TorchRLModule, InferenceOnlyAPI, TokenPolicyAPI):
 
     def _forward_train(self, batch: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
         """Per-token log-probs and entropies of ``resp_ids`` (0 where ``resp_mask`` is 0)."""
-        logp, entropy = self._token_logp(self.lm, batch, with_entropy=True)
+        kind = "trained" if torch.is_grad_enabled() else "forward"
+        logp, entropy = self._token_logp(self.lm, batch, with_entropy=True, kind=kind)
         return {"logp": logp, "entropy": entropy}
 
     def compute_ref_logp(self, batch: dict[str, Any]) -> torch.Tensor:
@@ -350,13 +383,14 @@ class LLMRLModule(TorchRLModule, InferenceOnlyAPI, TokenPolicyAPI):
         with torch.no_grad():
             if self.uses_lora:
                 with self.lm.disable_adapter():
-                    return self._token_logp(self.lm, batch, with_entropy=False)[0]
+                    return self._token_logp(self.lm, batch, with_entropy=False, kind="reference")[0]
             if hasattr(self, "_cpu_reference"):
                 device = batch[RESP_IDS].device
                 on_cpu = {k: v.cpu() if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
-                return self._token_logp(self._cpu_reference[0], on_cpu, with_entropy=False)[0].to(device)
+                reference = self._cpu_reference[0]
+                return self._token_logp(reference, on_cpu, with_entropy=False, kind="reference")[0].to(device)
             if hasattr(self, "ref_lm"):
-                return self._token_logp(self.ref_lm, batch, with_entropy=False)[0]
+                return self._token_logp(self.ref_lm, batch, with_entropy=False, kind="reference")[0]
         raise RuntimeError(
             "compute_ref_logp needs the frozen reference model, which exists only on learners "
             f"(inference_only=False) with model_config['kl_coeff'] > 0; here kl_coeff="

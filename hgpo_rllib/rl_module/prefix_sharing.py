@@ -26,6 +26,8 @@ from typing import Any
 
 import numpy as np
 
+from hgpo_rllib.learner_flops import tree_pairs
+
 
 @dataclasses.dataclass(frozen=True)
 class PrefixPacking:
@@ -42,6 +44,7 @@ class PrefixPacking:
     predictor: np.ndarray  # [N, T] int64
     computed_tokens: int  # tree nodes (real tokens the packed pass computes)
     row_tokens: int  # real tokens of the rows (what the unshared pass computes, without padding)
+    attention_pairs: int  # (query, key) pairs on the trees' paths (each node and its ancestors)
 
 
 def real_sequences(
@@ -190,6 +193,9 @@ def pack_shared_prefixes(
         predictor=predictor,
         computed_tokens=sum(sizes),
         row_tokens=sum(len(seq) for seq in sequences),
+        attention_pairs=tree_pairs(
+            (len(sequences[n]) for tree in trees for n, _ in tree), (s for tree in trees for _, s in tree)
+        ),
     )
 
 

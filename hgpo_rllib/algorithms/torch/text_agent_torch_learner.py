@@ -33,6 +33,7 @@ from ray.rllib.utils.typing import ModuleID, StateDict
 
 from hgpo_rllib.algorithms.text_agent_learner import TextAgentLearner
 from hgpo_rllib.algorithms.torch import fsdp
+from hgpo_rllib.algorithms.torch.flop_meter import FlopMeter
 from hgpo_rllib.algorithms.torch.token_loss import behaviour_weights, non_finite_terms, token_loss_terms
 from hgpo_rllib.columns import (
     ADVANTAGES,
@@ -98,6 +99,7 @@ class TextAgentTorchLearner(TextAgentLearner, TorchLearner):
         self._grad_norms: dict[ModuleID, list[float]] = defaultdict(list)
         self._idle_minibatches: dict[ModuleID, int] = defaultdict(int)
         self._module_steps: Counter[ModuleID] = Counter()  # the minibatches each module was in
+        self._flop_meter = FlopMeter(self.module, self._device, self.config.learner_matmul_gflops)
 
     @property
     def sharded(self) -> bool:
@@ -173,6 +175,7 @@ class TextAgentTorchLearner(TextAgentLearner, TorchLearner):
         self._idle_minibatches.clear()
         self._module_steps.clear()
         self._num_minibatches = 0
+        self._flop_meter.start()
 
     @override(TorchLearner)
     def postprocess_gradients_for_module(
@@ -374,6 +377,7 @@ class TextAgentTorchLearner(TextAgentLearner, TorchLearner):
     @override(TorchLearner)
     def after_gradient_based_update(self, *, timesteps: dict[str, Any]) -> None:
         super().after_gradient_based_update(timesteps=timesteps)
+        self._flop_meter.log(self.metrics)
         for module_id, sums in self._token_sums.items():
             tokens = max(sums["tokens"], 1.0)
             for key in _TOKEN_MEAN_KEYS:

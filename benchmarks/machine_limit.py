@@ -1,0 +1,128 @@
+"""This machine's matmul rates at a model's shapes, in float32 and bfloat16: the learner's ceiling.
+
+Run: ``python benchmarks/machine_limit.py`` (SmolLM2-135M, micro-batches of 4 x 512 tokens, both
+dtypes, torch threads = the cores this process may use). ``--model`` takes a short name
+(``smollm2-135m-instruct``), a model directory, a ``config.json`` or a shipped config
+(``qwen2.5-1.5b``, from ``hgpo_rllib/model_configs/``). For each distinct linear layer of the model and
+the LM head it times the forward product ``X W`` and the backward's two (``dY W^T``, ``X^T dY``): the
+median of ``--repeats`` timed repeats after a warm-up (``algorithms/torch/matmul_rate.py``), and sums
+up, per dtype, the rate of a trained token's decoder matmuls (each layer's products weighted by their
+FLOPs). The CPU's model name and flags (AVX2, AVX-512, AVX512-BF16, AMX-BF16: bfloat16 is
+native only with the last two), torch's version, the threads and the load average go with the table
+into ``docs/results/<name>.{md,csv}``. Run it on idle cores: another busy process lowers every figure
+(the load average says how busy the machine was).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+from pathlib import Path
+
+import torch
+from results_file import RESULTS_DIR, write_result, write_rows
+
+from hgpo_rllib.algorithms.torch.matmul_rate import matmul_gflops
+from hgpo_rllib.learner_flops import ModelShape, matmul_shapes
+
+SHIPPED_CONFIGS = Path(__file__).resolve().parents[1] / "hgpo_rllib" / "model_configs"
+CPU_FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_bf16")
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+
+
+def model_config(model: str) -> dict:
+    """The model's ``config.json``: a shipped config's name, a config file, a model directory or a
+    short name (:func:`~hgpo_rllib.rl_module.model_sources.local_model_dir`)."""
+    path = Path(model)
+    if (SHIPPED_CONFIGS / model / "config.json").is_file():
+        path = SHIPPED_CONFIGS / model / "config.json"
+    elif not path.exists():
+        from hgpo_rllib.rl_module.model_sources import local_model_dir
+
+        path = local_model_dir(model)
+    return json.loads((path / "config.json" if path.is_dir() else path).read_text())
+
+
+def cpu_description() -> tuple[str, list[str]]:
+    """The CPU's model name and which of :data:`CPU_FLAGS` it has (Linux's /proc/cpuinfo)."""
+    name, flags = platform.processor() or platform.machine(), set()
+    cpuinfo = Path("/proc/cpuinfo")
+    for line in cpuinfo.read_text().splitlines() if cpuinfo.exists() else []:
+        key, _, value = line.partition(":")
+        if key.strip() == "model name":
+            name = value.strip()
+        elif key.strip() == "flags":
+            flags = set(value.split())
+            break
+    return name, [flag for flag in CPU_FLAGS if flag in flags]
+
+
+def load() -> str:
+    return "/".join(f"{x:.1f}" for x in os.getloadavg())
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", default="smollm2-135m-instruct")
+    parser.add_argument("--rows", type=int, default=4, help="rows of a micro-batch (default 4)")
+    parser.add_argument("--row-tokens", type=int, default=512, help="tokens per row (default 512)")
+    parser.add_argument("--dtypes", nargs="+", choices=list(DTYPES), default=list(DTYPES))
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)))
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--name", default="machine_limit", help="result files docs/results/<name>.*")
+    parser.add_argument("--results-dir", type=Path, default=RESULTS_DIR)
+    args = parser.parse_args()
+
+    torch.set_num_threads(args.threads)
+    shape = ModelShape.from_config(model_config(args.model))
+    tokens = args.rows * args.row_tokens
+    cpu, flags = cpu_description()
+    start_load = load()
+    rows = []
+    for dtype in args.dtypes:
+        for name, m, k, n in matmul_shapes(shape, tokens):
+            rate = matmul_gflops(m, k, n, DTYPES[dtype], args.device, args.repeats)
+            row = {"model": args.model, "dtype": dtype, "matmul": name, "m": m, "k": k, "n": n}
+            rows.append(row | {"gflop": round(2 * m * k * n / 1e9, 3), "gflops_per_s": round(rate, 1)})
+            rows[-1]["load"] = now = load()
+            print(f"{dtype:9} {name:38} [{m}, {k}] x [{k}, {n}]  {rate:8.1f} GFLOP/s  load {now}")
+
+    def layers_rate(dtype: str) -> float:
+        """A trained token's decoder matmuls (the head aside): their FLOPs over their time."""
+        mine = [r for r in rows if r["dtype"] == dtype and not r["matmul"].startswith("lm_head")]
+        # Products named "q_proj/o_proj ..." stand for both matrices of that shape.
+        flops = [2 * r["m"] * r["k"] * r["n"] * (r["matmul"].split(" ")[0].count("/") + 1) for r in mine]
+        return sum(flops) / sum(f / r["gflops_per_s"] for f, r in zip(flops, mine, strict=True))
+
+    summary = {dtype: layers_rate(dtype) for dtype in args.dtypes}
+    lines = [
+        f"Model `{args.model}` ({shape.layers} layers, hidden {shape.hidden}, MLP {shape.intermediate}, "
+        f"vocabulary {shape.vocab}), {tokens} tokens per product ({args.rows} x {args.row_tokens}); "
+        f"CPU {cpu}, flags: {', '.join(flags) or 'none of ' + ', '.join(CPU_FLAGS)}; "
+        f"torch {torch.__version__}, "
+        f"{args.threads} threads, device {args.device}; load average (1/5/15 min) {start_load} at the start, "
+        f"{load()} at the end. Median of {args.repeats} repeats after a warm-up.",
+        "",
+        "| dtype | a trained token's decoder matmuls, GFLOP/s |",
+        "|---|---:|",
+        *(f"| {dtype} | {rate:.1f} |" for dtype, rate in summary.items()),
+        "",
+        "| dtype | matmul | m | k | n | GFLOP | GFLOP/s | load |",
+        "|---|---|---:|---:|---:|---:|---:|---|",
+        *(
+            f"| {r['dtype']} | {r['matmul']} | {r['m']} | {r['k']} | {r['n']} | {r['gflop']} | "
+            f"{r['gflops_per_s']} | {r['load']} |"
+            for r in rows
+        ),
+    ]
+    table = "\n".join(lines)
+    print(table)
+    write_rows(args.results_dir / f"{args.name}.csv", rows)
+    write_result(args.name, "The machine's matmul rates at a model's shapes", table, args.results_dir)
+
+
+if __name__ == "__main__":
+    main()
