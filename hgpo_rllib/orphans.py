@@ -2,12 +2,15 @@
 sends) runs no cleanup, so files a process writes for a while carry its owner, ``<host>-<pid>``, and
 the next process of the same kind on the host removes those whose owner no longer runs.
 
-Files that other programs make for the owner and name at random go in a record inside the owned
-directory: :func:`recording_shared_files` lists the files in /dev/shm that the owner's child
-processes use (vLLM's engine queues, ``psm_*``, hundreds of MB each, which a SIGKILL of a Ray actor
-leaves: Ray kills the actor's whole process group, Python's resource tracker that would have unlinked
-them included), and :func:`remove_orphans` removes them with the directory. A recorded file is kept
-while any process still maps it or holds it open, or when it belongs to another user."""
+Files that other programs make for the owner and name at random go in a record beside the owned
+path (:func:`shared_files_record`): :func:`recording_shared_files` lists the files in /dev/shm that
+the processes the owner starts use (vLLM's engine queues, ``psm_*``, hundreds of MB each, which a
+SIGKILL of a Ray actor leaves: Ray kills the actor's whole process group, Python's resource tracker
+that would have unlinked them included), and :func:`remove_orphans` removes them with the path. A
+recorded file is kept while any process still maps it or holds it open, and a file of another user
+is never removed. The record is a hidden file beside the path, not in it, so that a process that
+removes the path without reading the record (an older version of this package on the same host)
+leaves the record for the next one."""
 
 from __future__ import annotations
 
@@ -18,13 +21,13 @@ import shutil
 import socket
 import stat
 import threading
+import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 #: Where POSIX shared memory lives (``shm_open``; Python's ``SharedMemory``).
 SHARED_MEMORY = Path("/dev/shm")
-#: In an owned directory: the names of the files in :data:`SHARED_MEMORY` that the owner's child
-#: processes used, one per line (:func:`record_shared_files`).
+#: The end of a record's name (:func:`shared_files_record`).
 SHARED_FILES_RECORD = "shared_memory_files"
 #: The shared-memory files recorded: Python's ``SharedMemory`` segments (``psm_<hex>``, what vLLM's
 #: message queues, object storage and tensor arena use) and vLLM's own (``vllm_*``).
@@ -64,10 +67,26 @@ def remove_orphans(paths_and_owners: list[tuple[Path, str]]) -> list[Path]:
     for a later call."""
     removed = []
     for path, owner in paths_and_owners:
-        if owner_is_gone(owner) and not remove_recorded_shared_files(path):
+        if owner_is_gone(owner) and not release_shared_files(path):
             shutil.rmtree(path, ignore_errors=True)
             removed.append(path)
     return removed
+
+
+def shared_files_record(path: str | Path) -> Path:
+    """Where the shared-memory files of ``path``'s owner are recorded: ``.<name>.shared_memory_files``
+    beside it, one name per line."""
+    path = Path(path)
+    return path.with_name(f".{path.name}.{SHARED_FILES_RECORD}")
+
+
+def recorded_paths(directory: Path, pattern: str) -> list[Path]:
+    """The paths matching ``pattern`` in ``directory`` that have a record, whether the path itself is
+    still there or not (removed without its record)."""
+    suffix = f".{SHARED_FILES_RECORD}"
+    return [
+        record.with_name(record.name[1 : -len(suffix)]) for record in directory.glob(f".{pattern}{suffix}")
+    ]
 
 
 # ------------------------------------------------------------------ shared memory of child processes
@@ -113,43 +132,48 @@ def files_in_use(pids: Iterable[int], directory: Path = SHARED_MEMORY) -> set[st
     return names
 
 
-def recorded_shared_files(directory: Path) -> list[str]:
-    """The names in ``directory``'s record (none without one)."""
+def recorded_shared_files(path: str | Path) -> list[str]:
+    """The names in ``path``'s record (none without one)."""
     try:
-        lines = (directory / SHARED_FILES_RECORD).read_text().split()
+        lines = shared_files_record(path).read_text().split()
     except OSError:
         return []
     return [name for name in lines if RECORDED_NAMES.fullmatch(name)]
 
 
-def record_shared_files(directory: str | Path, pid: int | None = None) -> list[str]:
-    """Add to ``directory``'s record the shared-memory files (:data:`RECORDED_NAMES`) that the
-    processes below ``pid`` (this process) use now; the names recorded."""
-    directory = Path(directory)
-    in_use = files_in_use(descendants(os.getpid() if pid is None else pid))
-    names = sorted({*recorded_shared_files(directory), *filter(RECORDED_NAMES.fullmatch, in_use)})
-    if names != recorded_shared_files(directory):
-        _write_record(directory, names)
+def record_shared_files(path: str | Path, pids: Iterable[int]) -> list[str]:
+    """Add to ``path``'s record the shared-memory files (:data:`RECORDED_NAMES`) that the processes
+    ``pids`` use now; the names recorded."""
+    in_use = filter(RECORDED_NAMES.fullmatch, files_in_use(pids))
+    names = sorted({*recorded_shared_files(path), *in_use})
+    if names != recorded_shared_files(path):
+        _write_record(path, names)
     return names
 
 
-def _write_record(directory: Path, names: list[str]) -> None:
-    partial = directory / f".{SHARED_FILES_RECORD}.partial"
+def _write_record(path: str | Path, names: list[str]) -> None:
+    record = shared_files_record(path)
+    partial = record.with_name(f"{record.name}.partial")
     partial.write_text("".join(f"{name}\n" for name in names))
-    partial.replace(directory / SHARED_FILES_RECORD)  # a kill never leaves half a record
+    partial.replace(record)  # a kill never leaves half a record
 
 
 @contextlib.contextmanager
-def recording_shared_files(directory: str | Path, interval_s: float = 1.0) -> Iterator[None]:
-    """Record (:func:`record_shared_files`) every ``interval_s`` while the block runs (a process
-    starting an engine may be killed before it returns, by the OOM killer above all) and once at
-    its end."""
+def recording_shared_files(path: str | Path, interval_s: float = 1.0) -> Iterator[None]:
+    """Record, in ``path``'s record, the shared-memory files of the processes this one starts while
+    the block runs (an engine's, not those of processes started before it, such as another engine):
+    :func:`record_shared_files` every ``interval_s`` (a process starting an engine may be killed
+    before it returns, by the OOM killer above all) and once at the block's end."""
+    earlier = set(descendants(os.getpid()))
     done = threading.Event()
+
+    def record() -> None:
+        with contextlib.suppress(OSError):
+            record_shared_files(path, set(descendants(os.getpid())) - earlier)
 
     def poll() -> None:
         while not done.wait(interval_s):
-            with contextlib.suppress(OSError):  # the directory removed meanwhile
-                record_shared_files(directory)
+            record()
 
     thread = threading.Thread(target=poll, name="record-shared-files", daemon=True)
     thread.start()
@@ -158,29 +182,34 @@ def recording_shared_files(directory: str | Path, interval_s: float = 1.0) -> It
     finally:
         done.set()
         thread.join()
-        with contextlib.suppress(OSError):
-            record_shared_files(directory)
+        record()
 
 
-def remove_recorded_shared_files(directory: Path) -> list[str]:
-    """Delete the shared-memory files in ``directory``'s record, of a process that no longer runs,
-    except those some process still maps or holds open, or that belong to another user; the names
-    still in use (the record is narrowed to them)."""
-    names = [name for name in recorded_shared_files(directory) if (SHARED_MEMORY / name).exists()]
-    if not names:
-        return []
-    in_use = files_in_use(process_ids())
-    kept = []
-    for name in names:
-        path = SHARED_MEMORY / name
-        with contextlib.suppress(FileNotFoundError):
-            info = path.lstat()
-            if not stat.S_ISREG(info.st_mode) or info.st_uid != os.getuid():
-                continue  # not ours: never removed, nor kept in the record
-            if name in in_use:
-                kept.append(name)
-            else:
-                path.unlink()
+def release_shared_files(path: str | Path, wait_s: float = 0.0) -> list[str]:
+    """Delete the shared-memory files in ``path``'s record that no process maps or holds open,
+    waiting up to ``wait_s`` for those still in use to be released; never a file of another user.
+    Returns the names still in use, to which the record is narrowed (without any, it is deleted)."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        names = []
+        for name in recorded_shared_files(path):
+            with contextlib.suppress(FileNotFoundError):
+                info = (SHARED_MEMORY / name).lstat()
+                if stat.S_ISREG(info.st_mode) and info.st_uid == os.getuid():
+                    names.append(name)  # else not ours: never removed, nor kept in the record
+        in_use = files_in_use(process_ids()) if names else set()
+        for name in names:
+            if name not in in_use:
+                with contextlib.suppress(FileNotFoundError):
+                    (SHARED_MEMORY / name).unlink()
+        kept = [name for name in names if name in in_use]
+        if not kept or time.monotonic() >= deadline:
+            break
+        time.sleep(0.1)
+    record = shared_files_record(path)
     if kept:
-        _write_record(directory, kept)
+        _write_record(path, kept)
+    else:
+        record.unlink(missing_ok=True)
+        record.with_name(f"{record.name}.partial").unlink(missing_ok=True)  # of a kill mid-write
     return kept

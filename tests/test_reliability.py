@@ -20,6 +20,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 from types import SimpleNamespace
@@ -41,12 +42,13 @@ from hgpo_rllib.cli.train import check_trial_resources, claim_experiment_dir, ex
 from hgpo_rllib.evaluation.policy_loading import POLICY_RECORD, say_pickle_trust_once
 from hgpo_rllib.evaluation.rollout import read_played_episodes
 from hgpo_rllib.orphans import (
-    SHARED_FILES_RECORD,
     SHARED_MEMORY,
     files_in_use,
     owner_tag,
     process_ids,
     recorded_shared_files,
+    release_shared_files,
+    shared_files_record,
 )
 from hgpo_rllib.run_records import exclusive_directory
 
@@ -226,7 +228,8 @@ def test_shared_memory_of_a_killed_runners_engine_is_removed_by_the_next_engine(
     """Issue 62, item 5: a Ray actor's SIGKILL kills its process group (vLLM's engine and Python's
     resource tracker too), so the engine's queues (``psm_*``, ~0.4 GB per engine) stayed in /dev/shm.
     The next engine removes those its weight directory records, once their owner is dead and no
-    process maps them; another process's queues, and any file that is not recorded, stay."""
+    process maps them, also when the directory itself was removed without them (by an older
+    version); another process's queues, and any file that is not recorded, stay."""
     from hgpo_rllib.rl_module.vllm_generation import _weights_dir_prefix, remove_orphaned_weight_dirs
 
     runner = subprocess.Popen(
@@ -256,24 +259,46 @@ def test_shared_memory_of_a_killed_runners_engine_is_removed_by_the_next_engine(
         while name in files_in_use(process_ids()) and time.monotonic() < deadline:
             time.sleep(0.1)  # the engine's exit
         assert (SHARED_MEMORY / name).exists()  # nothing unlinked it
+        shutil.rmtree(orphan)  # as an older version's next engine did: the record beside it stays
         live = tmp_path / f"{_weights_dir_prefix()}live"
         busy = tmp_path / f"{_weights_dir_prefix(dead.pid)}busy"  # dead owner, queue still mapped
         for directory, names in ((live, [held.name]), (busy, [held.name, "../etc", "x"])):
             directory.mkdir()
-            (directory / SHARED_FILES_RECORD).write_text("".join(f"{n}\n" for n in names))
+            shared_files_record(directory).write_text("".join(f"{n}\n" for n in names))
         assert remove_orphaned_weight_dirs(tmp_path) == [orphan]
-        assert not orphan.exists() and not (SHARED_MEMORY / name).exists()
+        assert not (SHARED_MEMORY / name).exists() and not shared_files_record(orphan).exists()
         assert held.exists() and stray.exists()
         assert live.exists() and recorded_shared_files(busy) == [held.name]
         holder.close()  # no longer in use: the next engine removes it with its directory
         assert remove_orphaned_weight_dirs(tmp_path) == [busy]
         assert not held.exists() and stray.exists() and live.exists()
+        assert {p.name for p in tmp_path.iterdir()} == {live.name, shared_files_record(live).name}
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(runner.pid, signal.SIGKILL)
         holder.close()
         for path in (held, stray):
             path.unlink(missing_ok=True)
+
+
+@pytest.mark.skipif(not SHARED_MEMORY.is_dir(), reason="no /dev/shm (POSIX shared memory) on this system")
+def test_a_closed_engine_s_queues_are_removed_once_its_processes_let_them_go(tmp_path: Path) -> None:
+    """A vLLM engine's shutdown leaves its worker's queue to Python's resource tracker, which a Ray
+    actor's kill (``algo.stop()`` kills each runner's process group) takes down too: the generator's
+    close removes the recorded queues once no process holds them, waiting for them a while."""
+    queue = SHARED_MEMORY / f"psm_{os.urandom(4).hex()}"
+    queue.write_bytes(bytes(4096))
+    holder = queue.open("rb")  # the engine's worker, still exiting
+    try:
+        weights = tmp_path / "weights"
+        shared_files_record(weights).write_text(f"{queue.name}\n")
+        assert release_shared_files(weights) == [queue.name] and queue.exists()
+        threading.Timer(0.5, holder.close).start()
+        assert release_shared_files(weights, wait_s=30) == [] and not queue.exists()
+        assert not shared_files_record(weights).exists()
+    finally:
+        holder.close()
+        queue.unlink(missing_ok=True)
 
 
 def test_checkpoint_copies_of_dead_trials_are_removed_from_the_temp_dir(tmp_path: Path) -> None:

@@ -26,7 +26,14 @@ import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from vllm import LLM, SamplingParams
 
-from hgpo_rllib.orphans import host_tag, owner_tag, recording_shared_files, remove_orphans
+from hgpo_rllib.orphans import (
+    host_tag,
+    owner_tag,
+    recorded_paths,
+    recording_shared_files,
+    release_shared_files,
+    remove_orphans,
+)
 from hgpo_rllib.rl_module.engine_weights import engine_tensors
 from hgpo_rllib.rl_module.generation import Generated, Generator
 
@@ -68,10 +75,12 @@ def remove_orphaned_weight_dirs(scratch: str | Path) -> list[Path]:
     A runner killed with SIGKILL (how a hung runner is stopped) cannot remove its directory, which in
     /dev/shm holds a full copy of the weights in RAM; the next engine started on the host removes it,
     and with it the engine's shared-memory queues that the directory's record lists
-    (:func:`~hgpo_rllib.orphans.recording_shared_files`).
+    (:func:`~hgpo_rllib.orphans.recording_shared_files`; the record of a directory already removed
+    counts too).
     """
-    paths = Path(scratch).glob(f"{glob.escape(WEIGHTS_DIR_PREFIX + host_tag())}-*-*")
-    return remove_orphans([(path, weight_dir_owner(path)) for path in paths])
+    pattern = f"{glob.escape(WEIGHTS_DIR_PREFIX + host_tag())}-*-*"
+    paths = {*Path(scratch).glob(pattern), *recorded_paths(Path(scratch), pattern)}
+    return remove_orphans([(path, weight_dir_owner(path)) for path in sorted(paths)])
 
 
 @dataclasses.dataclass(frozen=True)
@@ -230,13 +239,22 @@ class VLLMGenerator(Generator):
         return sum(slot.nbytes for slot in slots)
 
     def close(self) -> None:
-        """Stop the engine's processes and remove the weight directory. The engine's shared-memory
-        queues (``/dev/shm/psm_*``, ~0.2 GB each) are unlinked only by a clean shutdown: a runner
-        process that ends with its engine running leaves them behind, for the next engine started on
-        the host to remove (:func:`remove_orphaned_weight_dirs`)."""
+        """Stop the engine's processes, remove what is left of its shared-memory queues
+        (``/dev/shm/psm_*``, ~0.2 GB each) and the weight directory.
+
+        vLLM's shutdown does not unlink every queue before it returns: a queue made in the engine's
+        worker process is left to Python's resource tracker, which unlinks it when this process
+        ends, unless the process is killed first (Ray stops a remote env runner by killing its
+        process group right after ``stop()``, which left one queue per runner at every run's end).
+        So the recorded queues are removed here once the engine's processes have let them go. A
+        runner killed with its engine running leaves them to the next engine started on the host
+        (:func:`remove_orphaned_weight_dirs`), as does a close whose engine still holds them 10 s
+        after its shutdown."""
         if self._llm is not None:
             self._llm.llm_engine.engine_core.shutdown()
             self._llm = None
+            if release_shared_files(self._weights_dir.name, wait_s=10):
+                return
         self._weights_dir.cleanup()
 
     def generate(
