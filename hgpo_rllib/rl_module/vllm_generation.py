@@ -242,11 +242,10 @@ class VLLMGenerator(Generator):
         """Stop the engine's processes, remove what is left of its shared-memory queues
         (``/dev/shm/psm_*``, ~0.2 GB each) and the weight directory.
 
-        vLLM's shutdown does not unlink every queue before it returns: a queue made in the engine's
-        worker process is left to Python's resource tracker, which unlinks it when this process
-        ends, unless the process is killed first (Ray stops a remote env runner by killing its
-        process group right after ``stop()``, which left one queue per runner at every run's end).
-        So the recorded queues are removed here once the engine's processes have let them go. A
+        vLLM's shutdown can return before both queues are unlinked, and Ray stops a remote env
+        runner by killing its process group right after ``stop()``, which left one queue per runner
+        at every run's end. So the recorded queues are removed here once the engine's processes
+        have let them go. A
         runner killed with its engine running leaves them to the next engine started on the host
         (:func:`remove_orphaned_weight_dirs`), as does a close whose engine still holds them 10 s
         after its shutdown."""
