@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import copy
 import json
+import subprocess
+import sys
 import textwrap
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -30,6 +32,14 @@ DATA = TESTS / "data"
 
 
 # ------------------------------------------------------------------------------ test data files
+def run_python(code: str, **kwargs: Any) -> subprocess.CompletedProcess[str]:
+    """``python -c code`` in a child process (``subprocess.run`` keywords: ``env``, ``cwd``, ``input``,
+    ``timeout``); its failure fails the test here, with the child's stderr in the message."""
+    child = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, **kwargs)
+    assert child.returncode == 0, f"the child exited with {child.returncode}:\n{child.stderr}"
+    return child
+
+
 def golden_cases(estimator: str) -> list[dict[str, Any]]:
     """The reference's advantage cases for "grpo", "gigpo" or "hgpo" (docs/hgpo_algorithm.md §8)."""
     return read_json(DATA / "golden" / f"{estimator}_cases.json.xz")["cases"]

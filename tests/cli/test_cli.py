@@ -403,8 +403,8 @@ def test_config_flag_rejects_unknown_settings(tmp_path: Path, capsys: pytest.Cap
     assert "unknown setting(s) ['learning_rate']" in err and len(err.strip().splitlines()) == 1
     assert cli.main(["train", "file", path, "--config", '{"model_config": 3}']) == 2
     assert "model_config must be a JSON object" in capsys.readouterr().err
-    # --resume takes the run's own --config repeated (tests/test_runs_that_cannot_train.py); here there
-    # is no run to resume, which is one line too.
+    # --resume takes the run's own --config repeated (tests/end_to_end/test_runs_that_cannot_train.py);
+    # here there is no run to resume, which is one line too.
     assert cli.main(["train", "file", path, "--resume", "--config", '{"lr": 1e-3}']) == 2
     assert "nothing to resume: no experiment 'HGPO_keychest'" in capsys.readouterr().err
 
