@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     import torch
 
     from hgpo_rllib.algorithms.hgpo.hgpo import HGPO, HGPOConfig
+    from hgpo_rllib.algorithms.hiper.hiper import HiPERConfig
     from hgpo_rllib.rl_module.llm_rl_module import LLMRLModule
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -157,10 +158,77 @@ def keychest_config(*, remote_runners: int = 1, **training: Any) -> HGPOConfig:
     )
 
 
-def learner_weights(algo: HGPO) -> dict[str, np.ndarray]:
-    """A copy: a local learner's state arrays share memory with its live parameters."""
+#: vLLM's engine settings in tests: eager mode and an explicit KV cache size skip vLLM's compilation
+#: and memory profiling at start-up.
+VLLM_ENGINE_ARGS = {"enforce_eager": True, "kv_cache_memory_bytes": 64 << 20}
+
+#: HiPER's tiny policy with a tiny critic beside it.
+TINY_HIPER_MODEL = {**TINY_MODEL, "critic_tiny_model": MICRO}
+
+
+def hiper_keychest_config(**training: Any) -> HiPERConfig:
+    """HiPER on KeyChest in plan-execute answers, local runner: 4 episodes of <= 3 steps, a tiny
+    policy and critic."""
+    from hgpo_rllib import HiPERConfig
+
+    return (
+        HiPERConfig()
+        .environment("keychest", env_config={"max_steps": 3, "answer_format": "plan_execute"})
+        .env_runners(num_env_runners=0, num_envs_per_env_runner=4, create_local_env_runner=True)
+        .rl_module(model_config=TINY_HIPER_MODEL)
+        .training(
+            groups_per_iteration=4,
+            max_new_tokens=16,
+            max_prompt_tokens=200,
+            minibatch_size=8,
+            micro_batch_size=4,
+            lr=1e-3,
+            critic_lr=1e-3,
+            **training,
+        )
+        .debugging(seed=0)
+    )
+
+
+#: The KeyChest team's roles (``keychest_team``).
+TEAM_ROLES = ("planner", "executor")
+
+
+def keychest_team_config(*, shared: bool, **training: Any) -> HGPOConfig:
+    """Dr. MAS's KeyChest planner/executor team, local runner: one tiny LLM per role, or one
+    (``shared``) serving both; 2 groups of 2, agent-wise normalisation."""
+    import functools
+
+    from hgpo_rllib import HGPOConfig
+    from hgpo_rllib.experiments.teams import SHARED_MODULE_ID, role_module
+
+    modules = {SHARED_MODULE_ID} if shared else set(TEAM_ROLES)
+    return (
+        HGPOConfig()
+        .environment("keychest_team", env_config={"max_steps": 4})
+        .env_runners(num_env_runners=0, num_envs_per_env_runner=4, create_local_env_runner=True)
+        .multi_agent(policies=modules, policy_mapping_fn=functools.partial(role_module, shared))
+        .rl_module(model_config=TINY_MODEL)
+        .training(
+            group_size=2,
+            groups_per_iteration=2,
+            max_new_tokens=8,
+            max_prompt_tokens=160,
+            minibatch_size=64,
+            micro_batch_size=8,
+            lr=1e-3,
+            normalize_by="agent",
+            **training,
+        )
+        .debugging(seed=0)
+    )
+
+
+def learner_weights(algo: HGPO, module_id: str = "default_policy") -> dict[str, np.ndarray]:
+    """A copy of one module's learner state (a LoRA module's: its adapters): a local learner's state
+    arrays share memory with its live parameters."""
     state = algo.learner_group.get_state(components="learner/rl_module")["learner"]["rl_module"]
-    return copy.deepcopy(state["default_policy"])
+    return copy.deepcopy(state[module_id])
 
 
 def optimizer_state(algo: HGPO) -> Any:

@@ -11,7 +11,8 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
-from helpers import MICRO, TINY_MODEL
+from helpers import TINY_HIPER_MODEL as TINY
+from helpers import hiper_keychest_config
 from ray.rllib.core import DEFAULT_MODULE_ID
 from ray.rllib.core.rl_module.rl_module import RLModuleSpec
 from ray.rllib.env.single_agent_episode import SingleAgentEpisode
@@ -34,7 +35,6 @@ from hgpo_rllib.connectors.learner.hae_advantages import HAEAdvantages, HAESetti
 from hgpo_rllib.connectors.learner.plan_execute_spans import Spans, token_spans
 from hgpo_rllib.rl_module.critic_rl_module import LLMCriticRLModule
 
-TINY = {**TINY_MODEL, "critic_tiny_model": MICRO}
 CORPUS = ["<switch>KEEP</switch><subgoal>find the key</subgoal><action>go north</action> SWITCH open chest"]
 
 
@@ -231,28 +231,6 @@ def test_the_hae_connector_is_hae_on_the_critics_values_scattered_onto_the_block
     assert logged["segment_length_mean"] == pytest.approx(7 / 4)
 
 
-def hiper_keychest_config(**training: Any) -> Any:
-    from hgpo_rllib import HiPERConfig
-
-    return (
-        HiPERConfig()
-        .environment("keychest", env_config={"max_steps": 3, "answer_format": "plan_execute"})
-        .env_runners(num_env_runners=0, num_envs_per_env_runner=4, create_local_env_runner=True)
-        .rl_module(model_config=TINY)
-        .training(
-            groups_per_iteration=4,
-            max_new_tokens=16,
-            max_prompt_tokens=200,
-            minibatch_size=8,
-            micro_batch_size=4,
-            lr=1e-3,
-            critic_lr=1e-3,
-            **training,
-        )
-        .debugging(seed=0)
-    )
-
-
 def test_hiper_trains_policy_and_critic_and_checkpoints_both(tmp_path: Path) -> None:
     algo = hiper_keychest_config().build_algo()
     try:
@@ -346,6 +324,21 @@ def test_hiper_validation_names_what_is_wrong(make_config: Any, message: str, tm
 def test_hiper_grouped_baseline_reaches_the_hae_settings() -> None:
     grouped = _hiper_training(high_level_baseline="groups", group_size=4, history_length=3)
     assert grouped.hae_settings() == HAESettings(high_level_baseline="groups", history_length=3)
+
+
+def test_policy_and_critic_are_named_as_any_model_is(smollm2_dir: Path) -> None:
+    """A short name (or GGUF file, cached id) works for the policy and the critic alike: validation
+    resolves both, offline, instead of asking the Hugging Face hub for "smollm2-135m-instruct"."""
+    from hgpo_rllib import HiPERConfig
+    from hgpo_rllib.rl_module.critic import check_critic_tokenizer
+
+    config = HiPERConfig().environment("keychest", env_config={"answer_format": "plan_execute"})
+    named = {"model": "smollm2-135m-instruct", "critic": "smollm2-135m-instruct"}
+    assert config.rl_module(model_config=named).setting_errors() == []
+    assert config.rl_module(model_config={**named, "critic": str(smollm2_dir)}).setting_errors() == []
+    other = critic_module().tokenizer
+    with pytest.raises(ValueError, match="another tokenizer than the policy's"):
+        check_critic_tokenizer("smollm2-135m-instruct", other)
 
 
 def module_weights(learners: Any) -> dict[str, np.ndarray]:

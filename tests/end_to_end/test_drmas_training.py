@@ -5,7 +5,6 @@ and ``rllib evaluate`` (``slow``)."""
 from __future__ import annotations
 
 import dataclasses
-import functools
 from pathlib import Path
 from typing import Any
 
@@ -13,20 +12,20 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-from helpers import TINY_MODEL, TUNED, crashing_tuned_example, sft_args
+from helpers import TEAM_ROLES as ROLES
+from helpers import TUNED, crashing_tuned_example, keychest_team_config, sft_args
 from ray.rllib.policy.policy import PolicySpec
 from safetensors.torch import load_file
 
 from envs.common.spaces import TextSpace
-from hgpo_rllib import HGPOConfig, cli
+from hgpo_rllib import cli
 from hgpo_rllib.columns import group_id_of
 from hgpo_rllib.env_runner.grouped_multi_agent_env_runner import GroupedMultiAgentEnvRunner
 from hgpo_rllib.experiments.settings import RunSettings
-from hgpo_rllib.experiments.teams import SHARED_MODULE_ID, role_module, team_config, team_warm_start_config
+from hgpo_rllib.experiments.teams import SHARED_MODULE_ID, team_config, team_warm_start_config
 
 pytestmark = pytest.mark.usefixtures("ray_session")
 
-ROLES = ("planner", "executor")
 WEBSHOP_ROLES = ("verifier", "searcher", "buyer")
 TEXT = TextSpace()
 
@@ -47,29 +46,6 @@ def assert_every_turn_trains_once(result: dict[str, Any], rows: dict[str, int]) 
     assert sum(rows.values()) == total == runners["num_env_steps_sampled"]
     assert 2 * EPISODES <= total <= MAX_TURNS * EPISODES
     assert all(count >= EPISODES for count in rows.values()), rows
-
-
-def keychest_team_config(*, shared: bool, **training: Any) -> HGPOConfig:
-    modules = {SHARED_MODULE_ID} if shared else set(ROLES)
-    return (
-        HGPOConfig()
-        .environment("keychest_team", env_config={"max_steps": 4})
-        .env_runners(num_env_runners=0, num_envs_per_env_runner=4, create_local_env_runner=True)
-        .multi_agent(policies=modules, policy_mapping_fn=functools.partial(role_module, shared))
-        .rl_module(model_config=TINY_MODEL)
-        .training(
-            group_size=2,
-            groups_per_iteration=2,
-            max_new_tokens=8,
-            max_prompt_tokens=160,
-            minibatch_size=64,
-            micro_batch_size=8,
-            lr=1e-3,
-            normalize_by="agent",
-            **training,
-        )
-        .debugging(seed=0)
-    )
 
 
 def module_weights(algo: Any, module_id: str) -> dict[str, torch.Tensor]:

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-from helpers import TINY_MODEL, keychest_config
+from helpers import TINY_MODEL, VLLM_ENGINE_ARGS, keychest_config
 from ray.rllib.core.columns import Columns
 
 from hgpo_rllib import HGPO
@@ -33,8 +33,6 @@ from hgpo_rllib.orphans import (
 from hgpo_rllib.rl_module import LLMRLModule
 from hgpo_rllib.rl_module.vllm_generation import VLLMGenerator, engine_state
 
-# Eager mode and an explicit KV cache size skip vLLM's compilation and memory profiling at start-up.
-ENGINE_ARGS = {"enforce_eager": True, "kv_cache_memory_bytes": 64 << 20}
 # test_algorithm's tiny model, with 32-wide heads: vLLM's CPU attention has no kernel for 16.
 TINY_VLLM_MODEL = {**TINY_MODEL, "tiny_model": {**TINY_MODEL["tiny_model"], "hidden_size": 64}}
 
@@ -42,7 +40,7 @@ TINY_VLLM_MODEL = {**TINY_MODEL, "tiny_model": {**TINY_MODEL["tiny_model"], "hid
 @pytest.fixture(scope="module")
 def algo(ray_session: None) -> Iterator[HGPO]:
     config = keychest_config(remote_runners=0).rl_module(
-        model_config={**TINY_VLLM_MODEL, "inference_backend": "vllm", "vllm_engine_args": ENGINE_ARGS}
+        model_config={**TINY_VLLM_MODEL, "inference_backend": "vllm", "vllm_engine_args": VLLM_ENGINE_ARGS}
     )
     algorithm = config.build_algo()
     yield algorithm
@@ -162,7 +160,7 @@ def test_a_runner_s_engine_queues_are_removed_when_it_is_killed_and_when_it_stop
     ``algo.stop()``, which stops each runner and then kills its process group, left one queue
     (~0.16 GB, its worker's) per runner at every run's end."""
     config = keychest_config(remote_runners=1).rl_module(
-        model_config={**TINY_VLLM_MODEL, "inference_backend": "vllm", "vllm_engine_args": ENGINE_ARGS}
+        model_config={**TINY_VLLM_MODEL, "inference_backend": "vllm", "vllm_engine_args": VLLM_ENGINE_ARGS}
     )
     algorithm = config.build_algo()
     # On the remote runner (a lambda: Ray ships it by value): its pid and its engine's weight
