@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 import subprocess
 import sys
 import textwrap
@@ -30,6 +31,17 @@ ROOT = Path(__file__).resolve().parents[1]
 TESTS = ROOT / "tests"
 TUNED = ROOT / "tuned_examples"
 DATA = TESTS / "data"
+
+
+#: A line the session's Ray forwards from a worker: ``(Name pid=N) ...``, maybe in colour.
+RAY_WORKER_LINE = re.compile(r"(\x1b\[\d+m)?\(")
+
+
+def own_stderr(err: str) -> str:
+    """Captured stderr without the lines Ray forwards from its workers: the session's cluster outlives
+    each test, and a worker's line (an actor that failed in an earlier test, say) can arrive in any
+    later test's capture."""
+    return "".join(line for line in err.splitlines(keepends=True) if not RAY_WORKER_LINE.match(line))
 
 
 # ------------------------------------------------------------------------------ test data files

@@ -22,7 +22,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from helpers import TINY_MODEL, write_experiment
+from helpers import TINY_MODEL, own_stderr, write_experiment
 from ray.rllib.env.single_agent_episode import SingleAgentEpisode
 
 from hgpo_rllib import cli
@@ -76,7 +76,7 @@ def test_a_run_that_cannot_start_fails_at_once_naming_its_cause(
     started = time.monotonic()
     assert cli.main(train_args(path, tmp_path, "--max-failures", "3")) == 1
     assert time.monotonic() - started < 60
-    err = capsys.readouterr().err
+    err = own_stderr(capsys.readouterr().err)
     assert "is not a metric" not in err
     (line,) = [line for line in err.splitlines() if line.startswith("rllib")]
     assert err.rstrip().endswith(line)
@@ -96,9 +96,10 @@ def test_a_run_whose_every_episode_ends_in_an_env_error_stops_naming_the_env(
     assert cli.main(train_args(path, tmp_path, "--max-failures", "3")) == 1
     captured = capsys.readouterr()
     iterations = [line for line in captured.out.splitlines() if line.startswith("iter ")]
+    err = own_stderr(captured.err)
     assert len(iterations) == ENV_ERROR_ITERATIONS - 1 and "env errors 100%" in iterations[0]
-    (line,) = [line for line in captured.err.splitlines() if line.startswith("rllib")]
-    assert captured.err.rstrip().endswith(line)
+    (line,) = [line for line in err.splitlines() if line.startswith("rllib")]
+    assert err.rstrip().endswith(line)
     assert f"every episode of the last {ENV_ERROR_ITERATIONS} iterations ended in an env error" in line
     assert "experiment.py:FlakyEnv" in line and "ConnectionError: the game server went away" in line
     assert "not retried" in line
@@ -226,7 +227,7 @@ def test_a_bad_stop_value_is_one_line_before_anything_is_written(
 ) -> None:
     path = write_experiment(tmp_path)
     assert cli.main(train_args(path, tmp_path, "--stop", '{"training_iteration": 0}')) == 2
-    err = capsys.readouterr().err
+    err = own_stderr(capsys.readouterr().err)
     assert err.count("\n") == 1 and err.startswith("rllib: error: stop criterion 'training_iteration'"), err
     assert not (tmp_path / "out").exists()
 
@@ -272,7 +273,7 @@ def test_a_name_that_is_a_path_is_refused(
     assert (
         cli.main(["train", "file", str(path), "--name", name, "--storage-path", str(tmp_path / "out")]) == 2
     )
-    err = capsys.readouterr().err
+    err = own_stderr(capsys.readouterr().err)
     assert err.count("\n") == 1 and f"--name {name!r} is not a name" in err
     assert not (tmp_path / "out").exists() and not (tmp_path.parent / "x").exists()
 
@@ -289,7 +290,7 @@ def test_ctrl_c_before_the_run_exists_says_to_rerun_without_resume(
     monkeypatch.setattr(train_cli, "check_trial_resources", interrupted)
     path = write_experiment(tmp_path)
     assert cli.main(["train", "file", str(path), "--storage-path", str(tmp_path / "out")]) == 130
-    last = capsys.readouterr().err.strip().splitlines()[-1]
+    last = own_stderr(capsys.readouterr().err).strip().splitlines()[-1]
     assert last == "rllib: interrupted; the run had not started; rerun the same command (without --resume)"
 
 
@@ -390,7 +391,7 @@ def test_a_full_disk_while_saving_a_checkpoint_keeps_the_previous_one_and_says_s
         assert cli.main(args) == 1
         (trial,) = [d for d in (storage / "out" / "run").iterdir() if d.is_dir()]
         assert sorted(c.name for c in trial.glob("checkpoint_*")) == ["checkpoint_000000"]
-        last = capsys.readouterr().err.strip().splitlines()[-1]
+        last = own_stderr(capsys.readouterr().err).strip().splitlines()[-1]
         assert re.fullmatch(
             rf"rllib: .*No space left on device.*; the checkpoint {re.escape(str(trial))}/checkpoint_000000 "
             r"\(iteration 1\) is kept: free space, then rerun with --resume",
