@@ -52,6 +52,6 @@ Running, evaluating, warm-starting:
 
 Outside the package: ``tuned_examples/drmas_webshop.py`` and ``tuned_examples/drmas_alfworld.py``,
 ``benchmarks/drmas_normalisation.py`` (global vs agent-wise normalisation on CPU), and the tests
-``tests/test_team_envs.py``, ``tests/test_advantages_multi_agent.py``,
-``tests/test_multi_agent_learning.py`` and ``tests/test_drmas_training.py``.
+``tests/envs/test_team_envs.py``, ``tests/advantages/test_advantages_multi_agent.py``,
+``tests/connectors/test_multi_agent_learning.py`` and ``tests/end_to_end/test_drmas_training.py``.
 """

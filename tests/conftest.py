@@ -8,6 +8,12 @@ Tune) and the default ALFWorld data directory both follow ``HOME``, so the whole
 Ray starts once per test run: test modules that need it declare
 ``pytestmark = pytest.mark.usefixtures("ray_session")`` (or request the fixture per test). Helpers shared
 by several test modules live in ``tests/helpers.py`` (``from helpers import ...``).
+
+Layout: ``tests/<sub-package>/`` mirrors ``hgpo_rllib/`` (``core/`` its top-level modules), ``envs/`` the
+envs package, ``benchmarks/`` the checks of ``benchmarks/`` scripts, ``end_to_end/`` whole jobs through
+several layers; repo-wide checks and the shared support stay here. Test file basenames are unique
+(pytest's default prepend import mode puts each folder on ``sys.path``, and this file puts ``tests/``
+there, so ``from helpers import`` works from every folder).
 """
 
 from __future__ import annotations

@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import copy
 import json
+import re
+import subprocess
+import sys
 import textwrap
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -21,6 +24,7 @@ if TYPE_CHECKING:
     import torch
 
     from hgpo_rllib.algorithms.hgpo.hgpo import HGPO, HGPOConfig
+    from hgpo_rllib.algorithms.hiper.hiper import HiPERConfig
     from hgpo_rllib.rl_module.llm_rl_module import LLMRLModule
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -29,7 +33,26 @@ TUNED = ROOT / "tuned_examples"
 DATA = TESTS / "data"
 
 
+#: A line the session's Ray forwards from a worker: ``(Name pid=N) ...``, maybe in colour.
+RAY_WORKER_LINE = re.compile(r"(\x1b\[\d+m)?\(")
+
+
+def own_stderr(err: str) -> str:
+    """Captured stderr without the lines Ray forwards from its workers: the session's cluster outlives
+    each test, and a worker's line (an actor that failed in an earlier test, say) can arrive in any
+    later test's capture."""
+    return "".join(line for line in err.splitlines(keepends=True) if not RAY_WORKER_LINE.match(line))
+
+
 # ------------------------------------------------------------------------------ test data files
+def run_python(code: str, **kwargs: Any) -> subprocess.CompletedProcess[str]:
+    """``python -c code`` in a child process (``subprocess.run`` keywords: ``env``, ``cwd``, ``input``,
+    ``timeout``); its failure fails the test here, with the child's stderr in the message."""
+    child = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, **kwargs)
+    assert child.returncode == 0, f"the child exited with {child.returncode}:\n{child.stderr}"
+    return child
+
+
 def golden_cases(estimator: str) -> list[dict[str, Any]]:
     """The reference's advantage cases for "grpo", "gigpo" or "hgpo" (docs/hgpo_algorithm.md §8)."""
     return read_json(DATA / "golden" / f"{estimator}_cases.json.xz")["cases"]
@@ -147,10 +170,77 @@ def keychest_config(*, remote_runners: int = 1, **training: Any) -> HGPOConfig:
     )
 
 
-def learner_weights(algo: HGPO) -> dict[str, np.ndarray]:
-    """A copy: a local learner's state arrays share memory with its live parameters."""
+#: vLLM's engine settings in tests: eager mode and an explicit KV cache size skip vLLM's compilation
+#: and memory profiling at start-up.
+VLLM_ENGINE_ARGS = {"enforce_eager": True, "kv_cache_memory_bytes": 64 << 20}
+
+#: HiPER's tiny policy with a tiny critic beside it.
+TINY_HIPER_MODEL = {**TINY_MODEL, "critic_tiny_model": MICRO}
+
+
+def hiper_keychest_config(**training: Any) -> HiPERConfig:
+    """HiPER on KeyChest in plan-execute answers, local runner: 4 episodes of <= 3 steps, a tiny
+    policy and critic."""
+    from hgpo_rllib import HiPERConfig
+
+    return (
+        HiPERConfig()
+        .environment("keychest", env_config={"max_steps": 3, "answer_format": "plan_execute"})
+        .env_runners(num_env_runners=0, num_envs_per_env_runner=4, create_local_env_runner=True)
+        .rl_module(model_config=TINY_HIPER_MODEL)
+        .training(
+            groups_per_iteration=4,
+            max_new_tokens=16,
+            max_prompt_tokens=200,
+            minibatch_size=8,
+            micro_batch_size=4,
+            lr=1e-3,
+            critic_lr=1e-3,
+            **training,
+        )
+        .debugging(seed=0)
+    )
+
+
+#: The KeyChest team's roles (``keychest_team``).
+TEAM_ROLES = ("planner", "executor")
+
+
+def keychest_team_config(*, shared: bool, **training: Any) -> HGPOConfig:
+    """Dr. MAS's KeyChest planner/executor team, local runner: one tiny LLM per role, or one
+    (``shared``) serving both; 2 groups of 2, agent-wise normalisation."""
+    import functools
+
+    from hgpo_rllib import HGPOConfig
+    from hgpo_rllib.experiments.teams import SHARED_MODULE_ID, role_module
+
+    modules = {SHARED_MODULE_ID} if shared else set(TEAM_ROLES)
+    return (
+        HGPOConfig()
+        .environment("keychest_team", env_config={"max_steps": 4})
+        .env_runners(num_env_runners=0, num_envs_per_env_runner=4, create_local_env_runner=True)
+        .multi_agent(policies=modules, policy_mapping_fn=functools.partial(role_module, shared))
+        .rl_module(model_config=TINY_MODEL)
+        .training(
+            group_size=2,
+            groups_per_iteration=2,
+            max_new_tokens=8,
+            max_prompt_tokens=160,
+            minibatch_size=64,
+            micro_batch_size=8,
+            lr=1e-3,
+            normalize_by="agent",
+            **training,
+        )
+        .debugging(seed=0)
+    )
+
+
+def learner_weights(algo: HGPO, module_id: str = "default_policy") -> dict[str, np.ndarray]:
+    """A copy of one module's learner state (a LoRA module's: its adapters): a local learner's state
+    arrays share memory with its live parameters."""
     state = algo.learner_group.get_state(components="learner/rl_module")["learner"]["rl_module"]
-    return copy.deepcopy(state["default_policy"])
+    return copy.deepcopy(state[module_id])
 
 
 def optimizer_state(algo: HGPO) -> Any:
@@ -193,13 +283,17 @@ def assert_policy_moved(
     ``lr``; float rounding is ~1e-9) and at most ``optimizer_steps`` maximal steps (plus 1% for weight
     decay); the frozen reference model (``ref_lm.*``) did not move at all."""
     assert optimizer_steps >= 1 and before.keys() == after.keys()
-    policy = [k for k in before if not k.startswith("ref_lm.")]
-    changes = {k: np.abs(np.subtract(after[k], before[k], dtype=np.float64)) for k in before}
-    assert all(np.isfinite(c).all() for c in changes.values()), "a weight became non-finite"
-    largest = max(float(changes[k].max()) for k in policy)
+    # Each tensor's largest change, one float64 difference at a time: a real model's all at once
+    # would take 8 bytes per parameter.
+    changes: dict[str, float] = {}
+    for k in before:
+        change = np.abs(np.subtract(after[k], before[k], dtype=np.float64))
+        assert np.isfinite(change).all(), f"weight {k} became non-finite"
+        changes[k] = float(change.max())
+    largest = max(change for k, change in changes.items() if not k.startswith("ref_lm."))
     bound = 1.01 * ADAM_STEP_BOUND * lr * optimizer_steps
     assert 0.5 * lr <= largest <= bound, f"largest change {largest:.3g}, not in [{0.5 * lr}, {bound:.3g}]"
-    assert all(float(changes[k].max()) == 0.0 for k in before if k.startswith("ref_lm."))
+    assert all(change == 0.0 for k, change in changes.items() if k.startswith("ref_lm."))
 
 
 def optimizer_steps(*results: dict[str, Any]) -> int:

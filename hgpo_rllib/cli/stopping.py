@@ -16,6 +16,8 @@ import errno
 import math
 import os
 import pickle
+import re
+import shutil
 import signal
 import threading
 from collections.abc import Mapping
@@ -238,7 +240,10 @@ class StopOnRecurringErrors(tune.Callback):
             )
         full = _disk_full(error)
         if full is not None:
-            raise RecurringTrialError(f"{trial}: {error_line(full)}; {_kept_checkpoint(trial)}")
+            removed = "".join(
+                f"the incomplete copy {name} was removed; " for name in _remove_incomplete_checkpoints(trial)
+            )
+            raise RecurringTrialError(f"{trial}: {error_line(full)}; {removed}{_kept_checkpoint(trial)}")
         recurring = [e for e in error_chain(error) if isinstance(e, RECURRING_ERRORS)]
         if recurring:
             cause = recurring[-1]  # the innermost: the learner's own error, not Ray's wrapper
@@ -251,6 +256,31 @@ def _disk_full(error: BaseException | None) -> OSError | None:
     """The full-disk error (:data:`DISK_FULL_ERRNOS`) in ``error``'s chain, else None."""
     full = [e for e in error_chain(error) if isinstance(e, OSError) and e.errno in DISK_FULL_ERRNOS]
     return full[-1] if full else None
+
+
+def _remove_incomplete_checkpoints(trial: Any) -> list[str]:
+    """Delete the trial's checkpoint directories that Tune never added to it: a full disk stops
+    Tune's copy of a checkpoint into the trial's storage part way, and the copy stays (Tune adds a
+    checkpoint only once its copy is complete, so these are exactly the directories numbered after
+    the trial's latest checkpoint). Local storage only; their names."""
+    latest = trial.latest_checkpoint_result
+    trial_dir = Path(latest.checkpoint.path).parent if latest is not None else getattr(trial, "path", None)
+    if trial_dir is None or not Path(trial_dir).is_dir():
+        return []
+    kept = _checkpoint_number(Path(latest.checkpoint.path).name) if latest is not None else -1
+    removed = []
+    for path in sorted(Path(trial_dir).iterdir()):
+        number = _checkpoint_number(path.name)
+        if number is not None and number > (kept if kept is not None else math.inf) and path.is_dir():
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path.name)
+    return removed
+
+
+def _checkpoint_number(name: str) -> int | None:
+    """n of Tune's ``checkpoint_<n>`` directory names."""
+    match = re.fullmatch(r"checkpoint_(\d+)", name)
+    return int(match.group(1)) if match else None
 
 
 def _kept_checkpoint(trial: Any) -> str:

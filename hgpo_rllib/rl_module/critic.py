@@ -16,7 +16,6 @@ model's weights, gradients and optimizer state, but the value loss then also mov
 from __future__ import annotations
 
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -24,6 +23,7 @@ from transformers import AutoModel, AutoTokenizer, PreTrainedTokenizerBase
 
 from hgpo_rllib.rl_module.config import TINY_PRESET, read_model_config
 from hgpo_rllib.rl_module.generation import trim_left_padding
+from hgpo_rllib.rl_module.model_sources import local_model_dir
 from hgpo_rllib.rl_module.tokenizer import build_tiny_model
 
 #: The heads, in the order of the last dimension of the critic's output.
@@ -83,8 +83,9 @@ def build_critic(
     seed: int,
     dtype: torch.dtype = torch.float32,
 ) -> ThreeHeadCritic:
-    """``critic``: a local causal-LM directory whose tokenizer is the actor's, or ``"tiny-qwen2"`` (a
-    random-init Qwen2 sized by ``tiny_model`` on the actor's tokenizer)."""
+    """``critic``: a causal LM whose tokenizer is the actor's, named as ``model_config["model"]`` takes
+    it (a directory, cached model id, GGUF file or short name), or ``"tiny-qwen2"`` (a random-init
+    Qwen2 sized by ``tiny_model`` on the actor's tokenizer)."""
     if critic == TINY_PRESET:
         lm = build_tiny_model(actor_tokenizer, tiny_model, seed + 1)  # not the actor's init
         trunk = trunk_of(lm)
@@ -92,16 +93,18 @@ def build_critic(
         check_critic_tokenizer(critic, actor_tokenizer)
         # The transformer alone: a causal-LM checkpoint's LM head is never loaded.
         trunk = AutoModel.from_pretrained(
-            Path(critic).expanduser(), local_files_only=True, dtype=dtype, use_safetensors=True
+            local_model_dir(critic), local_files_only=True, dtype=dtype, use_safetensors=True
         )
     return ThreeHeadCritic(trunk, trunk.config.hidden_size, seed).to(dtype)
 
 
 def check_critic_tokenizer(critic: str, actor_tokenizer: PreTrainedTokenizerBase) -> None:
-    """A ValueError unless the model directory ``critic`` has the actor's tokenizer (same vocabulary
-    and special tokens): the critic reads its values at the actor's token positions."""
-    read_model_config(critic)  # a clear error if it is not a model directory
-    theirs = AutoTokenizer.from_pretrained(Path(critic).expanduser(), local_files_only=True)
+    """A ValueError unless the model ``critic`` (any name :func:`local_model_dir` resolves) has the
+    actor's tokenizer (same vocabulary and special tokens): the critic reads its values at the actor's
+    token positions."""
+    directory = local_model_dir(critic)
+    read_model_config(directory)  # a clear error if it is not a model directory
+    theirs = AutoTokenizer.from_pretrained(directory, local_files_only=True)
     if theirs.get_vocab() != actor_tokenizer.get_vocab() or theirs.all_special_tokens != (
         actor_tokenizer.all_special_tokens
     ):

@@ -4,7 +4,7 @@ With a 152k vocabulary one fp32 [16, 512, V] tensor is 5 GB, and the log-softmax
 p log p each add one. Here only the valid (unmasked) response positions are scored, ``chunk_tokens``
 of them at a time, each chunk under activation checkpointing: the forward keeps just the hidden
 states, and the backward recomputes one chunk's logits at a time. Values and gradients equal the
-unchunked computation's (tests/test_memory.py).
+unchunked computation's (tests/experiments/test_memory.py).
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ Here the rows' token sequences (prompt, then response) are merged into prefix tr
 node per distinct prefix, its position id is its depth, and it attends to the nodes on its own path
 (itself and its ancestors). Each response token is predicted from the node of the token before it,
 so its log-prob and gradient equal the unshared row's: the same keys, values and positions, only
-computed once (tests/test_prefix_sharing.py checks 1e-5 in float32).
+computed once (tests/rl_module/test_prefix_sharing.py checks 1e-5 in float32).
 
 A tree is one sequence, and a dense attention kernel computes every (query, key) pair of it, masked
 or not; so a row joins the tree of its lexicographic predecessor only where the tree's cost (its

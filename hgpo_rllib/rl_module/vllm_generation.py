@@ -26,7 +26,14 @@ import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from vllm import LLM, SamplingParams
 
-from hgpo_rllib.orphans import host_tag, owner_tag, remove_orphans
+from hgpo_rllib.orphans import (
+    host_tag,
+    owner_tag,
+    recorded_paths,
+    recording_shared_files,
+    release_shared_files,
+    remove_orphans,
+)
 from hgpo_rllib.rl_module.engine_weights import engine_tensors
 from hgpo_rllib.rl_module.generation import Generated, Generator
 
@@ -66,10 +73,14 @@ def remove_orphaned_weight_dirs(scratch: str | Path) -> list[Path]:
     """Delete the weight directories in ``scratch`` of this host's processes that no longer run.
 
     A runner killed with SIGKILL (how a hung runner is stopped) cannot remove its directory, which in
-    /dev/shm holds a full copy of the weights in RAM; the next engine started on the host removes it.
+    /dev/shm holds a full copy of the weights in RAM; the next engine started on the host removes it,
+    and with it the engine's shared-memory queues that the directory's record lists
+    (:func:`~hgpo_rllib.orphans.recording_shared_files`; the record of a directory already removed
+    counts too).
     """
-    paths = Path(scratch).glob(f"{glob.escape(WEIGHTS_DIR_PREFIX + host_tag())}-*-*")
-    return remove_orphans([(path, weight_dir_owner(path)) for path in paths])
+    pattern = f"{glob.escape(WEIGHTS_DIR_PREFIX + host_tag())}-*-*"
+    paths = {*Path(scratch).glob(pattern), *recorded_paths(Path(scratch), pattern)}
+    return remove_orphans([(path, weight_dir_owner(path)) for path in sorted(paths)])
 
 
 @dataclasses.dataclass(frozen=True)
@@ -178,27 +189,30 @@ class VLLMGenerator(Generator):
         engine_args: Mapping[str, Any] | None = None,
     ) -> None:
         nbytes = sum(t.nbytes for t in lm.state_dict().values())
-        # Holds the shared file of the syncs, and the in-memory tiny preset's checkpoint (vLLM loads
-        # only from a directory); removed with the generator, or by the next engine if killed.
+        # Holds the shared file of the syncs, the in-memory tiny preset's checkpoint (vLLM loads
+        # only from a directory) and the names of the engine's shared-memory queues; removed with
+        # the generator, or by the next engine if killed (the queues too, which only a clean
+        # shutdown unlinks).
         scratch = _scratch_dir(nbytes)
         remove_orphaned_weight_dirs(scratch)
         self._weights_dir = tempfile.TemporaryDirectory(prefix=_weights_dir_prefix(), dir=scratch)
         if model_dir is None:
             lm.save_pretrained(self._weights_dir.name)
             tokenizer.save_pretrained(self._weights_dir.name)
-        self._llm: LLM | None = LLM(
-            model=model_dir or self._weights_dir.name,
-            dtype=dtype,
-            gpu_memory_utilization=gpu_memory_utilization,
-            max_model_len=max_model_len,
-            seed=sampling_seed,
-            enable_prefix_caching=True,
-            skip_tokenizer_init=True,  # prompts arrive as token ids; responses are decoded by the module
-            generation_config="vllm",
-            logprobs_mode="processed_logprobs",
-            worker_extension_cls=f"{__name__}.WeightSyncExtension",
-            **(engine_args or {}),
-        )
+        with recording_shared_files(self._weights_dir.name):
+            self._llm: LLM | None = LLM(
+                model=model_dir or self._weights_dir.name,
+                dtype=dtype,
+                gpu_memory_utilization=gpu_memory_utilization,
+                max_model_len=max_model_len,
+                seed=sampling_seed,
+                enable_prefix_caching=True,
+                skip_tokenizer_init=True,  # prompts arrive as token ids; responses are decoded by the module
+                generation_config="vllm",
+                logprobs_mode="processed_logprobs",
+                worker_extension_cls=f"{__name__}.WeightSyncExtension",
+                **(engine_args or {}),
+            )
         self.dtype: torch.dtype = self._llm.llm_engine.model_config.dtype
         self._shared = SharedWeights(self._weights_dir.name)
         if model_dir is not None:  # the module's weights may already differ from the checkpoint's
@@ -225,12 +239,21 @@ class VLLMGenerator(Generator):
         return sum(slot.nbytes for slot in slots)
 
     def close(self) -> None:
-        """Stop the engine's processes and remove the weight directory. The engine's shared-memory
-        queues (``/dev/shm/psm_*``, ~0.2 GB each) are unlinked only by a clean shutdown: a runner
-        process that ends with its engine running leaves them behind."""
+        """Stop the engine's processes, remove what is left of its shared-memory queues
+        (``/dev/shm/psm_*``, ~0.2 GB each) and the weight directory.
+
+        vLLM's shutdown can return before both queues are unlinked, and Ray stops a remote env
+        runner by killing its process group right after ``stop()``, which left one queue per runner
+        at every run's end. So the recorded queues are removed here once the engine's processes
+        have let them go. A
+        runner killed with its engine running leaves them to the next engine started on the host
+        (:func:`remove_orphaned_weight_dirs`), as does a close whose engine still holds them 10 s
+        after its shutdown."""
         if self._llm is not None:
             self._llm.llm_engine.engine_core.shutdown()
             self._llm = None
+            if release_shared_files(self._weights_dir.name, wait_s=10):
+                return
         self._weights_dir.cleanup()
 
     def generate(

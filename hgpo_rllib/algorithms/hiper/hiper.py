@@ -47,6 +47,7 @@ from hgpo_rllib.connectors.learner.hae_advantages import HAESettings
 from hgpo_rllib.rl_module.config import POLICY_TRUNK, TINY_PRESET
 from hgpo_rllib.rl_module.critic import check_critic_tokenizer
 from hgpo_rllib.rl_module.critic_rl_module import LLMCriticRLModule
+from hgpo_rllib.rl_module.model_sources import local_model_dir
 
 #: ``HiPERConfig.training(high_level_baseline=...)``.
 HIGH_LEVEL_BASELINES = ("critic", "groups")
@@ -56,8 +57,9 @@ class HiPERConfig(TextAgentConfig):
     """Configuration of :class:`HiPER`: the shared text-agent settings plus HAE's and the critic's;
     defaults are the authors' ALFWorld script's (docs/hiper.md §Hyperparameters).
 
-    The critic is a model choice, in ``.rl_module(model_config={"critic": ...})``: a local model
-    directory with the policy's tokenizer (it may be smaller than the policy), ``"tiny-qwen2"``
+    The critic is a model choice, in ``.rl_module(model_config={"critic": ...})``: a model with the
+    policy's tokenizer (it may be smaller than the policy), named as ``model_config["model"]`` takes
+    it (a directory, cached model id, GGUF file or short name), ``"tiny-qwen2"``
     (a random-init critic, the default with the tiny policy; ``critic_tiny_model`` sizes it), or
     ``"policy"`` (three heads on the policy's own trunk; ours).
     """
@@ -218,8 +220,8 @@ class HiPERConfig(TextAgentConfig):
         critic_dir = critic not in (None, TINY_PRESET, POLICY_TRUNK)  # a model directory of its own
         if model != TINY_PRESET and not critic:
             errors.add(
-                "model_config['critic'] is missing: HiPER needs a critic, a local model directory with the "
-                "policy's tokenizer (the authors ran Qwen2.5-1.5B-Instruct for a 7B policy)"
+                "model_config['critic'] is missing: HiPER needs a critic, a model with the policy's "
+                "tokenizer (the authors ran Qwen2.5-1.5B-Instruct for a 7B policy)"
             )
         if model == TINY_PRESET and critic_dir:
             errors.add(
@@ -228,7 +230,10 @@ class HiPERConfig(TextAgentConfig):
             )
         elif critic_dir:
             try:
-                check_critic_tokenizer(critic, AutoTokenizer.from_pretrained(model))
+                # Both by any name the module loads (a short name, GGUF file or cached id: converted
+                # or resolved here, in the driver, before any learner builds the critic).
+                policy = AutoTokenizer.from_pretrained(local_model_dir(model), local_files_only=True)
+                check_critic_tokenizer(critic, policy)
             except (OSError, ValueError) as exc:
                 errors.add(str(exc))
         return super().setting_errors() + errors.messages

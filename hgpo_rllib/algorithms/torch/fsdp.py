@@ -7,7 +7,7 @@ a unit's full weights exist only while it runs. With a ``torch_dtype`` below flo
 weights are in that dtype and gradients are reduced in float32 (FSDP2's ``MixedPrecisionPolicy``):
 float32 masters and AdamW state as on a replicated learner, but the forward runs on bf16 weights as
 the bf16 env runners' does, where the replicated learner's autocast keeps float32 activations
-between matmuls; the learner's log-probs are then closer to the sampler's (tests/test_fsdp.py).
+between matmuls; the learner's log-probs are then closer to the sampler's (tests/algorithms/test_fsdp.py).
 
 ``learner_offload`` adds FSDP2's ``CPUOffloadPolicy``: the shards (master weights, gradients, the
 reference's) live in host RAM, AdamW steps there, and a unit's weights are copied to the GPU when it

@@ -11,7 +11,8 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
-from helpers import MICRO, TINY_MODEL
+from helpers import TINY_HIPER_MODEL as TINY
+from helpers import hiper_keychest_config
 from ray.rllib.core import DEFAULT_MODULE_ID
 from ray.rllib.core.rl_module.rl_module import RLModuleSpec
 from ray.rllib.env.single_agent_episode import SingleAgentEpisode
@@ -34,7 +35,6 @@ from hgpo_rllib.connectors.learner.hae_advantages import HAEAdvantages, HAESetti
 from hgpo_rllib.connectors.learner.plan_execute_spans import Spans, token_spans
 from hgpo_rllib.rl_module.critic_rl_module import LLMCriticRLModule
 
-TINY = {**TINY_MODEL, "critic_tiny_model": MICRO}
 CORPUS = ["<switch>KEEP</switch><subgoal>find the key</subgoal><action>go north</action> SWITCH open chest"]
 
 
@@ -231,28 +231,6 @@ def test_the_hae_connector_is_hae_on_the_critics_values_scattered_onto_the_block
     assert logged["segment_length_mean"] == pytest.approx(7 / 4)
 
 
-def hiper_keychest_config(**training: Any) -> Any:
-    from hgpo_rllib import HiPERConfig
-
-    return (
-        HiPERConfig()
-        .environment("keychest", env_config={"max_steps": 3, "answer_format": "plan_execute"})
-        .env_runners(num_env_runners=0, num_envs_per_env_runner=4, create_local_env_runner=True)
-        .rl_module(model_config=TINY)
-        .training(
-            groups_per_iteration=4,
-            max_new_tokens=16,
-            max_prompt_tokens=200,
-            minibatch_size=8,
-            micro_batch_size=4,
-            lr=1e-3,
-            critic_lr=1e-3,
-            **training,
-        )
-        .debugging(seed=0)
-    )
-
-
 def test_hiper_trains_policy_and_critic_and_checkpoints_both(tmp_path: Path) -> None:
     algo = hiper_keychest_config().build_algo()
     try:
@@ -284,30 +262,83 @@ def test_hiper_trains_policy_and_critic_and_checkpoints_both(tmp_path: Path) -> 
         restored.stop()
 
 
-def test_hiper_validation_names_what_is_wrong(tmp_path: Path) -> None:
+def _plan_execute_keychest(model_config: dict[str, str]) -> Any:
     from hgpo_rllib import HiPERConfig
 
-    errors = " | ".join(HiPERConfig().environment("keychest").setting_errors())
-    assert "env_config['answer_format']=None is invalid for HiPER: expected 'plan_execute'" in errors
     config = HiPERConfig().environment("keychest", env_config={"answer_format": "plan_execute"})
-    config.rl_module(model_config={"critic": str(tmp_path)})
-    assert "is invalid with the tiny policy: expected 'tiny-qwen2'" in " | ".join(config.setting_errors())
-    config.rl_module(model_config={"model": str(tmp_path)})
-    assert "model_config['critic'] is missing" in " | ".join(config.setting_errors())
-    bad = HiPERConfig().training(lam_seg=2.0, keep_penalty_mode="sometimes", critic_lr=0)
-    errors = " | ".join(bad.setting_errors())
-    for name in ("lam_seg=2.0", "keep_penalty_mode='sometimes'", "critic_lr=0"):
-        assert name in errors
-    errors = " | ".join(
-        HiPERConfig().training(high_level_baseline="groups", adv_mode="median").setting_errors()
-    )
-    assert "group_size=1 is invalid: expected an integer >= 2 with high_level_baseline='groups'" in errors
-    assert "adv_mode='median'" in errors
-    grouped = HiPERConfig().training(high_level_baseline="groups", group_size=4, history_length=3)
+    return config.rl_module(model_config=model_config)
+
+
+def _hiper_training(**training: Any) -> Any:
+    from hgpo_rllib import HiPERConfig
+
+    return HiPERConfig().training(**training)
+
+
+@pytest.mark.parametrize(
+    ("make_config", "message"),
+    [
+        pytest.param(
+            lambda folder: _hiper_training().environment("keychest"),
+            "env_config['answer_format']=None is invalid for HiPER: expected 'plan_execute'",
+            id="answer_format",
+        ),
+        pytest.param(
+            lambda folder: _plan_execute_keychest({"critic": folder}),
+            "is invalid with the tiny policy: expected 'tiny-qwen2'",
+            id="critic_with_tiny_policy",
+        ),
+        pytest.param(
+            lambda folder: _plan_execute_keychest({"model": folder}),
+            "model_config['critic'] is missing",
+            id="critic_missing",
+        ),
+        pytest.param(lambda folder: _hiper_training(lam_seg=2.0), "lam_seg=2.0", id="lam_seg"),
+        pytest.param(
+            lambda folder: _hiper_training(keep_penalty_mode="sometimes"),
+            "keep_penalty_mode='sometimes'",
+            id="keep_penalty_mode",
+        ),
+        pytest.param(lambda folder: _hiper_training(critic_lr=0), "critic_lr=0", id="critic_lr"),
+        pytest.param(
+            lambda folder: _hiper_training(high_level_baseline="groups"),
+            "group_size=1 is invalid: expected an integer >= 2 with high_level_baseline='groups'",
+            id="groups_of_one",
+        ),
+        pytest.param(
+            lambda folder: _hiper_training(high_level_baseline="groups", group_size=4, adv_mode="median"),
+            "adv_mode='median'",
+            id="adv_mode_of_groups",
+        ),
+        pytest.param(
+            lambda folder: _hiper_training(high_level_baseline="value"),
+            "high_level_baseline='value'",
+            id="high_level_baseline",
+        ),
+    ],
+)
+def test_hiper_validation_names_what_is_wrong(make_config: Any, message: str, tmp_path: Path) -> None:
+    assert message in " | ".join(make_config(str(tmp_path)).setting_errors())
+
+
+def test_hiper_grouped_baseline_reaches_the_hae_settings() -> None:
+    grouped = _hiper_training(high_level_baseline="groups", group_size=4, history_length=3)
     assert grouped.hae_settings() == HAESettings(high_level_baseline="groups", history_length=3)
-    assert "high_level_baseline='value'" in " | ".join(
-        HiPERConfig().training(high_level_baseline="value").setting_errors()
-    )
+
+
+def test_policy_and_critic_are_named_as_any_model_is(smollm2_dir: Path) -> None:
+    """A short name (or GGUF file, cached id) works for the policy and the critic alike: validation
+    resolves both, offline, instead of asking the Hugging Face hub for "smollm2-135m-instruct"."""
+    from hgpo_rllib import HiPERConfig
+    from hgpo_rllib.rl_module.critic import check_critic_tokenizer
+
+    config = HiPERConfig().environment("keychest", env_config={"answer_format": "plan_execute"})
+    named = {"model": "smollm2-135m-instruct", "critic": "smollm2-135m-instruct"}
+    assert config.rl_module(model_config=named).setting_errors() == []
+    assert config.rl_module(model_config={**named, "critic": str(smollm2_dir)}).setting_errors() == []
+    other = critic_module().tokenizer
+    with pytest.raises(ValueError, match="another tokenizer than the policy's"):
+        check_critic_tokenizer("smollm2-135m-instruct", other)
 
 
 def module_weights(learners: Any) -> dict[str, np.ndarray]:

@@ -18,7 +18,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from helpers import DATA, sft_args
+from helpers import DATA, own_stderr, sft_args
 from ray.rllib.algorithms.ppo import PPO, PPOConfig
 
 from hgpo_rllib import cli, load_policy
@@ -85,9 +85,8 @@ def evaluate_args(folder: Path, output: Path, *extra: str) -> list[str]:
 
 
 def one_error_line(err: str) -> str:
-    """The CLI's single ``rllib: error:`` line (no traceback). Lines the session's Ray forwards from
-    its workers (prefixed ``(pid=...)``, maybe in colour) are another test's, not this process's."""
-    own = [line for line in err.splitlines() if not re.match(r"(\x1b\[\d+m)?\(", line)]
+    """The CLI's single ``rllib: error:`` line (no traceback)."""
+    own = own_stderr(err).splitlines()
     assert not any("Traceback" in line for line in own)
     (line,) = [line for line in own if line.startswith("rllib: error:")]
     return line

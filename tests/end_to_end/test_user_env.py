@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from helpers import ROOT
+from helpers import ROOT, own_stderr
 
 from hgpo_rllib import cli
 from hgpo_rllib.algorithms.checkpoints import ENV_RECORD
@@ -66,5 +66,5 @@ def test_an_unknown_env_is_one_line_naming_the_known_ones(
 ) -> None:
     assert cli.main(["evaluate", "--env", "gues", "--output", str(tmp_path / "x")]) == 2
     assert not (tmp_path / "x").exists()
-    (line,) = capsys.readouterr().err.strip().splitlines()
+    (line,) = own_stderr(capsys.readouterr().err).strip().splitlines()
     assert "unknown environment 'gues'" in line and "alfworld (hgpo/ALFWorld-v0)" in line

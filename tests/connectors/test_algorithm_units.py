@@ -20,7 +20,7 @@ from ray.rllib.utils.metrics.metrics_logger import MetricsLogger
 
 import envs
 from hgpo_rllib import HGPOConfig
-from hgpo_rllib.advantages import gigpo_advantages, hgpo_advantages, hgpo_level_stats
+from hgpo_rllib.advantages import gigpo_advantages, hgpo_advantages
 from hgpo_rllib.advantages.step_table import EstimatorSettings, StepTable, estimate_advantages
 from hgpo_rllib.algorithms.learner_group import shard_whole_groups
 from hgpo_rllib.columns import (
@@ -157,11 +157,11 @@ def test_connector_reproduces_golden_advantages(estimator: str, case: dict[str, 
 def test_connector_level_metrics_on_the_worked_example() -> None:
     """docs/hgpo_algorithm.md §4.5, groups counted by hand (test_advantages): level 1 has 21 steps of
     sizes summing to 71, level 2 16 steps (46), level 3 11 steps (23); the five steps on E, X, Z,
-    Y, W are alone at every level. Item statistics are those of the estimator's own items."""
+    Y, W are alone at every level. The level item statistics are computed by hand from the shared
+    groups' returns (LEVEL_ITEMS below)."""
     case = next(c for c in golden_cases("hgpo") if c["name"] == "nested_depths_k2_msn")
-    episodes, _ = golden_episodes(case)
-    settings = _settings("hgpo", case)
-    _, stats = run_connector(episodes, settings)
+    episodes, expected = golden_episodes(case)
+    _, stats = run_connector(episodes, _settings("hgpo", case))
     assert stats["num_groups"] == 1 and stats["num_step_rows"] == 21
     assert stats["num_informative_groups"] == 1  # its episodes' returns differ
     assert stats["episodes_per_group_min"] == stats["episodes_per_group_max"] == 5
@@ -169,16 +169,51 @@ def test_connector_level_metrics_on_the_worked_example() -> None:
         assert stats[f"level{depth}_group_size_mean"] == pytest.approx(size_sum / rows)
         assert stats[f"level{depth}_singleton_frac"] == pytest.approx(5 / rows)
     assert stats["all_levels_singleton_frac"] == pytest.approx(5 / 21)
-    table = StepTable.from_episodes(episodes)
-    returns = estimate_advantages(table, settings).step_returns
-    items = hgpo_level_stats(table.group_ids, table.traj_ids, table.step_idx, table.obs, returns).items
-    for depth, level in enumerate(items, start=1):
-        level = level[~np.isnan(level)]
-        assert stats[f"level{depth}_advantage_mean"] == pytest.approx(0.0, abs=1e-9)  # groups centre
-        assert stats[f"level{depth}_advantage_std"] == pytest.approx(level.std())
-        assert stats[f"level{depth}_advantage_abs_mean"] == pytest.approx(np.abs(level).mean())
-    assert stats["level1_advantage_abs_mean"] > 0
-    assert stats["advantage_abs_mean"] > 0
+    for depth, (count, abs_sum) in LEVEL_ITEMS.items():
+        # every shared group's returns differ, so its items are z-scores: mean 0, population std 1
+        # (the eps of §4.3 moves them by < 1e-4 relative)
+        assert stats[f"level{depth}_advantage_mean"] == pytest.approx(0.0, abs=1e-9)
+        assert stats[f"level{depth}_advantage_std"] == pytest.approx(1.0, rel=1e-4)
+        assert stats[f"level{depth}_advantage_abs_mean"] == pytest.approx(abs_sum / count, rel=1e-4)
+    # the step advantages themselves: the reference's (golden) values
+    assert stats["advantage_abs_mean"] == pytest.approx(np.abs(expected).mean(), rel=1e-6)
+
+
+# The worked example's shared groups (§4.5: t0 = A B C D wins, t1 = A B C E and t4 = A B C D fail,
+# t2 = X B C D Z and t3 = Y W C D win; returns at gamma 0.5), by level: (number of items, sum of |z|).
+# A group's z-scores (population std) depend only on its returns' deviations from their mean:
+#   {r, 0, 0}:        deviations 2, -1, -1 (r/3), std r sqrt(2)/3: sum |z| = 2 sqrt 2   (A; (A,B); (A,B,C))
+#   {b, 0, b/2, 0}:   deviations 5, -3, 1, -3 (b/8), std b sqrt(44)/16: 24/sqrt 44 = 12/sqrt 11   (B; (B,C))
+#   {1, .5, 1, 0}:    deviations 3, -1, 3, -5 (/8), std sqrt(11)/8: 12/sqrt 11   (D; (C,D))
+#   {.5, 0, .25, .5, 0}: deviations 1, -1, 0, 1, -1 (/4), std sqrt .05: 1/sqrt .05 = sqrt 20   (C)
+#   {1, .5, 0}:       deviations 1, 0, -1 (/2), std sqrt(1/6): sum |z| = 2 sqrt 1.5 = sqrt 6   ((B,C,D))
+LEVEL_ITEMS = {
+    1: (3 + 4 + 5 + 4, 2 * np.sqrt(2) + 12 / np.sqrt(11) + np.sqrt(20) + 12 / np.sqrt(11)),  # A, B, C, D
+    2: (3 + 4 + 4, 2 * np.sqrt(2) + 12 / np.sqrt(11) + 12 / np.sqrt(11)),  # (A,B), (B,C), (C,D)
+    3: (3 + 3, 2 * np.sqrt(2) + np.sqrt(6)),  # (A,B,C), (B,C,D)
+}
+
+# Each step's non-zero items by level, counted by hand on the worked example (21 steps):
+#   levels {1}:       t0/A, t1/A, t4/A, t2/B ((X,B) alone), t3/C ((W,C) alone)
+#   levels {1, 2}:    t0/B, t1/B, t4/B, t3/D ((W,C,D) alone), t2/D ((B,C,D)'s item is 0: .5 is its mean)
+#   levels {1, 2, 3}: t0/C, t0/D, t1/C, t4/C, t4/D
+#   level {2}:        t2/C (C's item is 0: .25 is its mean; (X,B,C) alone)
+#   none:             t1/E, t2/X, t2/Z, t3/Y, t3/W
+# "reference" weights levels 1, 2, 3 by L = 2, 3, 4; "paper" with base_group puts the base item
+# (non-zero on every step: scores 1, 0, 1, 1, 0 have mean 13/21) at L = 1 and the levels at 2, 3, 4.
+LEVEL_WEIGHT_MEANS = {
+    "reference": (
+        (5 * 1 + 5 * 2 / 5 + 5 * 2 / 9) / 21,
+        (5 * 3 / 5 + 5 * 3 / 9 + 1) / 21,
+        (5 * 4 / 9) / 21,
+    ),
+    "paper": (
+        (5 * 2 / 3 + 5 * 2 / 6 + 5 * 2 / 10) / 21,
+        (5 * 3 / 6 + 5 * 3 / 10 + 3 / 4) / 21,
+        (5 * 4 / 10) / 21,
+    ),
+}
+BASE_WEIGHT_MEAN = (5 * 1 + 5 / 3 + 5 / 6 + 5 / 10 + 1 / 4) / 21  # "paper" with base_group
 
 
 @pytest.mark.parametrize(
@@ -186,34 +221,26 @@ def test_connector_level_metrics_on_the_worked_example() -> None:
 )
 def test_connector_level_weight_metrics(weighting: str, base_group: bool) -> None:
     """level{d}_weight_mean is the mean weight of level d over all steps (0 where a step has no
-    item there); with the base weight they add up to the share of steps with any item."""
+    item there); with the base weight they add up to the share of steps with any item. The fixed
+    weightings' means are counted by hand (LEVEL_WEIGHT_MEANS)."""
     case = next(c for c in golden_cases("hgpo") if c["name"] == "nested_depths_k2_msn")
     episodes, _ = golden_episodes(case)
     settings = replace(_settings("hgpo", case), weighting=weighting, base_group=base_group)
     batch, stats = run_connector(episodes, settings)
-    table = StepTable.from_episodes(episodes)
-    estimate = estimate_advantages(table, settings)
-    returns, scores = estimate.step_returns, estimate.episode_scores
-    levels = hgpo_level_stats(
-        table.group_ids,
-        table.traj_ids,
-        table.step_idx,
-        table.obs,
-        returns,
-        episode_scores=scores,
-        history_length=2,
-        weighting=weighting,
-        base_group=base_group,
-    )
     means = [stats[f"level{depth}_weight_mean"] for depth in (1, 2, 3)]
-    np.testing.assert_allclose(means, levels.weights.mean(axis=1), rtol=1e-6)
     total = sum(means) + stats.get("base_weight_mean", 0.0)
     assert ("base_weight_mean" in stats) == base_group
-    if weighting == "adaptive":  # weights sum to 1 on the 16 steps with a shared current-state group
+    if weighting == "adaptive":
+        # weights sum to 1 on the 16 steps with a shared current-state group (zero items are kept);
+        # the five steps with level 1 alone shared (t0/A, t1/A, t4/A, t2/B, t3/C) put all on it
         assert total == pytest.approx(16 / 21)
+        assert means[0] >= 5 / 21 - 1e-9
         assert means[1] + means[2] > 0  # the deeper levels are used, not just level 1
     else:  # the eps of §4.4 keeps each step's sum just below 1
-        assert 0.5 < total < 1.0
+        np.testing.assert_allclose(means, LEVEL_WEIGHT_MEANS[weighting], rtol=1e-5)
+        if base_group:
+            assert stats["base_weight_mean"] == pytest.approx(BASE_WEIGHT_MEAN, rel=1e-5)
+        assert total < (21 if base_group else 16) / 21
     assert np.abs(batch[ADVANTAGES]).max() > 0
 
 

@@ -80,7 +80,14 @@ def test_the_flops_of_each_pass_by_hand():
             106_168_320,
         ),
         # Qwen2.5-0.5B: 0.36B non-embedding parameters (Qwen's model card), biases and norms aside.
-        (json.loads(Path("hgpo_rllib/model_configs/qwen2.5-0.5b/config.json").read_text()), 357_826_560),
+        (
+            json.loads(
+                (
+                    Path(__file__).resolve().parents[2] / "hgpo_rllib/model_configs/qwen2.5-0.5b/config.json"
+                ).read_text()
+            ),
+            357_826_560,
+        ),
     ],
 )
 def test_the_shape_from_a_config(config, linear_weights):

@@ -10,7 +10,7 @@ from pathlib import Path
 import pandas as pd
 
 _spec = importlib.util.spec_from_file_location(
-    "drmas_normalisation", Path(__file__).resolve().parents[1] / "benchmarks" / "drmas_normalisation.py"
+    "drmas_normalisation", Path(__file__).resolve().parents[2] / "benchmarks" / "drmas_normalisation.py"
 )
 assert _spec is not None and _spec.loader is not None
 study = importlib.util.module_from_spec(_spec)

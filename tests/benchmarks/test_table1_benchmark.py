@@ -17,7 +17,7 @@ from hgpo_rllib.warm_start.cache import find_warm_start, warm_start_recipe
 from hgpo_rllib.warm_start.format import SFT_CONFIG
 from hgpo_rllib.warm_start.sft_settings import SFTSettings
 
-BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 sys.path.append(str(BENCHMARKS))
 _spec = importlib.util.spec_from_file_location("table1", BENCHMARKS / "table1.py")
 assert _spec is not None and _spec.loader is not None
@@ -270,7 +270,7 @@ def test_evaluated_rows_need_no_warm_start_and_a_new_one_is_not_mixed_in(
     table1.main()
     assert built == ["K=4"] and evaluated == ["hgpo-k-4-a-1-seed1"]
     # The shipped warm starts' own evaluations are offered for reuse (the protocol copies only those
-    # of the same settings: tests/test_evaluate_splits.py).
+    # of the same settings: tests/evaluation/test_evaluate_splits.py).
     assert table1.ROOT / "docs" / "results" / "alfworld_shipped_warm_start_eval_k4" in reused[0]
     settings = json.loads((out / "runs" / "hgpo-k-4-a-1-seed1" / "run.json").read_text())
     assert settings["warm_start_weights"] == table1.weights_digest(warm_start)

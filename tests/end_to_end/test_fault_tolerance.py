@@ -199,10 +199,13 @@ def test_crashed_trial_is_retried_from_the_default_checkpoint(tmp_path: Path) ->
 @pytest.mark.slow  # a second Ray cluster in a subprocess: minutes on a loaded 2-core machine
 def test_killed_run_resumes_from_its_last_checkpoint(tmp_path: Path) -> None:
     """``rllib train file`` in a subprocess, killed (SIGKILL, its whole process group) while its
-    3rd iteration hangs; ``--resume`` goes on from checkpoint 2, not from iteration 0."""
-    release = tmp_path / "release"
+    3rd iteration hangs (after Tune has saved its experiment state with checkpoint 2 in it);
+    ``--resume`` goes on from checkpoint 2, not from iteration 0."""
+    release, hanging = tmp_path / "release", tmp_path / "hanging"
     hang = f"""
     def hang_in_third(*, algorithm, result, **kwargs):
+        if result["training_iteration"] == 3:
+            open({str(hanging)!r}, "w").close()
         while result["training_iteration"] == 3 and not __import__("os").path.exists({str(release)!r}):
             __import__("time").sleep(1)
     config.callbacks(on_train_result=hang_in_third)
@@ -230,10 +233,17 @@ def test_killed_run_resumes_from_its_last_checkpoint(tmp_path: Path) -> None:
     )
     try:
         deadline = time.monotonic() + 240
-        while not list((tmp_path / "out" / "run").glob("*/checkpoint_000000")):
-            assert process.poll() is None and time.monotonic() < deadline, "no checkpoint was written"
+        while not hanging.exists():  # checkpoint 2 was saved (and registered) before iteration 3 ran
+            assert process.poll() is None and time.monotonic() < deadline, "iteration 3 never ran"
             time.sleep(1)
-        time.sleep(15)  # Tune saves its experiment state periodically
+        assert list((tmp_path / "out" / "run").glob("*/checkpoint_000000"))
+        # Tune saves its experiment state periodically (every 10 s or more): wait for a save after the hang
+        while not any(
+            state.stat().st_mtime > hanging.stat().st_mtime
+            for state in (tmp_path / "out" / "run").glob("experiment_state-*.json")
+        ):
+            assert process.poll() is None and time.monotonic() < deadline, "no experiment state saved"
+            time.sleep(0.5)
     finally:
         os.killpg(process.pid, signal.SIGKILL)
         process.wait()

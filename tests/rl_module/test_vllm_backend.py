@@ -8,6 +8,9 @@ as it may leave the engine half-loaded; stopping the runner, which shuts the eng
 from __future__ import annotations
 
 import glob
+import os
+import signal
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -15,16 +18,21 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-from helpers import TINY_MODEL, keychest_config
+from helpers import TINY_MODEL, VLLM_ENGINE_ARGS, keychest_config
 from ray.rllib.core.columns import Columns
 
 from hgpo_rllib import HGPO
 from hgpo_rllib.columns import ALLOWED_IDS
+from hgpo_rllib.orphans import (
+    SHARED_MEMORY,
+    files_in_use,
+    process_ids,
+    recorded_shared_files,
+    shared_files_record,
+)
 from hgpo_rllib.rl_module import LLMRLModule
 from hgpo_rllib.rl_module.vllm_generation import VLLMGenerator, engine_state
 
-# Eager mode and an explicit KV cache size skip vLLM's compilation and memory profiling at start-up.
-ENGINE_ARGS = {"enforce_eager": True, "kv_cache_memory_bytes": 64 << 20}
 # test_algorithm's tiny model, with 32-wide heads: vLLM's CPU attention has no kernel for 16.
 TINY_VLLM_MODEL = {**TINY_MODEL, "tiny_model": {**TINY_MODEL["tiny_model"], "hidden_size": 64}}
 
@@ -32,7 +40,7 @@ TINY_VLLM_MODEL = {**TINY_MODEL, "tiny_model": {**TINY_MODEL["tiny_model"], "hid
 @pytest.fixture(scope="module")
 def algo(ray_session: None) -> Iterator[HGPO]:
     config = keychest_config(remote_runners=0).rl_module(
-        model_config={**TINY_VLLM_MODEL, "inference_backend": "vllm", "vllm_engine_args": ENGINE_ARGS}
+        model_config={**TINY_VLLM_MODEL, "inference_backend": "vllm", "vllm_engine_args": VLLM_ENGINE_ARGS}
     )
     algorithm = config.build_algo()
     yield algorithm
@@ -142,3 +150,44 @@ def test_stopping_the_runner_shuts_the_engine_down_and_frees_its_shared_memory(a
     algo.env_runner.stop()
     assert module._generator is None and not weights_dir.exists()
     assert before - set(glob.glob("/dev/shm/psm_*"))  # the engine's queues are gone
+
+
+@pytest.mark.slow  # ~3-8 min on 2 busy cores: two engine starts and an iteration
+def test_a_runner_s_engine_queues_are_removed_when_it_is_killed_and_when_it_stops(ray_session: None) -> None:
+    """Issue 62, item 5: SIGKILL of a remote env runner (Ray then kills its process group: the vLLM
+    engine and Python's resource tracker, which would have unlinked the engine's queues) left
+    ~0.4 GB of ``/dev/shm/psm_*``; RLlib restarts the runner and its new engine removes them. And
+    ``algo.stop()``, which stops each runner and then kills its process group, left one queue
+    (~0.16 GB, its worker's) per runner at every run's end."""
+    config = keychest_config(remote_runners=1).rl_module(
+        model_config={**TINY_VLLM_MODEL, "inference_backend": "vllm", "vllm_engine_args": VLLM_ENGINE_ARGS}
+    )
+    algorithm = config.build_algo()
+    # On the remote runner (a lambda: Ray ships it by value): its pid and its engine's weight
+    # directory (the engine starts).
+    engine_of_runner = lambda runner: (os.getpid(), runner.module.generator()._weights_dir.name)  # noqa: E731
+    try:
+        ((pid, weights_dir),) = algorithm.env_runner_group.foreach_env_runner(
+            engine_of_runner, local_env_runner=False
+        )
+        queues = recorded_shared_files(Path(weights_dir))
+        assert queues and all((SHARED_MEMORY / name).exists() for name in queues), queues
+        os.kill(pid, signal.SIGKILL)
+        deadline = time.monotonic() + 60
+        while set(queues) & files_in_use(process_ids()) and time.monotonic() < deadline:
+            time.sleep(0.5)  # Ray stops the runner's process group
+        assert all((SHARED_MEMORY / name).exists() for name in queues)  # what a kill leaves
+        result = algorithm.train()  # the runner is restarted and its engine started
+        assert result["env_runners"]["num_episodes"] > 0
+        ((new_pid, new_weights_dir),) = algorithm.env_runner_group.foreach_env_runner(
+            engine_of_runner, local_env_runner=False
+        )
+        assert new_pid != pid
+        assert not Path(weights_dir).exists() and not shared_files_record(weights_dir).exists()
+        assert not [name for name in queues if (SHARED_MEMORY / name).exists()]
+        new_queues = recorded_shared_files(Path(new_weights_dir))
+        assert new_queues and not set(new_queues) & set(queues)
+    finally:
+        algorithm.stop()
+    assert not [name for name in new_queues if (SHARED_MEMORY / name).exists()]
+    assert not Path(new_weights_dir).exists() and not shared_files_record(new_weights_dir).exists()

@@ -5,7 +5,6 @@ and ``rllib evaluate`` (``slow``)."""
 from __future__ import annotations
 
 import dataclasses
-import functools
 from pathlib import Path
 from typing import Any
 
@@ -13,45 +12,40 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-from helpers import TINY_MODEL, TUNED, crashing_tuned_example, sft_args
+from helpers import TEAM_ROLES as ROLES
+from helpers import TUNED, crashing_tuned_example, keychest_team_config, sft_args
 from ray.rllib.policy.policy import PolicySpec
 from safetensors.torch import load_file
 
 from envs.common.spaces import TextSpace
-from hgpo_rllib import HGPOConfig, cli
+from hgpo_rllib import cli
 from hgpo_rllib.columns import group_id_of
 from hgpo_rllib.env_runner.grouped_multi_agent_env_runner import GroupedMultiAgentEnvRunner
 from hgpo_rllib.experiments.settings import RunSettings
-from hgpo_rllib.experiments.teams import SHARED_MODULE_ID, role_module, team_config, team_warm_start_config
+from hgpo_rllib.experiments.teams import SHARED_MODULE_ID, team_config, team_warm_start_config
 
 pytestmark = pytest.mark.usefixtures("ray_session")
 
-ROLES = ("planner", "executor")
 WEBSHOP_ROLES = ("verifier", "searcher", "buyer")
 TEXT = TextSpace()
 
 
-def keychest_team_config(*, shared: bool, **training: Any) -> HGPOConfig:
-    modules = {SHARED_MODULE_ID} if shared else set(ROLES)
-    return (
-        HGPOConfig()
-        .environment("keychest_team", env_config={"max_steps": 4})
-        .env_runners(num_env_runners=0, num_envs_per_env_runner=4, create_local_env_runner=True)
-        .multi_agent(policies=modules, policy_mapping_fn=functools.partial(role_module, shared))
-        .rl_module(model_config=TINY_MODEL)
-        .training(
-            group_size=2,
-            groups_per_iteration=2,
-            max_new_tokens=8,
-            max_prompt_tokens=160,
-            minibatch_size=64,
-            micro_batch_size=8,
-            lr=1e-3,
-            normalize_by="agent",
-            **training,
-        )
-        .debugging(seed=0)
-    )
+#: What keychest_team_config fixes: 2 groups of 2 episodes, each of at most 3 * max_steps = 12 turns
+#: (the team's max_turns); the planner opens every episode and the executor answers it, so each role
+#: has at least one turn per episode.
+EPISODES = 4
+MAX_TURNS = 12
+
+
+def assert_every_turn_trains_once(result: dict[str, Any], rows: dict[str, int]) -> None:
+    """The learners' rows per role add up to the turns the runners sampled (every turn of the 4
+    episodes is one row, trained once), and each role acted in every episode."""
+    runners, learners = result["env_runners"], result["learners"]
+    assert runners["num_episodes"] == EPISODES
+    total = learners["__all_modules__"]["num_step_rows"]
+    assert sum(rows.values()) == total == runners["num_env_steps_sampled"]
+    assert 2 * EPISODES <= total <= MAX_TURNS * EPISODES
+    assert all(count >= EPISODES for count in rows.values()), rows
 
 
 def module_weights(algo: Any, module_id: str) -> dict[str, torch.Tensor]:
@@ -72,7 +66,6 @@ def test_one_llm_per_role_each_trained_on_its_own_turns_and_restored(tmp_path: P
         runners = result["env_runners"]
         for role in ROLES:
             # Each module updated on its own role's rows, with its own optimizer and lr.
-            assert learners[role][f"agent_{role}_num_step_rows"] > 0
             others = [f"agent_{other}_num_step_rows" for other in ROLES if other != role]
             assert not any(key in learners[role] for key in others)
             assert learners[role]["num_optimizer_steps"] == 1
@@ -84,6 +77,7 @@ def test_one_llm_per_role_each_trained_on_its_own_turns_and_restored(tmp_path: P
         assert learners["executor"]["default_optimizer_learning_rate"] == pytest.approx(1e-3)
         # Whole groups of team episodes: 2 groups of 2.
         assert learners["__all_modules__"]["num_groups"] == 2
+        assert_every_turn_trains_once(result, {r: learners[r][f"agent_{r}_num_step_rows"] for r in ROLES})
         algo.save_to_path(str(tmp_path / "ckpt"))
         saved = {role: module_weights(algo, role) for role in ROLES}
     finally:
@@ -120,9 +114,9 @@ def test_one_shared_llm_serves_every_role() -> None:
     algo = keychest_team_config(shared=True).build_algo()
     try:
         assert set(algo.learner_group._learner.module.keys()) == {SHARED_MODULE_ID}
-        learners = algo.train()["learners"]
-        shared = learners[SHARED_MODULE_ID]
-        assert shared["agent_planner_num_step_rows"] > 0 and shared["agent_executor_num_step_rows"] > 0
+        result = algo.train()
+        shared = result["learners"][SHARED_MODULE_ID]
+        assert_every_turn_trains_once(result, {r: shared[f"agent_{r}_num_step_rows"] for r in ROLES})
         assert shared["num_optimizer_steps"] == 1
     finally:
         algo.stop()
@@ -271,7 +265,8 @@ def test_two_learners_train_a_team_whose_module_one_learner_lacks() -> None:
 
     try:
         first = algo.train()["learners"]
-        assert first["executor_g0"]["agent_executor_num_step_rows"] > 0
+        # the executor of group 0's 2 episodes answers at least once in each
+        assert first["executor_g0"]["agent_executor_num_step_rows"] >= 2
         assert first["executor_g0"]["idle_minibatches"] == first["executor_g0"]["num_optimizer_steps"] / 2
         assert first["planner"]["idle_minibatches"] == 0
         replicas = [r.get() for r in algo.learner_group.foreach_learner(weights)]

@@ -16,7 +16,7 @@ from typing import Any
 import pandas as pd
 import pytest
 import torch
-from helpers import CORPUS, MICRO, TUNED
+from helpers import CORPUS, MICRO, TUNED, own_stderr
 from helpers import sft_args as micro_sft_args
 from safetensors.torch import load_file
 
@@ -128,7 +128,7 @@ def test_ctrl_c_in_sft_saves_at_the_next_step_and_the_rerun_resumes_there(
     out = tmp_path / "model"
     command = [*sft_args(out), "--save-steps", "1000"]
     assert cli.main(command) == 130
-    err = capsys.readouterr().err  # (the progress bars write there too)
+    err = own_stderr(capsys.readouterr().err)  # (the progress bars write there too)
     assert err.strip().splitlines()[-1] == "rllib: interrupted; rerun the same command to resume"
     assert "Traceback" not in err
     assert [p.name for p in (out / "checkpoints").iterdir()] == ["checkpoint-1"]
@@ -533,7 +533,7 @@ def test_ctrl_c_while_the_main_job_builds_its_warm_start_says_to_rerun_without_r
     command = ["train", "file", str(TUNED / "hgpo_alfworld.py"), "--cache", str(tmp_path / "cache")]
     command += ["--storage-path", str(tmp_path / "out")]
     assert cli.main(command) == 130
-    assert capsys.readouterr().err.strip().splitlines() == [
+    assert own_stderr(capsys.readouterr().err).strip().splitlines() == [
         "rllib: interrupted; the run had not started; rerun the same command (without --resume): "
         "what its preparation finished is kept"
     ]

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 sys.path.append(str(BENCHMARKS))  # the benchmark imports its sibling results_file
 _spec = importlib.util.spec_from_file_location("tree_attention", BENCHMARKS / "tree_attention.py")
 assert _spec is not None and _spec.loader is not None

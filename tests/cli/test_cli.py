@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import pytest
-from helpers import TUNED, crash_once_lines, crashing_tuned_example, write_experiment
+from helpers import TUNED, crash_once_lines, crashing_tuned_example, own_stderr, write_experiment
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from envs.alfworld.facts import ALFWORLD_FACTS
@@ -119,12 +119,9 @@ def test_ray_workers_exit_on_sigterm_without_a_traceback_from_finalizers(
     Exits()
     Fails()
     gc.collect()
-    # This process's lines only: the session's Ray forwards its workers' output to the same stderr,
-    # prefixed "(worker pid=...)", and those workers (started by the test fixture, not by the CLI)
-    # have no hook.
-    err = "\n".join(
-        line for line in capsys.readouterr().err.splitlines() if not re.match(r"(\x1b\[\d+m)?\(", line)
-    )
+    # This process's lines only: the workers of the session's Ray (started by the test fixture, not by
+    # the CLI) have no hook.
+    err = own_stderr(capsys.readouterr().err)
     assert "SystemExit" not in err
     assert "ValueError: a real bug in a finalizer" in err
 
@@ -342,7 +339,7 @@ def test_user_errors_are_one_line_and_exit_status_2(
 ) -> None:
     make_args, message = USER_ERRORS[case]
     assert run_cli(make_args(tmp_path)) == 2
-    err = capsys.readouterr().err
+    err = own_stderr(capsys.readouterr().err)
     assert err.count("\n") == 1 and err.startswith("rllib"), err
     assert re.search(message, err), err
     assert not (tmp_path / "o").exists()  # nothing was written
@@ -403,8 +400,8 @@ def test_config_flag_rejects_unknown_settings(tmp_path: Path, capsys: pytest.Cap
     assert "unknown setting(s) ['learning_rate']" in err and len(err.strip().splitlines()) == 1
     assert cli.main(["train", "file", path, "--config", '{"model_config": 3}']) == 2
     assert "model_config must be a JSON object" in capsys.readouterr().err
-    # --resume takes the run's own --config repeated (tests/test_runs_that_cannot_train.py); here there
-    # is no run to resume, which is one line too.
+    # --resume takes the run's own --config repeated (tests/end_to_end/test_runs_that_cannot_train.py);
+    # here there is no run to resume, which is one line too.
     assert cli.main(["train", "file", path, "--resume", "--config", '{"lr": 1e-3}']) == 2
     assert "nothing to resume: no experiment 'HGPO_keychest'" in capsys.readouterr().err
 

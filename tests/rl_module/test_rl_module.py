@@ -5,8 +5,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import os
-import subprocess
-import sys
 import unicodedata
 from pathlib import Path
 from types import SimpleNamespace
@@ -15,7 +13,7 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-from helpers import CORPUS, ROOT, TESTS, build, train_batch
+from helpers import CORPUS, ROOT, TESTS, build, run_python, train_batch
 from ray.rllib.core.columns import Columns
 from transformers import AutoTokenizer
 
@@ -56,14 +54,7 @@ def test_tiny_tokenizer_is_deterministic_across_builds_and_processes() -> None:
     assert a(ODD_TEXTS)["input_ids"] == b(ODD_TEXTS)["input_ids"]
     # Another process (other hash seeds) must build the very same tokenizer, as on other env runners.
     env = {**os.environ, "PYTHONHASHSEED": "12345", "PYTHONPATH": str(REPO)}
-    child = subprocess.run(
-        [sys.executable, "-c", _TOKENIZER_HASH_SCRIPT],
-        input="\x1e".join(CORPUS),
-        capture_output=True,
-        text=True,
-        env=env,
-        check=True,
-    )
+    child = run_python(_TOKENIZER_HASH_SCRIPT, input="\x1e".join(CORPUS), env=env)
     assert child.stdout.strip() == hashlib.sha256(a.backend_tokenizer.to_str().encode()).hexdigest()
 
 
@@ -179,7 +170,7 @@ def test_auto_backend_on_this_cpu_machine_is_hf_and_imports_no_vllm() -> None:
         "assert 'vllm' not in sys.modules"
     )
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), str(TESTS)])}
-    subprocess.run([sys.executable, "-c", code], cwd=REPO, check=True, env=env)
+    run_python(code, cwd=REPO, env=env)
 
 
 # ---------------------------------------------------------------------------------------- prompts

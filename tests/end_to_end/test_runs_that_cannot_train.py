@@ -8,18 +8,21 @@ naming the env and its error; the iteration line shows env errors and the inform
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import math
 import os
 import pickle
 import re
+import subprocess
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from helpers import TINY_MODEL, write_experiment
+from helpers import TINY_MODEL, own_stderr, write_experiment
 from ray.rllib.env.single_agent_episode import SingleAgentEpisode
 
 from hgpo_rllib import cli
@@ -73,7 +76,7 @@ def test_a_run_that_cannot_start_fails_at_once_naming_its_cause(
     started = time.monotonic()
     assert cli.main(train_args(path, tmp_path, "--max-failures", "3")) == 1
     assert time.monotonic() - started < 60
-    err = capsys.readouterr().err
+    err = own_stderr(capsys.readouterr().err)
     assert "is not a metric" not in err
     (line,) = [line for line in err.splitlines() if line.startswith("rllib")]
     assert err.rstrip().endswith(line)
@@ -93,9 +96,10 @@ def test_a_run_whose_every_episode_ends_in_an_env_error_stops_naming_the_env(
     assert cli.main(train_args(path, tmp_path, "--max-failures", "3")) == 1
     captured = capsys.readouterr()
     iterations = [line for line in captured.out.splitlines() if line.startswith("iter ")]
+    err = own_stderr(captured.err)
     assert len(iterations) == ENV_ERROR_ITERATIONS - 1 and "env errors 100%" in iterations[0]
-    (line,) = [line for line in captured.err.splitlines() if line.startswith("rllib")]
-    assert captured.err.rstrip().endswith(line)
+    (line,) = [line for line in err.splitlines() if line.startswith("rllib")]
+    assert err.rstrip().endswith(line)
     assert f"every episode of the last {ENV_ERROR_ITERATIONS} iterations ended in an env error" in line
     assert "experiment.py:FlakyEnv" in line and "ConnectionError: the game server went away" in line
     assert "not retried" in line
@@ -223,7 +227,7 @@ def test_a_bad_stop_value_is_one_line_before_anything_is_written(
 ) -> None:
     path = write_experiment(tmp_path)
     assert cli.main(train_args(path, tmp_path, "--stop", '{"training_iteration": 0}')) == 2
-    err = capsys.readouterr().err
+    err = own_stderr(capsys.readouterr().err)
     assert err.count("\n") == 1 and err.startswith("rllib: error: stop criterion 'training_iteration'"), err
     assert not (tmp_path / "out").exists()
 
@@ -269,7 +273,7 @@ def test_a_name_that_is_a_path_is_refused(
     assert (
         cli.main(["train", "file", str(path), "--name", name, "--storage-path", str(tmp_path / "out")]) == 2
     )
-    err = capsys.readouterr().err
+    err = own_stderr(capsys.readouterr().err)
     assert err.count("\n") == 1 and f"--name {name!r} is not a name" in err
     assert not (tmp_path / "out").exists() and not (tmp_path.parent / "x").exists()
 
@@ -286,7 +290,7 @@ def test_ctrl_c_before_the_run_exists_says_to_rerun_without_resume(
     monkeypatch.setattr(train_cli, "check_trial_resources", interrupted)
     path = write_experiment(tmp_path)
     assert cli.main(["train", "file", str(path), "--storage-path", str(tmp_path / "out")]) == 130
-    last = capsys.readouterr().err.strip().splitlines()[-1]
+    last = own_stderr(capsys.readouterr().err).strip().splitlines()[-1]
     assert last == "rllib: interrupted; the run had not started; rerun the same command (without --resume)"
 
 
@@ -323,38 +327,95 @@ stop = {"training_iteration": 3}
 """
 
 
-@pytest.mark.slow  # ~55 s on 2 shared cores: a 2-iteration run; the unit test below runs by default
+#: A real full disk: a small tmpfs holds the run's storage, and the disk fills up (a file written
+#: until ENOSPC) as the second checkpoint is saved, so Tune's copy of it to the storage fails.
+FILL_THE_DISK_AT_SECOND_CHECKPOINT = """
+import errno
+from hgpo_rllib import HGPO
+
+class FillingHGPO(HGPO):
+    def save_checkpoint(self, checkpoint_dir):
+        if self.iteration >= 2:
+            with open({filler!r}, "ab", buffering=0) as filler:
+                try:
+                    while True:
+                        filler.write(bytes(1 << 16))
+                except OSError as error:
+                    if error.errno != errno.ENOSPC:
+                        raise
+        super().save_checkpoint(checkpoint_dir)
+
+config.algo_class = FillingHGPO
+stop = {{"training_iteration": 3}}
+"""
+
+
+@contextlib.contextmanager
+def small_tmpfs(mount_point: Path, size: str) -> Iterator[Path]:
+    """A tmpfs of ``size`` mounted at ``mount_point`` while the block runs; the test is skipped where
+    mounting one is not permitted (not root, or a container without the capability)."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    mount_point.mkdir()
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(mount_point)],
+        capture_output=True,
+        text=True,
+    )
+    if mounted.returncode != 0:
+        pytest.skip(f"mounting a tmpfs is not permitted here: {mounted.stderr.strip()}")
+    try:
+        yield mount_point
+    finally:
+        subprocess.run(["umount", "--lazy", str(mount_point)], check=True)
+
+
+@pytest.mark.slow  # ~55 s each on 2 shared cores: a 2-iteration run; the unit test below runs by default
 @pytest.mark.usefixtures("ray_session")
+@pytest.mark.parametrize("disk", ["ENOSPC injected", "small tmpfs"])
 def test_a_full_disk_while_saving_a_checkpoint_keeps_the_previous_one_and_says_so(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], disk: str
 ) -> None:
-    """Issue 62, item 5: ENOSPC at the checkpoint writer ends the run with exit 1 and one line naming
-    the full disk and the checkpoint that is kept (not retried: a full disk fails again), and that
-    checkpoint still loads."""
-    path = write_experiment(tmp_path, DISK_FULL_AT_SECOND_CHECKPOINT)
-    args = train_args(path, tmp_path, "--checkpoint-freq", "1", "--max-failures", "3")
-    assert cli.main(args) == 1
-    (trial,) = [d for d in (tmp_path / "out" / "run").iterdir() if d.is_dir()]
-    assert sorted(c.name for c in trial.glob("checkpoint_*")) == ["checkpoint_000000"]
-    last = capsys.readouterr().err.strip().splitlines()[-1]
-    assert re.fullmatch(
-        rf"rllib: .*No space left on device.*; the checkpoint {re.escape(str(trial))}/checkpoint_000000 "
-        r"\(iteration 1\) is kept: free space, then rerun with --resume",
-        last,
-    ), last
-    policy = CheckpointPolicy(trial / "checkpoint_000000")
-    assert policy.module is not None
+    """Issue 62, item 5: a full disk while a checkpoint is saved (an ENOSPC raised by the checkpoint
+    writer, or a real full tmpfs under the run's storage when the test may mount one) ends the run
+    with exit 1 and one line naming the full disk and the checkpoint that is kept (not retried: a
+    full disk fails again), and that checkpoint still loads."""
+    with contextlib.ExitStack() as stack:
+        if disk == "small tmpfs":
+            storage = stack.enter_context(small_tmpfs(tmp_path / "disk", "64m"))
+            experiment = FILL_THE_DISK_AT_SECOND_CHECKPOINT.format(filler=str(storage / "filler"))
+        else:
+            storage, experiment = tmp_path, DISK_FULL_AT_SECOND_CHECKPOINT
+        path = write_experiment(tmp_path, experiment)
+        args = train_args(path, storage, "--checkpoint-freq", "1", "--max-failures", "3")
+        assert cli.main(args) == 1
+        (trial,) = [d for d in (storage / "out" / "run").iterdir() if d.is_dir()]
+        assert sorted(c.name for c in trial.glob("checkpoint_*")) == ["checkpoint_000000"]
+        last = own_stderr(capsys.readouterr().err).strip().splitlines()[-1]
+        assert re.fullmatch(
+            rf"rllib: .*No space left on device.*; the checkpoint {re.escape(str(trial))}/checkpoint_000000 "
+            r"\(iteration 1\) is kept: free space, then rerun with --resume",
+            last,
+        ), last
+        if disk == "small tmpfs":  # Tune's copy of the next checkpoint stopped part way
+            assert "the incomplete copy checkpoint_000001 was removed" in last
+        policy = CheckpointPolicy(trial / "checkpoint_000000")
+        assert policy.module is not None
 
 
 @pytest.mark.parametrize("retries_left", [True, False])
 def test_a_full_disk_is_not_retried_and_names_the_checkpoint_kept(tmp_path: Path, retries_left: bool) -> None:
     """The rule of the test above without a run: a trial whose error wraps an ENOSPC stops the run,
-    with or without retries left, in one line naming the kept checkpoint."""
+    with or without retries left, in one line naming the kept checkpoint, and the copy of the next
+    one that the full disk cut short (which Tune never added to the trial) is removed and named."""
     error: Any = RuntimeError("Ray's wrapper of the trial's error")  # Ray keeps the original as cause
     error.cause = OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), "/tmp/checkpoint_tmp")
     (tmp_path / "error.pkl").write_bytes(pickle.dumps(error))
+    for number in range(3):  # the newest is the copy the full disk cut short, which Tune never added
+        (tmp_path / "t" / f"checkpoint_00000{number}").mkdir(parents=True)
     kept = SimpleNamespace(
-        checkpoint=SimpleNamespace(path="/runs/t/checkpoint_000001"), metrics={"training_iteration": 4}
+        checkpoint=SimpleNamespace(path=str(tmp_path / "t" / "checkpoint_000001")),
+        metrics={"training_iteration": 4},
     )
     trial = SimpleNamespace(
         pickled_error_file=str(tmp_path / "error.pkl"),
@@ -366,6 +427,8 @@ def test_a_full_disk_is_not_retried_and_names_the_checkpoint_kept(tmp_path: Path
     with pytest.raises(RecurringTrialError) as raised:
         hook(0, [trial], trial)
     assert str(raised.value).endswith(
-        f"OSError: [Errno {errno.ENOSPC}] No space left on device: '/tmp/checkpoint_tmp'; the checkpoint "
-        "/runs/t/checkpoint_000001 (iteration 4) is kept: free space, then rerun with --resume"
+        f"OSError: [Errno {errno.ENOSPC}] No space left on device: '/tmp/checkpoint_tmp'; the incomplete "
+        f"copy checkpoint_000002 was removed; the checkpoint {tmp_path}/t/checkpoint_000001 (iteration 4) "
+        "is kept: free space, then rerun with --resume"
     )
+    assert sorted(p.name for p in (tmp_path / "t").iterdir()) == ["checkpoint_000000", "checkpoint_000001"]

@@ -20,7 +20,7 @@ from hgpo_rllib.evaluation.policy_loading import POLICY_RECORD
 from hgpo_rllib.rl_module.gguf_export import base_gguf, llama_rotary_layout
 from hgpo_rllib.rl_module.model_sources import SOURCE_RECORD
 
-CHECKPOINT = Path(__file__).parent / "data" / "checkpoints" / "keychest_hgpo_0.1.0"
+CHECKPOINT = Path(__file__).parents[1] / "data" / "checkpoints" / "keychest_hgpo_0.1.0"
 PROMPTS = ("Find me a red t-shirt under 20 dollars.", "Your task is to: put a clean mug in coffeemachine.")
 
 

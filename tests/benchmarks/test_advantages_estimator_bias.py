@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 
 _spec = importlib.util.spec_from_file_location(
-    "estimator_bias", Path(__file__).resolve().parents[1] / "benchmarks" / "estimator_bias.py"
+    "estimator_bias", Path(__file__).resolve().parents[2] / "benchmarks" / "estimator_bias.py"
 )
 assert _spec is not None and _spec.loader is not None
 study = importlib.util.module_from_spec(_spec)

@@ -5,14 +5,12 @@ that ``rllib evaluate`` plays and reports."""
 from __future__ import annotations
 
 import ast
-import subprocess
-import sys
 from pathlib import Path
 
 import pandas as pd
 import pytest
 import torch
-from helpers import ROOT
+from helpers import ROOT, run_python
 from safetensors.torch import save_file
 
 import envs
@@ -133,7 +131,7 @@ def test_a_built_in_envs_facts_are_read_without_importing_its_engine() -> None:
         " if m in sys.modules]\n"
         "assert not loaded, loaded\n"
     )
-    subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True, timeout=120)
+    run_python(code, cwd=ROOT, timeout=120)
 
 
 def test_the_recipes_keep_their_cache_names_and_find_the_shipped_warm_starts() -> None:

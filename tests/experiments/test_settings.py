@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import TUNED
+from helpers import TUNED, own_stderr
 
 import envs
 from hgpo_rllib import HGPOConfig, cli
@@ -244,7 +244,7 @@ def test_an_undeclared_switch_is_refused_in_one_line_naming_the_declared_ones(
     with pytest.raises(SystemExit) as exit_:
         cli.main(["train", "file", str(TUNED / example), *flags])
     assert exit_.value.code == 2
-    err = capsys.readouterr().err
+    err = own_stderr(capsys.readouterr().err)
     assert err.count("\n") == 1 and f"does not take {named}" in err
     declared = DECLARED[example]
     assert ("it declares no settings" in err) == (not declared)
@@ -292,7 +292,7 @@ def test_bad_or_unused_setting_values_are_one_line_errors(
     except SystemExit as exit_:  # argparse's own refusals
         status = exit_.code
     assert status == 2
-    err = capsys.readouterr().err
+    err = own_stderr(capsys.readouterr().err)
     assert err.count("\n") == 1 and message in err
 
 
@@ -302,7 +302,7 @@ def test_a_set_hgpo_variable_is_refused_naming_its_flag(
 ) -> None:
     monkeypatch.setenv(variable, "1")
     assert cli.main(["train", "file", str(TUNED / "hgpo_keychest.py")]) == 2
-    err = capsys.readouterr().err
+    err = own_stderr(capsys.readouterr().err)
     flag = "/".join(SWITCHES[REMOVED_VARIABLES[variable]].flags)
     assert err.count("\n") == 1 and f"{variable}: use {flag}" in err and "removed in 0.3.0" in err
 
@@ -425,7 +425,7 @@ def test_bad_module_settings_are_one_line_errors(
     setting: str, message: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     assert cli.main(["train", "file", str(TUNED / "drmas_alfworld.py"), "--module", setting]) == 2
-    err = capsys.readouterr().err
+    err = own_stderr(capsys.readouterr().err)
     assert err.count("\n") == 1 and message in err
 
 

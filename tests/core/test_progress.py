@@ -1,6 +1,6 @@
 """Progress lines inside long iterations (hgpo_rllib/progress.py): what the runners and learners count,
 the line the driver prints from it and when it prints. That a remote runner's and the learner's counts
-reach the line on Ray is checked in tests/test_algorithm.py's two-iteration run."""
+reach the line on Ray is checked in tests/end_to_end/test_algorithm.py's two-iteration run."""
 
 from __future__ import annotations
 
@@ -221,7 +221,7 @@ def test_an_interval_of_zero_starts_no_board_and_prints_nothing() -> None:
 
 # ------------------------------------------------------------------------------ the setting
 def test_the_interval_is_a_reporting_setting_of_30_s() -> None:
-    """Its validation is with the others' (tests/test_validation.py)."""
+    """Its validation is with the others' (tests/algorithms/test_validation.py)."""
     from hgpo_rllib import HGPOConfig
 
     assert HGPOConfig().progress_interval_s == 30.0

@@ -11,13 +11,16 @@ test_env_contract.py (12, 13, 15).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import pickle
 import shutil
+import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 from types import SimpleNamespace
@@ -38,7 +41,15 @@ from hgpo_rllib.cli.stopping import MetricStopper, unknown_stop_keys, what_was_s
 from hgpo_rllib.cli.train import check_trial_resources, claim_experiment_dir, experiment_runs
 from hgpo_rllib.evaluation.policy_loading import POLICY_RECORD, say_pickle_trust_once
 from hgpo_rllib.evaluation.rollout import read_played_episodes
-from hgpo_rllib.orphans import owner_tag
+from hgpo_rllib.orphans import (
+    SHARED_MEMORY,
+    files_in_use,
+    owner_tag,
+    process_ids,
+    recorded_shared_files,
+    release_shared_files,
+    shared_files_record,
+)
 from hgpo_rllib.run_records import exclusive_directory
 
 CHECKPOINT = DATA / "checkpoints" / "keychest_hgpo_0.1.0"
@@ -186,6 +197,108 @@ def test_weight_directories_of_dead_runners_are_removed_and_live_ones_kept(tmp_p
         (path / "model.safetensors").write_bytes(b"\0" * 16)
     assert remove_orphaned_weight_dirs(tmp_path) == [orphan]
     assert not orphan.exists() and live.exists() and other_host.exists()
+
+
+#: A runner whose engine process holds a shared-memory queue named as vLLM's are (Python's
+#: ``SharedMemory``: ``/dev/shm/psm_<hex>``), recorded in the weight directory the test names on stdin,
+#: as VLLMGenerator records its engine's.
+RUNNER_WITH_ENGINE = """
+import subprocess, sys, time
+from hgpo_rllib.orphans import recording_shared_files
+
+ENGINE = (
+    "import time\\n"
+    "from multiprocessing import resource_tracker, shared_memory\\n"
+    "queue = shared_memory.SharedMemory(create=True, size=1 << 20)\\n"
+    # Its resource tracker dies in the same kill; left out here, it cannot win that race.
+    "resource_tracker.unregister(queue._name, 'shared_memory')\\n"
+    "print(queue.name, flush=True)\\n"
+    "time.sleep(600)\\n"
+)
+with recording_shared_files(sys.stdin.readline().strip(), interval_s=0.1):
+    engine = subprocess.Popen([sys.executable, "-c", ENGINE], stdout=subprocess.PIPE, text=True)
+    name = engine.stdout.readline().strip()
+print(name, flush=True)
+time.sleep(600)
+"""
+
+
+@pytest.mark.skipif(not SHARED_MEMORY.is_dir(), reason="no /dev/shm (POSIX shared memory) on this system")
+def test_shared_memory_of_a_killed_runners_engine_is_removed_by_the_next_engine(tmp_path: Path) -> None:
+    """Issue 62, item 5: a Ray actor's SIGKILL kills its process group (vLLM's engine and Python's
+    resource tracker too), so the engine's queues (``psm_*``, ~0.4 GB per engine) stayed in /dev/shm.
+    The next engine removes those its weight directory records, once their owner is dead and no
+    process maps them, also when the directory itself was removed without them (by an older
+    version); another process's queues, and any file that is not recorded, stay."""
+    from hgpo_rllib.rl_module.vllm_generation import _weights_dir_prefix, remove_orphaned_weight_dirs
+
+    runner = subprocess.Popen(
+        [sys.executable, "-c", RUNNER_WITH_ENGINE],
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    held, stray = (SHARED_MEMORY / f"psm_{os.urandom(4).hex()}" for _ in range(2))
+    held.write_bytes(bytes(4096))
+    stray.write_bytes(bytes(4096))  # no record names it
+    holder = held.open("rb")  # held open, as a live engine holds its queue
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    try:
+        orphan = tmp_path / f"{_weights_dir_prefix(runner.pid)}abc"
+        orphan.mkdir()
+        runner.stdin.write(f"{orphan}\n")
+        runner.stdin.flush()
+        name = runner.stdout.readline().strip()
+        assert name.startswith("psm_") and recorded_shared_files(orphan) == [name]
+        os.killpg(runner.pid, signal.SIGKILL)  # as Ray stops an actor: its whole process group
+        runner.wait()
+        deadline = time.monotonic() + 30
+        while name in files_in_use(process_ids()) and time.monotonic() < deadline:
+            time.sleep(0.1)  # the engine's exit
+        assert (SHARED_MEMORY / name).exists()  # nothing unlinked it
+        shutil.rmtree(orphan)  # as an older version's next engine did: the record beside it stays
+        live = tmp_path / f"{_weights_dir_prefix()}live"
+        busy = tmp_path / f"{_weights_dir_prefix(dead.pid)}busy"  # dead owner, queue still mapped
+        for directory, names in ((live, [held.name]), (busy, [held.name, "../etc", "x"])):
+            directory.mkdir()
+            shared_files_record(directory).write_text("".join(f"{n}\n" for n in names))
+        assert remove_orphaned_weight_dirs(tmp_path) == [orphan]
+        assert not (SHARED_MEMORY / name).exists() and not shared_files_record(orphan).exists()
+        assert held.exists() and stray.exists()
+        assert live.exists() and recorded_shared_files(busy) == [held.name]
+        holder.close()  # no longer in use: the next engine removes it with its directory
+        assert remove_orphaned_weight_dirs(tmp_path) == [busy]
+        assert not held.exists() and stray.exists() and live.exists()
+        assert {p.name for p in tmp_path.iterdir()} == {live.name, shared_files_record(live).name}
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(runner.pid, signal.SIGKILL)
+        holder.close()
+        for path in (held, stray):
+            path.unlink(missing_ok=True)
+
+
+@pytest.mark.skipif(not SHARED_MEMORY.is_dir(), reason="no /dev/shm (POSIX shared memory) on this system")
+def test_a_closed_engine_s_queues_are_removed_once_its_processes_let_them_go(tmp_path: Path) -> None:
+    """A vLLM engine's shutdown leaves its worker's queue to Python's resource tracker, which a Ray
+    actor's kill (``algo.stop()`` kills each runner's process group) takes down too: the generator's
+    close removes the recorded queues once no process holds them, waiting for them a while."""
+    queue = SHARED_MEMORY / f"psm_{os.urandom(4).hex()}"
+    queue.write_bytes(bytes(4096))
+    holder = queue.open("rb")  # the engine's worker, still exiting
+    try:
+        weights = tmp_path / "weights"
+        shared_files_record(weights).write_text(f"{queue.name}\n")
+        assert release_shared_files(weights) == [queue.name] and queue.exists()
+        threading.Timer(0.5, holder.close).start()
+        assert release_shared_files(weights, wait_s=30) == [] and not queue.exists()
+        assert not shared_files_record(weights).exists()
+    finally:
+        holder.close()
+        queue.unlink(missing_ok=True)
 
 
 def test_checkpoint_copies_of_dead_trials_are_removed_from_the_temp_dir(tmp_path: Path) -> None:

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
 from collections.abc import Callable
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
 import pytest
+from helpers import run_python
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -268,7 +267,7 @@ assert type(env).__name__ == "KeyChestEnv" and env.max_steps == 4
 
 def test_tune_registry_has_every_env_after_import() -> None:
     """In a fresh process: Ray's registry forgets entries across ray.shutdown()/init() in this one."""
-    subprocess.run([sys.executable, "-c", _REGISTRY_CHECK], check=True, timeout=120)
+    run_python(_REGISTRY_CHECK, timeout=120)
 
 
 def test_keychest_prompt_and_corpus_come_from_the_registry() -> None:
