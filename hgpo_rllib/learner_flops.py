@@ -25,7 +25,7 @@ Recomputation is not counted: gradient checkpointing and the head's checkpointed
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Literal
 
 import numpy as np
@@ -145,19 +145,23 @@ def update_flops(
     return sum(pass_flops(shape, counts, kind, lora_weights) for kind, counts in passes.items())
 
 
-def matmul_shapes(shape: ModelShape, tokens: int) -> list[tuple[str, int, int, int]]:
+def matmul_shapes(
+    shape: ModelShape, tokens: int, fit: Callable[[int], int] | None = None
+) -> list[tuple[str, int, int, int]]:
     """The distinct matmuls of a pass over ``tokens`` tokens, as (name, m, k, n) of an ``[m, k] x
     [k, n]`` product (2 m k n FLOPs): each linear layer's forward ``X W`` and its backward's two,
-    ``dY W^T`` (the input's gradient) and ``X^T dY`` (the weight's); layers of one shape once."""
+    ``dY W^T`` (the input's gradient) and ``X^T dY`` (the weight's); layers of one shape once.
+    ``fit``: the tokens a layer's products take instead, given its ``in x out`` weights (a benchmark
+    that cuts slow products short)."""
     groups: dict[tuple[int, int], list[str]] = {}
     for name, dims in [*shape.matrices().items(), ("lm_head", (shape.hidden, shape.vocab))]:
         groups.setdefault(dims, []).append(name)
     rows = []
     for (a, b), names in groups.items():
-        label = "/".join(names)
+        label, t = "/".join(names), tokens if fit is None else fit(a * b)
         rows += [
-            (f"{label} forward", tokens, a, b),
-            (f"{label} input grad", tokens, b, a),
-            (f"{label} weight grad", a, tokens, b),
+            (f"{label} forward", t, a, b),
+            (f"{label} input grad", t, b, a),
+            (f"{label} weight grad", a, t, b),
         ]
     return rows

@@ -236,10 +236,10 @@ class TextAgentConfig(AlgorithmConfig):
                 (host-device copies every layer, AdamW on the CPU); with CPU learners it changes nothing.
             learner_matmul_gflops: The matmul rate (GFLOP/s) the learner's achieved rate is reported
                 against (``learner_peak_fraction``, docs/throughput.md). None (default): each learner
-                measures it when it starts, at its model's main matmul in its compute dtype on its
-                device and threads (about a second at 135M parameters on 2 CPU cores); a number: that
-                rate, e.g. the idle figure of ``benchmarks/machine_limit.py`` when the run shares its
-                machine; 0: no fraction is reported.
+                measures it when it starts, at its model's main matmul in its compute dtype alone on
+                its device and threads (~0.3 s at 135M parameters on 2 CPU cores in float32, ~1 s in
+                bfloat16 the CPU emulates); a number: that rate and no probe, e.g. the idle figure of
+                ``benchmarks/machine_limit.py`` when the run shares its machine; 0: no fraction.
 
         ``minibatch_size`` (RLlib) is rows per optimiser step summed over all learners (default
         256, must divide evenly among ``num_learners``); ``num_epochs`` passes over the batch.

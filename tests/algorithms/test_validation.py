@@ -75,6 +75,8 @@ BAD_SETTINGS = [
     ({"recompute_old_logp": 1}, "recompute_old_logp"),
     ({"async_sampling": 1}, "async_sampling"),
     ({"behaviour_weight_cap": 0.5}, "behaviour_weight_cap"),
+    ({"learner_matmul_gflops": -1.0}, "learner_matmul_gflops"),
+    ({"learner_matmul_gflops": "fast"}, "learner_matmul_gflops"),
     ({"async_sampling": True, "recompute_old_logp": False}, "recompute_old_logp"),
     ({"group_size": 3}, "num_envs_per_env_runner"),
     # Non-finite numbers would turn the weights into NaN without an error.
@@ -95,6 +97,7 @@ BAD_SETTINGS = [
             "gamma",
             "clip_param",
             "behaviour_weight_cap",
+            "learner_matmul_gflops",
         )
     ],
     ({"lr": [[0, 1e-3], [100, np.inf]]}, "lr"),

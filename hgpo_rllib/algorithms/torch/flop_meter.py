@@ -37,9 +37,10 @@ class FlopMeter:
         return {mid: module for mid, module in modules.items() if isinstance(module, LLMRLModule)}
 
     def _machine_rate(self, setting: float | None) -> float | None:
-        """The setting (``learner_matmul_gflops``; 0: none), else measured here at the largest
-        policy's main matmul in its compute dtype (:func:`probe_gflops`): the learner's own device,
-        threads and dtype, which a figure taken on the driver's machine would not be."""
+        """The setting (``learner_matmul_gflops``; 0: none; no probe runs), else measured here at the
+        largest policy's main matmul in its compute dtype and no other (:func:`probe_gflops`; bfloat16
+        only where it trains in bfloat16): the learner's own device, threads and dtype, which a figure
+        taken on the driver's machine would not be."""
         if setting is not None:
             return float(setting) or None
         policies = self._policies().values()
