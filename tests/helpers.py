@@ -323,7 +323,7 @@ EXPERIMENT = textwrap.dedent(
                   minibatch_size=8, micro_batch_size=8, lr=1e-3, kl_coeff=0.0)
         .debugging(seed=0)
     )
-    stop = {{"training_iteration": 2}}
+    stop = {{"training_iteration": {stop_iteration}}}
     {extra}
     """
 )
@@ -346,7 +346,7 @@ HIPER_EXPERIMENT = textwrap.dedent(
                   minibatch_size=8, micro_batch_size=8, lr=1e-3, critic_lr=1e-3, kl_coeff=0.0)
         .debugging(seed=0)
     )
-    stop = {{"training_iteration": 2}}
+    stop = {{"training_iteration": {stop_iteration}}}
     {extra}
     """
 )
@@ -374,7 +374,7 @@ TEAM_EXPERIMENT = textwrap.dedent(
                   minibatch_size=64, micro_batch_size=8, lr=1e-3, kl_coeff=0.0, normalize_by="agent")
         .debugging(seed=0)
     )
-    stop = {{"training_iteration": 2}}
+    stop = {{"training_iteration": {stop_iteration}}}
     {extra}
     """
 )
@@ -454,10 +454,19 @@ def crashing_tuned_example(
     return path, marker
 
 
-def write_experiment(tmp_path: Path, extra: str = "", algorithm: str = "HGPO") -> Path:
+def write_experiment(
+    tmp_path: Path, extra: str = "", algorithm: str = "HGPO", *, stop_iteration: int = 2
+) -> Path:
     """A tiny KeyChest experiment file for ``rllib train file`` (``extra``: more lines at the end) of
     ``algorithm``, a key of :data:`EXPERIMENTS` ("HGPO", "HGPO-async", "HiPER", or "DrMAS": the
-    two-role team)."""
+    two-role team), that stops after ``stop_iteration`` iterations."""
     path = tmp_path / "experiment.py"
-    path.write_text(EXPERIMENTS[algorithm][0].format(extra=extra))
+    path.write_text(EXPERIMENTS[algorithm][0].format(extra=extra, stop_iteration=stop_iteration))
     return path
+
+
+def train_args(path: Path, storage: Path, *extra: str, name: str | None = "run") -> list[str]:
+    """``rllib train file`` of the experiment file ``path`` into ``storage``, as the experiment
+    ``name`` (None: the file's own), plus the ``extra`` flags."""
+    named = [] if name is None else ["--name", name]
+    return ["train", "file", str(path), "--storage-path", str(storage), *named, *extra]

@@ -5,8 +5,9 @@ finite, >= 0 and sum to 1 over each step's shared levels; they re-aggregate the 
 to the advantage; row order does not matter; ``mean_norm`` advantages scale with the returns;
 K = 0, and hierarchies whose levels are all the same group, reduce to the current-state item.
 Hand-built cases check that the weights move to the deep level when it removes a real
-difference in value and stay on the current-state level when it does not, and degenerate
-batches give exact zeros.
+difference in value and stay on the current-state level when it does not; two worked examples,
+their arithmetic written out, give the exact sizes, items, weights and advantages (one with revisits,
+whose own-trajectory members move the weights); degenerate batches give exact zeros.
 """
 
 from __future__ import annotations
@@ -123,11 +124,14 @@ def test_weight_moves_to_the_level_that_removes_aliasing() -> None:
     at_s = np.array(batch.obs) == "S"
     # Risk estimate 0.25 w1**2 + 2 * (8/7 * 0.25) * (w1 / 8 + w2 / 4): minimum at w1 = 1/7.
     np.testing.assert_allclose(levels.weights[1, at_s], 6 / 7, rtol=1e-6)
-    # X S and Y S groups are pure, so the adaptive advantage at S is close to 0 while the
-    # fixed weights keep crediting S with the difference made at step 0.
+    # X S and Y S groups are pure (x2 = 0), so the adaptive advantage at S is w1 x1 = 1/7 * (+-1/2)
+    # while the fixed weights keep crediting S with the difference made at step 0: x1 = +-1/2 (the
+    # reference drops the zero item x2; its eps moves it by < 1e-6).
+    won = np.array(batch.step_returns)[at_s] == 1.0
     adaptive = _adaptive(batch, history_length=1, mode="mean_norm")
+    np.testing.assert_allclose(adaptive[at_s], np.where(won, 1 / 14, -1 / 14), rtol=1e-6)
     fixed = hgpo_advantages(*batch, history_length=1, mode="mean_norm")
-    assert np.abs(adaptive[at_s]).max() < 0.1 < np.abs(fixed[at_s]).min()
+    np.testing.assert_allclose(fixed[at_s], np.where(won, 0.5, -0.5), rtol=1e-6)
 
 
 def test_weight_stays_on_the_current_state_without_aliasing() -> None:
@@ -135,6 +139,79 @@ def test_weight_stays_on_the_current_state_without_aliasing() -> None:
     levels = hgpo_level_stats(*batch[:5], history_length=1, weighting="adaptive", mode="mean_norm")
     at_s = np.array(batch.obs) == "S"
     np.testing.assert_allclose(levels.weights[0, at_s], 1.0, atol=1e-6)
+
+
+def _two_step_batch(paths: list[str], returns: list[float]) -> Batch:
+    """One group, one trajectory per path of 2 observations, the trajectory's return at both steps."""
+    rows = [
+        ("g", f"t{i}", step, path[step], ret)
+        for i, (path, ret) in enumerate(zip(paths, returns, strict=True))
+        for step in (0, 1)
+    ]
+    groups, trajs, steps, obs, step_returns = (list(column) for column in zip(*rows, strict=True))
+    return Batch(groups, trajs, steps, obs, np.array(step_returns), np.array(step_returns))
+
+
+#: Two worked examples at K = 1, by hand (docs/results.md, "Adaptive level weights"). The steps at
+#: t = 1 share 2 levels (D = 2): the current state S (level 1) and the pair (previous observation, S)
+#: (level 2), groups of 2 here; the steps at t = 0 share level 1 only and get weight 1 on it.
+#: With x_d = R - m_d (m_d: the level-d group's mean), s2 the unbiased variance of the level-1 group
+#: and c_d of its n_d members from the step's own trajectory, the class D = 2 minimises
+#: f(w) = w'Gw + 2h'w on w1 + w2 = 1, G = mean of x x' over its steps, h = mean of s2 c_d / n_d.
+WORKED = {
+    # Paths XS, XS, YS, YS with returns 4, 2, 2, 0. Level 1 at S: {4, 2, 2, 0}, m1 = 2,
+    # x1 = (2, 0, 0, -2), s2 = (4 + 0 + 0 + 4) / 3 = 8/3. Level 2: XS {4, 2}, m2 = 3; YS {2, 0}, m2 = 1;
+    # x2 = (1, -1, 1, -1). G = [[8, 4], [4, 4]] / 4 = [[2, 1], [1, 1]] (sum x1 x2 = 2 + 0 + 0 + 2).
+    # c = 1, n = (4, 2): h = 8/3 (1/4, 1/2) = (2/3, 4/3).
+    # f = 2 w1^2 + 2 w1 w2 + w2^2 + 2 (2/3 w1 + 4/3 w2) = w1^2 + 1 + 8/3 - 4/3 w1  (w2 = 1 - w1)
+    # f' = 2 w1 - 4/3 = 0: w = (2/3, 1/3). At S: A = 2/3 x1 + 1/3 x2 = (5/3, -1/3, 1/3, -5/3).
+    # At t = 0: X {4, 2} and Y {2, 0}, A = x1 = (1, -1, 1, -1).
+    "no revisits": (
+        ["XS", "XS", "YS", "YS"],
+        [4.0, 2.0, 2.0, 0.0],
+        (2 / 3, 1 / 3),
+        [[2, 4, 2, 4, 2, 4, 2, 4], [0, 2, 0, 2, 0, 2, 0, 2]],
+        [[1, 2, -1, 0, 1, 0, -1, -2], [np.nan, 1, np.nan, -1, np.nan, 1, np.nan, -1]],
+        [1, 5 / 3, -1, -1 / 3, 1, 1 / 3, -1, -5 / 3],
+    ),
+    # Paths SS, SS, XS, XS with returns 1, 3, 0, 1: the SS trajectories visit S twice (c1 = 2).
+    # Level 1 at S: {1, 1, 3, 3, 0, 1}, m1 = 3/2, s2 = (1/4 + 1/4 + 9/4 + 9/4 + 9/4 + 1/4) / 5 = 3/2.
+    # At t = 1: x1 = (-1/2, 3/2, -3/2, -1/2); level 2: SS {1, 3}, m2 = 2; XS {0, 1}, m2 = 1/2;
+    # x2 = (-1, 1, -1/2, 1/2). sum x1^2 = 5, sum x1 x2 = 1/2 + 3/2 + 3/4 - 1/4 = 5/2, sum x2^2 = 5/2:
+    # G = [[5/4, 5/8], [5/8, 5/8]]. h1 = 3/2 * mean(2/6, 2/6, 1/6, 1/6) = 3/8, h2 = 3/2 * 1/2 = 3/4.
+    # f = 5/8 w1^2 + 5/8 + 3/2 - 3/4 w1, f' = 5/4 w1 - 3/4 = 0: w = (3/5, 2/5) (with c1 = 1 it would
+    # be 4/5). At t = 1: A = 3/5 x1 + 2/5 x2 = (-7/10, 13/10, -11/10, -1/10).
+    # At t = 0: S (level 1 above), x1 = (-1/2, 3/2); X {0, 1}, x1 = (-1/2, 1/2).
+    "revisits": (
+        ["SS", "SS", "XS", "XS"],
+        [1.0, 3.0, 0.0, 1.0],
+        (3 / 5, 2 / 5),
+        [[6, 6, 6, 6, 2, 6, 2, 6], [0, 2, 0, 2, 0, 2, 0, 2]],
+        [[-0.5, -0.5, 1.5, 1.5, -0.5, -1.5, 0.5, -0.5], [np.nan, -1, np.nan, 1, np.nan, -0.5, np.nan, 0.5]],
+        [-0.5, -0.7, 1.5, 1.3, -0.5, -1.1, 0.5, -0.1],
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(WORKED))
+def test_worked_examples_by_hand(case: str) -> None:
+    paths, returns, (w1, w2), sizes, items, advantages = WORKED[case]
+    batch = _two_step_batch(paths, returns)
+    levels = hgpo_level_stats(*batch[:5], history_length=1, weighting="adaptive", mode="mean_norm")
+    np.testing.assert_array_equal(levels.sizes, sizes)
+    np.testing.assert_array_equal(levels.items, items)  # nan: the t = 0 steps have no level 2
+    # Rows alternate t = 0, t = 1. The solver's ridge (1e-10, relative) moves the weights by ~1e-10.
+    np.testing.assert_allclose(levels.weights, [[1, w1] * 4, [0, w2] * 4], rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(_adaptive(batch, history_length=1, mode="mean_norm"), advantages, rtol=1e-9)
+
+
+def test_simplex_minimiser_on_a_boundary_by_hand() -> None:
+    """G = I, h = (1, -1): on w1 + w2 = 1, f = 2 w1^2 + 2 w1 - 1 is least at w1 = -1/2, off the
+    simplex, so the minimum is on its edge w1 = 0: exactly (0, 1). The interior case: G = [[2, 1], [1, 1]],
+    h = (2/3, 4/3) from the first worked example, gives (2/3, 1/3)."""
+    np.testing.assert_array_equal(simplex_quadratic_min(np.eye(2), np.array([1.0, -1.0])), [0.0, 1.0])
+    interior = simplex_quadratic_min(np.array([[2.0, 1.0], [1.0, 1.0]]), np.array([2 / 3, 4 / 3]))
+    np.testing.assert_allclose(interior, [2 / 3, 1 / 3], rtol=1e-9)
 
 
 def test_degenerate_batches_are_exact_zeros() -> None:

@@ -14,7 +14,14 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import pytest
-from helpers import TUNED, crash_once_lines, crashing_tuned_example, own_stderr, write_experiment
+from helpers import (
+    TUNED,
+    crash_once_lines,
+    crashing_tuned_example,
+    own_stderr,
+    train_args,
+    write_experiment,
+)
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from envs.alfworld.facts import ALFWORLD_FACTS
@@ -44,9 +51,7 @@ def scalar_tags(trial_dir: Path) -> set[str]:
 def trained_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """One ``rllib train file`` run of 2 iterations with a checkpoint at the end."""
     tmp = tmp_path_factory.mktemp("train")
-    path = write_experiment(tmp)
-    args = ["train", "file", str(path), "--storage-path", str(tmp / "results"), "--name", "run"]
-    assert cli.main(args) == 0
+    assert cli.main(train_args(write_experiment(tmp), tmp / "results")) == 0
     return tmp / "results" / "run"
 
 
@@ -75,18 +80,7 @@ def test_a_second_run_goes_to_a_new_directory_and_prints_a_line_per_iteration(
     experiment = trained_run.parent.parent / "experiment.py"
     before = sorted(p.name for p in trained_run.rglob("*"))
     capsys.readouterr()
-    args = [
-        "train",
-        "file",
-        str(experiment),
-        "--storage-path",
-        str(trained_run.parent),
-        "--name",
-        "run",
-        "--stop",
-        '{"training_iteration": 1}',
-    ]
-    assert cli.main(args) == 0
+    assert cli.main(train_args(experiment, trained_run.parent, "--stop", '{"training_iteration": 1}')) == 0
     assert sorted(p.name for p in trained_run.rglob("*")) == before
     second = trained_run.parent / "run_run2"
     assert experiment_runs(trained_run.parent, "run") == {1: trained_run, 2: second}
@@ -153,21 +147,8 @@ def test_experiment_runs_are_numbered(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_resume_continues_a_crashed_run_from_its_checkpoint(tmp_path: Path) -> None:
     marker = tmp_path / "crashed"
-    extra = crash_once_lines(marker, 3) + 'stop = {"training_iteration": 4}\n'
-    path = write_experiment(tmp_path, extra)
-    args = [
-        "train",
-        "file",
-        str(path),
-        "--storage-path",
-        str(tmp_path / "out"),
-        "--name",
-        "run",
-        "--checkpoint-freq",
-        "1",
-        "--max-failures",
-        "0",
-    ]
+    path = write_experiment(tmp_path, crash_once_lines(marker, 3), stop_iteration=4)
+    args = train_args(path, tmp_path / "out", "--checkpoint-freq", "1", "--max-failures", "0")
     assert cli.main(args) == 1 and marker.exists()  # the trial errored in iteration 3 (no retries)
     assert cli.main([*args, "--resume"]) == 0
     (trial,) = [d for d in (tmp_path / "out" / "run").iterdir() if d.is_dir()]
@@ -178,20 +159,7 @@ def test_resume_continues_a_crashed_run_from_its_checkpoint(tmp_path: Path) -> N
 @pytest.mark.slow  # two trials (about 30 s); test_presets.py checks the sweep's trials without training
 def test_sweep_of_two_trials_each_writes_tensorboard_events(tmp_path: Path) -> None:
     path = write_experiment(tmp_path, 'param_space = {"history_length": tune.grid_search([1, 2])}')
-    code = cli.main(
-        [
-            "train",
-            "file",
-            str(path),
-            "--storage-path",
-            str(tmp_path / "out"),
-            "--name",
-            "sweep",
-            "--max-concurrent-trials",
-            "1",
-        ]
-    )
-    assert code == 0
+    assert cli.main(train_args(path, tmp_path / "out", "--max-concurrent-trials", "1", name="sweep")) == 0
     trials = sorted(d for d in (tmp_path / "out" / "sweep").iterdir() if d.is_dir())
     assert [t.name.split("_hgpo")[0] for t in trials] == ["k1", "k2"]
     for trial in trials:
@@ -206,60 +174,59 @@ def run_cli(args: list[str]) -> int:
         return int(exc.code)
 
 
-def _experiment_with(tmp_path: Path, extra: str) -> str:
-    return str(write_experiment(tmp_path, extra))
-
-
-def _file(tmp_path: Path, text: str) -> str:
+def _file(tmp_path: Path, text: str) -> Path:
     path = tmp_path / "experiment.py"
     path.write_text(text)
-    return str(path)
+    return path
 
 
-EVAL = ["evaluate", "--env", "keychest", "--baselines", "expert", "--episodes", "1"]
+def _train(tmp_path: Path, extra: str = "", *, file: str | None = None) -> list[str]:
+    """``rllib train file`` into ``tmp_path / "o"`` of the tiny experiment plus ``extra`` lines, or of
+    a file that holds only ``file``."""
+    path = write_experiment(tmp_path, extra) if file is None else _file(tmp_path, file)
+    return train_args(path, tmp_path / "o", name=None)
+
+
+def _evaluate(output: Path, *extra: str, env: str = "keychest", episodes: int = 1) -> list[str]:
+    """``rllib evaluate`` of the expert on ``env``, ``episodes`` per seed, into ``output``, plus ``extra``."""
+    flags = ["--env", env, "--baselines", "expert", "--episodes", str(episodes), "--output", str(output)]
+    return ["evaluate", *flags, *extra]
+
+
 USER_ERRORS = {
-    "missing-file": (lambda t: ["train", "file", str(t / "missing.py")], r"experiment file not found"),
-    "no-config": (lambda t: ["train", "file", _file(t, "config = 3\n")], r"must define `config`"),
+    "missing-file": (
+        lambda t: train_args(t / "missing.py", t / "o", name=None),
+        r"experiment file not found",
+    ),
+    "no-config": (lambda t: _train(t, file="config = 3\n"), r"must define `config`"),
     "syntax-error": (
-        lambda t: ["train", "file", _file(t, "x = 1\nconfig = (\n")],
+        lambda t: _train(t, file="x = 1\nconfig = (\n"),
         r"experiment\.py:2: SyntaxError: '\(' was never closed",
     ),
     "training-keyword-typo": (
-        lambda t: ["train", "file", _experiment_with(t, "config.training(histroy_length=2)")],
+        lambda t: _train(t, "config.training(histroy_length=2)"),
         r"experiment\.py:\d+: TypeError: .*unexpected keyword argument 'histroy_length'",
     ),
     "param-space-typo": (
-        lambda t: ["train", "file", _experiment_with(t, 'param_space = {"histroy_length": [2, 4]}')],
+        lambda t: _train(t, 'param_space = {"histroy_length": [2, 4]}'),
         r"param_space key 'histroy_length' is not a setting of HGPOConfig; did you mean 'history_length'\?",
     ),
     "infinite-kl": (
-        lambda t: ["train", "file", _experiment_with(t, 'config.training(kl_coeff=float("inf"))')],
+        lambda t: _train(t, 'config.training(kl_coeff=float("inf"))'),
         r"HGPOConfig: kl_coeff=inf is invalid",
     ),
     "stop-not-an-object": (
-        lambda t: ["train", "file", _file(t, ""), "--stop", "[1]"],
+        lambda t: [*_train(t, file=""), "--stop", "[1]"],
         r"--stop: expected a JSON object",
     ),
-    "zero-samples": (lambda t: ["train", "file", _file(t, ""), "--num-samples", "0"], r">= 1, got 0"),
+    "zero-samples": (lambda t: [*_train(t, file=""), "--num-samples", "0"], r">= 1, got 0"),
     "memory-missing-file": (lambda t: ["memory", str(t / "missing.py")], r"experiment file not found"),
-    "output-is-a-file": (
-        lambda t: [*EVAL, "--output", _file(t, "not a directory")],
-        r"experiment\.py is a file",
-    ),
-    "negative-seed": (
-        lambda t: [*EVAL, "--seeds", "-1", "--output", str(t / "o")],
-        r"--seeds: expected an integer >= 0",
-    ),
-    "duplicate-seeds": (
-        lambda t: [*EVAL, "--seeds", "1", "1", "--output", str(t / "o")],
-        r"seeds must be distinct",
-    ),
-    "batch-size-0": (
-        lambda t: [*EVAL, "--batch-size", "0", "--output", str(t / "o")],
-        r"--batch-size: .*>= 1, got 0",
-    ),
+    "output-is-a-file": (lambda t: _evaluate(_file(t, "not a directory")), r"experiment\.py is a file"),
+    "negative-seed": (lambda t: _evaluate(t / "o", "--seeds", "-1"), r"--seeds: expected an integer >= 0"),
+    "duplicate-seeds": (lambda t: _evaluate(t / "o", "--seeds", "1", "1"), r"seeds must be distinct"),
+    "batch-size-0": (lambda t: _evaluate(t / "o", "--batch-size", "0"), r"--batch-size: .*>= 1, got 0"),
     "split-without-choices": (
-        lambda t: [*EVAL, "--split", "in", "--output", str(t / "o")],
+        lambda t: _evaluate(t / "o", "--split", "in"),
         r"--split applies to envs with split choices .*, not keychest",
     ),
     # Issue 62's adversarial probes (bad values that were accepted, or ended in a traceback).
@@ -293,7 +260,7 @@ USER_ERRORS = {
         r"evaluation_interval=-1 is invalid",
     ),
     "env-module-not-importable": (
-        lambda t: [*EVAL[:2], "nosuchmod.sub:Env", *EVAL[3:], "--output", str(t / "o")],
+        lambda t: _evaluate(t / "o", env="nosuchmod.sub:Env"),
         r"'nosuchmod\.sub:Env': cannot import nosuchmod\.sub \(ModuleNotFoundError",
     ),
     "corrupt-tokenizer": (
@@ -309,11 +276,6 @@ USER_ERRORS = {
         r"model/chat_template\.jinja: the chat template cannot render a user turn \(TemplateSyntaxError",
     ),
 }
-
-
-def _train(tmp_path: Path, extra: str = "") -> list[str]:
-    """``rllib train file`` of the tiny experiment plus ``extra`` lines, into ``tmp_path / "o"``."""
-    return ["train", "file", _experiment_with(tmp_path, extra), "--storage-path", str(tmp_path / "o")]
 
 
 def _model_dir(tmp_path: Path, broken: dict[str, str]) -> Path:
@@ -347,16 +309,7 @@ def test_user_errors_are_one_line_and_exit_status_2(
 
 def test_resume_refuses_changed_flags_or_file(trained_run: Path, capsys: pytest.CaptureFixture[str]) -> None:
     experiment = trained_run.parent.parent / "experiment.py"
-    args = [
-        "train",
-        "file",
-        str(experiment),
-        "--storage-path",
-        str(trained_run.parent),
-        "--name",
-        "run",
-        "--resume",
-    ]
+    args = train_args(experiment, trained_run.parent, "--resume")
     before = sorted(p.name for p in trained_run.rglob("*"))
     assert cli.main([*args, "--stop", '{"training_iteration": 5}']) == 2
     # the latest run of "run" (the second-run test may have added run_run2, stopped at 1)
@@ -394,15 +347,15 @@ def test_config_flag_merges_settings_and_model_config_into_the_file(tmp_path: Pa
 
 
 def test_config_flag_rejects_unknown_settings(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    path = str(write_experiment(tmp_path))
-    assert cli.main(["train", "file", path, "--config", '{"lr": 1e-3, "learning_rate": 1}']) == 2
+    train = train_args(write_experiment(tmp_path), tmp_path / "out", name=None)
+    assert cli.main([*train, "--config", '{"lr": 1e-3, "learning_rate": 1}']) == 2
     err = capsys.readouterr().err
     assert "unknown setting(s) ['learning_rate']" in err and len(err.strip().splitlines()) == 1
-    assert cli.main(["train", "file", path, "--config", '{"model_config": 3}']) == 2
+    assert cli.main([*train, "--config", '{"model_config": 3}']) == 2
     assert "model_config must be a JSON object" in capsys.readouterr().err
     # --resume takes the run's own --config repeated (tests/end_to_end/test_runs_that_cannot_train.py);
     # here there is no run to resume, which is one line too.
-    assert cli.main(["train", "file", path, "--resume", "--config", '{"lr": 1e-3}']) == 2
+    assert cli.main([*train, "--resume", "--config", '{"lr": 1e-3}']) == 2
     assert "nothing to resume: no experiment 'HGPO_keychest'" in capsys.readouterr().err
 
 
@@ -518,25 +471,8 @@ def test_evaluate_resumes_an_interrupted_seed_at_its_first_unfinished_game(
 def test_rllib_evaluate_alfworld_split_has_per_task_columns(tmp_path: Path) -> None:
     out = tmp_path / "eval"
     env_config = {"source": "generated", "max_steps": 50}
-    args = [
-        "evaluate",
-        "--env",
-        "alfworld",
-        "--split",
-        "out",
-        "--baselines",
-        "expert",
-        "--seeds",
-        "1",
-        "2",
-        "--episodes",
-        "2",
-        "--env-config",
-        json.dumps(env_config),
-        "--output",
-        str(out),
-    ]
-    assert cli.main(args) == 0
+    args = _evaluate(out, "--split", "out", "--seeds", "1", "2", env="alfworld", episodes=2)
+    assert cli.main([*args, "--env-config", json.dumps(env_config)]) == 0
     recorded = json.loads((out / "evaluation.json").read_text())
     assert recorded["env_config"] == env_config and recorded["splits"] == ["eval_out_of_distribution"]
     per_seed = pd.read_csv(out / "per_seed.csv")
@@ -588,18 +524,9 @@ def test_evaluate_rejects_bad_input(tmp_path: Path) -> None:
 
 def test_main_job_alfworld_trains_two_iterations_via_rllib_train_file(tmp_path: Path) -> None:
     """The README's main command (CPU default) with a 2-iteration stop."""
-    args = [
-        "train",
-        "file",
-        str(TUNED / "hgpo_alfworld.py"),
-        "--warm-start",
-        "none",  # the random-init demo: a run of the shipped warm start is slower
-        "--storage-path",
-        str(tmp_path),
-        "--stop",
-        '{"training_iteration": 2}',
-    ]
-    assert cli.main(args) == 0
+    # --warm-start none: the random-init demo (a run of the shipped warm start is slower)
+    args = train_args(TUNED / "hgpo_alfworld.py", tmp_path, "--warm-start", "none", name=None)
+    assert cli.main([*args, "--stop", '{"training_iteration": 2}']) == 0
     (trial,) = [d for d in (tmp_path / "alfworld_demo_k2_hgpo_alpha1.0_base0").iterdir() if d.is_dir()]
     results = pd.read_json(trial / "result.json", lines=True)
     assert results["training_iteration"].tolist() == [1, 2]
@@ -618,19 +545,7 @@ def test_rehearsal_preset_trains_evaluates_checkpoints_and_resumes(
     (``--resume`` with the same settings). The env runners use HF generate here (``--config``); the vLLM
     backend has tests of its own."""
     path, marker = crashing_tuned_example(tmp_path, "hgpo_alfworld.py", stop_iteration=3, crash_at=3)
-    args = [
-        "train",
-        "file",
-        str(path),
-        "--preset",
-        "rehearsal",
-        "--storage-path",
-        str(tmp_path / "out"),
-        "--name",
-        "run",
-        "--max-failures",
-        "0",
-    ]
+    args = train_args(path, tmp_path / "out", "--preset", "rehearsal", "--max-failures", "0")
     assert cli.main([*args, "--config", '{"model_config": {"inference_backend": "hf"}}']) == 1
     assert marker.exists()
     (trial,) = [d for d in (tmp_path / "out" / "run").iterdir() if d.is_dir()]

@@ -188,6 +188,37 @@ def test_the_connector_gives_each_module_its_agents_rows_and_logs_per_agent() ->
     assert abs(float(logged["planner_llm"]["agent_planner_advantage_mean"])) < 1e-6
 
 
+def test_an_agent_mapped_to_two_modules_is_logged_under_each_with_its_own_rows() -> None:
+    """The executor of group g0 has a module of its own (as in the two-learner test of
+    tests/end_to_end/test_drmas_training.py): each module logs the executor rows it trains, not all of
+    the executor's rows under the module of its first one."""
+    apart = {"planner": "planner_llm", "executor": "executor_g0"}
+    together = {"planner": "planner_llm", "executor": "executor_llm"}
+    games = [("g0", "PEE", apart), ("g0", "PE", apart), ("g1", "PEEE", together), ("g1", "PEPE", together)]
+    roles = {"P": "planner", "E": "executor"}
+    episodes = [
+        team_episode(group, [roles[r] for r in turns], [True] * len(turns), won, module_of)
+        for (group, turns, module_of), won in zip(games, [True, False, True, False], strict=True)
+    ]
+    settings = EstimatorSettings(estimator="grpo", normalize_by="agent")
+    metrics = MetricsLogger()
+    fake = {
+        m: SimpleNamespace(unwrapped=lambda: SimpleNamespace(pad_token_id=PAD))
+        for m in ("planner_llm", "executor_g0", "executor_llm")
+    }
+    batch = GroupAdvantages(settings=settings)(rl_module=fake, batch={}, episodes=episodes, metrics=metrics)
+    logged = metrics.reduce()
+    # Executor turns: g0's 2 + 1, g1's 3 + 2; planner turns: 1 + 1 + 1 + 2.
+    assert logged["executor_g0"]["agent_executor_num_step_rows"] == 3
+    assert logged["executor_llm"]["agent_executor_num_step_rows"] == 5
+    assert logged["planner_llm"]["agent_planner_num_step_rows"] == 5
+    assert {m: len(rows[PROMPT_IDS]) for m, rows in batch.items()} == {
+        "executor_g0": 3,
+        "executor_llm": 5,
+        "planner_llm": 5,
+    }
+
+
 def test_each_roles_prompt_names_its_role_and_team_context() -> None:
     """The history-window connector renders a team role's prompt from its own episode: the role and
     what its teammates said since the last game step come from the role's latest info."""

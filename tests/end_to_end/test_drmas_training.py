@@ -246,6 +246,23 @@ def test_two_learners_train_a_team_whose_module_one_learner_lacks() -> None:
             return "executor_g0"
         return str(agent_id)
 
+    turns: list[tuple[str, dict[str, int]]] = []  # each sampled episode's group and turns per role
+
+    def count_turns(*, episode: Any, **kwargs: Any) -> None:
+        """Runs in the local env runner, in this process."""
+        turns.append((group_id_of(episode), {role: len(episode.agent_episodes[role]) for role in ROLES}))
+
+    def trained_rows() -> dict[str, int]:
+        """Each module's rows in this iteration: its turns in the episodes sampled (the config fixes 4
+        groups of 2), the executor's in group 0 apart."""
+        assert len(turns) == 8 and len({group for group, _ in turns}) == 4
+        rows = dict.fromkeys(("planner", "executor", "executor_g0"), 0)
+        for group, counts in turns:
+            rows["planner"] += counts["planner"]
+            rows["executor_g0" if group.endswith("-g0") else "executor"] += counts["executor"]
+        turns.clear()
+        return rows
+
     config = (
         keychest_team_config(shared=False)
         .multi_agent(
@@ -256,6 +273,7 @@ def test_two_learners_train_a_team_whose_module_one_learner_lacks() -> None:
         .env_runners(num_envs_per_env_runner=8)
         .learners(num_learners=2, num_cpus_per_learner=0.5)
         .training(groups_per_iteration=4, minibatch_size=8, micro_batch_size=4)
+        .callbacks(on_episode_end=count_turns)
     )
     algo = config.build_algo()
 
@@ -265,16 +283,23 @@ def test_two_learners_train_a_team_whose_module_one_learner_lacks() -> None:
 
     try:
         first = algo.train()["learners"]
-        # the executor of group 0's 2 episodes answers at least once in each
-        assert first["executor_g0"]["agent_executor_num_step_rows"] >= 2
+        rows = trained_rows()
+        assert rows["executor_g0"] >= 2  # group 0's 2 episodes: 1 answer or more each
+        for module_id, count in rows.items():
+            role = module_id.split("_")[0]
+            assert first[module_id][f"agent_{role}_num_step_rows"] == count
+        # Every minibatch of executor_g0 idle on one of the 2 learners: half the learners' mean steps.
         assert first["executor_g0"]["idle_minibatches"] == first["executor_g0"]["num_optimizer_steps"] / 2
         assert first["planner"]["idle_minibatches"] == 0
         replicas = [r.get() for r in algo.learner_group.foreach_learner(weights)]
         assert replicas[0] == replicas[1]
         second = algo.train()["learners"]
-        assert (
-            not second.get("executor_g0", {}).get("agent_executor_num_step_rows", 0) > 0
-        )  # 0, NaN or absent
+        rows = trained_rows()  # groups 4-7: none of them is group 0
+        assert rows["executor_g0"] == 0
+        for module_id in ("planner", "executor"):
+            assert second[module_id][f"agent_{module_id}_num_step_rows"] == rows[module_id]
+        # RLlib reports a module that trained on no rows in this iteration as NaN.
+        assert np.isnan(second["executor_g0"]["agent_executor_num_step_rows"])
         assert [
             r.get() for r in algo.learner_group.foreach_learner(weights)
         ] == replicas  # no rows anywhere: no step

@@ -20,7 +20,15 @@ import numpy as np
 import pandas as pd
 import pytest
 import ray
-from helpers import GROUP_SIZE, GROUPS, ROOT, keychest_config, write_experiment
+from helpers import (
+    GROUP_SIZE,
+    GROUPS,
+    ROOT,
+    crash_once_lines,
+    keychest_config,
+    train_args,
+    write_experiment,
+)
 
 from hgpo_rllib import cli
 from hgpo_rllib.columns import TASK_GENERATOR
@@ -140,25 +148,13 @@ def trial_iterations(experiment_dir: Path) -> list[int]:
 
 def train_with_every_runner_raising(tmp_path: Path, iterations: int) -> int:
     """``rllib train file`` of an experiment whose every episode start raises; its exit status."""
-    raising = f"""
+    raising = """
     def raise_everywhere(**kwargs):
         raise ValueError("simulated env failure everywhere")
     config.callbacks(on_episode_start=raise_everywhere)
-    stop = {{"training_iteration": {iterations}}}
     """
-    path = write_experiment(tmp_path, textwrap.dedent(raising))
-    args = [
-        "train",
-        "file",
-        str(path),
-        "--storage-path",
-        str(tmp_path / "out"),
-        "--name",
-        "run",
-        "--max-failures",
-        "0",
-    ]
-    return cli.main(args)
+    path = write_experiment(tmp_path, textwrap.dedent(raising), stop_iteration=iterations)
+    return cli.main(train_args(path, tmp_path / "out", "--max-failures", "0"))
 
 
 @pytest.mark.slow  # a CLI run (about 20 s); the default run has the one whose runners sample nothing
@@ -182,17 +178,8 @@ def test_cli_exits_non_zero_when_the_last_iteration_sampled_nothing(
 def test_crashed_trial_is_retried_from_the_default_checkpoint(tmp_path: Path) -> None:
     """No checkpoint flag: the default frequency (5) gives the retry a checkpoint to start from."""
     marker = tmp_path / "crashed"
-    crash_once = f"""
-    def crash_once(*, algorithm, result, **kwargs):
-        if result["training_iteration"] == 6 and not __import__("os").path.exists({str(marker)!r}):
-            open({str(marker)!r}, "w").close()
-            raise RuntimeError("simulated crash")
-    config.callbacks(on_train_result=crash_once)
-    stop = {{"training_iteration": 7}}
-    """
-    path = write_experiment(tmp_path, textwrap.dedent(crash_once))
-    args = ["train", "file", str(path), "--storage-path", str(tmp_path / "out"), "--name", "run"]
-    assert cli.main(args) == 0 and marker.exists()
+    path = write_experiment(tmp_path, crash_once_lines(marker, 6), stop_iteration=7)
+    assert cli.main(train_args(path, tmp_path / "out")) == 0 and marker.exists()
     assert trial_iterations(tmp_path / "out" / "run") == [1, 2, 3, 4, 5, 6, 7]  # 6, 7 after checkpoint 5
 
 
@@ -209,20 +196,9 @@ def test_killed_run_resumes_from_its_last_checkpoint(tmp_path: Path) -> None:
         while result["training_iteration"] == 3 and not __import__("os").path.exists({str(release)!r}):
             __import__("time").sleep(1)
     config.callbacks(on_train_result=hang_in_third)
-    stop = {{"training_iteration": 5}}
     """
-    path = write_experiment(tmp_path, textwrap.dedent(hang))
-    args = [
-        "train",
-        "file",
-        str(path),
-        "--storage-path",
-        str(tmp_path / "out"),
-        "--name",
-        "run",
-        "--checkpoint-freq",
-        "2",
-    ]
+    path = write_experiment(tmp_path, textwrap.dedent(hang), stop_iteration=5)
+    args = train_args(path, tmp_path / "out", "--checkpoint-freq", "2")
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     process = subprocess.Popen(
         [sys.executable, "-m", "hgpo_rllib.cli", *args],

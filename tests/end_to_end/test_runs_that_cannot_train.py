@@ -22,7 +22,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from helpers import TINY_MODEL, own_stderr, write_experiment
+from helpers import TINY_MODEL, own_stderr, train_args, write_experiment
 from ray.rllib.env.single_agent_episode import SingleAgentEpisode
 
 from hgpo_rllib import cli
@@ -62,10 +62,6 @@ stop = {"training_iteration": 3}
 """
 
 
-def train_args(path: Path, tmp_path: Path, *extra: str) -> list[str]:
-    return ["train", "file", str(path), "--storage-path", str(tmp_path / "out"), "--name", "run", *extra]
-
-
 @pytest.mark.usefixtures("ray_session")
 def test_a_run_that_cannot_start_fails_at_once_naming_its_cause(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
@@ -74,7 +70,7 @@ def test_a_run_that_cannot_start_fails_at_once_naming_its_cause(
     calls = tmp_path / "calls"
     path = write_experiment(tmp_path, BROKEN_ENV.format(calls=str(calls), model=TINY_MODEL))
     started = time.monotonic()
-    assert cli.main(train_args(path, tmp_path, "--max-failures", "3")) == 1
+    assert cli.main(train_args(path, tmp_path / "out", "--max-failures", "3")) == 1
     assert time.monotonic() - started < 60
     err = own_stderr(capsys.readouterr().err)
     assert "is not a metric" not in err
@@ -93,7 +89,7 @@ def test_a_run_whose_every_episode_ends_in_an_env_error_stops_naming_the_env(
 ) -> None:
     """It trained 2 iterations on nothing, printed ``errors: 0`` and exited 0."""
     path = write_experiment(tmp_path, FAILING_ENGINE)
-    assert cli.main(train_args(path, tmp_path, "--max-failures", "3")) == 1
+    assert cli.main(train_args(path, tmp_path / "out", "--max-failures", "3")) == 1
     captured = capsys.readouterr()
     iterations = [line for line in captured.out.splitlines() if line.startswith("iter ")]
     err = own_stderr(captured.err)
@@ -226,7 +222,7 @@ def test_a_bad_stop_value_is_one_line_before_anything_is_written(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     path = write_experiment(tmp_path)
-    assert cli.main(train_args(path, tmp_path, "--stop", '{"training_iteration": 0}')) == 2
+    assert cli.main(train_args(path, tmp_path / "out", "--stop", '{"training_iteration": 0}')) == 2
     err = own_stderr(capsys.readouterr().err)
     assert err.count("\n") == 1 and err.startswith("rllib: error: stop criterion 'training_iteration'"), err
     assert not (tmp_path / "out").exists()
@@ -270,9 +266,7 @@ def test_a_name_that_is_a_path_is_refused(
     name: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     path = write_experiment(tmp_path)
-    assert (
-        cli.main(["train", "file", str(path), "--name", name, "--storage-path", str(tmp_path / "out")]) == 2
-    )
+    assert cli.main(train_args(path, tmp_path / "out", name=name)) == 2
     err = own_stderr(capsys.readouterr().err)
     assert err.count("\n") == 1 and f"--name {name!r} is not a name" in err
     assert not (tmp_path / "out").exists() and not (tmp_path.parent / "x").exists()
@@ -289,7 +283,7 @@ def test_ctrl_c_before_the_run_exists_says_to_rerun_without_resume(
 
     monkeypatch.setattr(train_cli, "check_trial_resources", interrupted)
     path = write_experiment(tmp_path)
-    assert cli.main(["train", "file", str(path), "--storage-path", str(tmp_path / "out")]) == 130
+    assert cli.main(train_args(path, tmp_path / "out", name=None)) == 130
     last = own_stderr(capsys.readouterr().err).strip().splitlines()[-1]
     assert last == "rllib: interrupted; the run had not started; rerun the same command (without --resume)"
 
@@ -387,7 +381,7 @@ def test_a_full_disk_while_saving_a_checkpoint_keeps_the_previous_one_and_says_s
         else:
             storage, experiment = tmp_path, DISK_FULL_AT_SECOND_CHECKPOINT
         path = write_experiment(tmp_path, experiment)
-        args = train_args(path, storage, "--checkpoint-freq", "1", "--max-failures", "3")
+        args = train_args(path, storage / "out", "--checkpoint-freq", "1", "--max-failures", "3")
         assert cli.main(args) == 1
         (trial,) = [d for d in (storage / "out" / "run").iterdir() if d.is_dir()]
         assert sorted(c.name for c in trial.glob("checkpoint_*")) == ["checkpoint_000000"]

@@ -121,9 +121,9 @@ class GroupAdvantages(ConnectorV2):
         if table.agent_ids is not None:  # Dr. MAS: each agent's rows and advantage scale (E[A^2])
             agent_of_row = np.asarray(table.agent_ids)
             module_of_row = np.asarray(table.module_ids)
-            for agent in dict.fromkeys(table.agent_ids):
-                mine = agent_of_row == agent
-                module_id = str(module_of_row[mine][0])
+            # Under each module its own rows of the agent: a mapping may send one agent to several.
+            for agent, module_id in dict.fromkeys(zip(table.agent_ids, table.module_ids, strict=True)):
+                mine = (agent_of_row == agent) & (module_of_row == module_id)
                 metrics.log_value(
                     (module_id, f"agent_{agent}_num_step_rows"), int(mine.sum()), reduce="sum", window=1
                 )
