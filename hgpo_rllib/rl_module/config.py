@@ -127,6 +127,9 @@ class LLMModuleConfig:
     seed: int = 0
     vllm_gpu_memory_utilization: float = 0.5
     vllm_engine_args: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    # HF generation prefills each distinct prompt of a batch once (rows of a group repeat it); vLLM
+    # has its own prefix cache.
+    share_prompt_prefill: bool = True
     action_vocabulary: Sequence[str] | None = None
     constrain_to_admissible: bool = False
     # Memory levers (experiments/memory_plan.py plans them): LoRA adapters, gradient checkpointing,
@@ -220,6 +223,7 @@ class LLMModuleConfig:
                 is_number(self.vllm_gpu_memory_utilization) and 0 < self.vllm_gpu_memory_utilization <= 1,
                 "a number in (0, 1]",
             ),
+            ("share_prompt_prefill", isinstance(self.share_prompt_prefill, bool), "a bool"),
             ("gradient_checkpointing", isinstance(self.gradient_checkpointing, bool), "a bool"),
             (
                 "logprob_chunk_tokens",

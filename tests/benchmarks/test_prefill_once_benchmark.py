@@ -1,0 +1,34 @@
+"""Checks of ``benchmarks/prefill_once.py`` on the tiny preset: its batch repeats each group's prompt
+with left padding, and both paths it times give the same tokens and log-probs."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import torch
+
+BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
+sys.path.append(str(BENCHMARKS))  # the benchmark imports its sibling results_file
+_spec = importlib.util.spec_from_file_location("prefill_once", BENCHMARKS / "prefill_once.py")
+assert _spec is not None and _spec.loader is not None
+bench = importlib.util.module_from_spec(_spec)
+sys.modules[_spec.name] = bench
+_spec.loader.exec_module(bench)
+
+
+def test_group_batch_repeats_one_prompt_per_group_left_padded() -> None:
+    ids, mask = bench.group_batch(groups=2, group_size=3, prompt_tokens=20, vocab=400)
+    assert mask.sum(1).tolist() == [20, 20, 20, 13, 13, 13]
+    assert torch.equal(ids[0], ids[2]) and torch.equal(ids[3], ids[5]) and not torch.equal(ids[0], ids[3])
+    assert (ids[3:, :7] == 0).all() and (mask[3:, :7] == 0).all()
+
+
+def test_both_paths_agree_and_the_table_is_written(tmp_path: Path) -> None:
+    argv = ["--tiny", "--group-size", "3", "--prompt-tokens", "24", "--new-tokens", "3", "--repeats", "2"]
+    result = bench.main([*argv, "--output", str(tmp_path)])
+    assert result["token_mismatches"] == 0 and result["logp_gap"] <= 1e-5
+    assert list(result["medians"]) == ["every row prefilled", "prefilled once per prompt"]
+    text = (tmp_path / "prefill_once.md").read_text()
+    assert "| prefilled once per prompt |" in text and "CPU: " in text and "`uptime` before: " in text
