@@ -15,6 +15,11 @@ The model is ``smollm2-135m-instruct`` (float32) where ``local_model_dir`` resol
 ``python benchmarks/prefill_once.py`` (2 groups x 8 rows, ~500-token prompts, 24 new tokens);
 quick: ``--group-size 4 --prompt-tokens 256 --new-tokens 12 --repeats 1``. Writes
 ``docs/results/prefill_once.md`` (or into ``--output``).
+
+``--vllm`` adds vLLM's CPU build (prefix caching on, float32, the same batch and seeds; its prefix cache
+reset before each call, so a call shares only within its own batch) as a third row, whole calls only
+(vLLM does not report its prefill apart): the measurement that picks the CPU default backend.
+Its rows may stop early at the model's end-of-text token, so its tokens/s count the tokens it made.
 """
 
 from __future__ import annotations
@@ -37,6 +42,7 @@ from hgpo_rllib.rl_module.config import LLMModuleConfig
 from hgpo_rllib.rl_module.generation import Generated, HFGenerator
 from hgpo_rllib.rl_module.model_sources import local_model_dir
 from hgpo_rllib.rl_module.models import load_lm
+from hgpo_rllib.rl_module.vllm_generation import VLLMGenerator
 
 REAL_MODEL = "smollm2-135m-instruct"
 #: The /proc/cpuinfo flags that decide CPU matmul speed in float32 and bfloat16.
@@ -44,14 +50,17 @@ SPEED_FLAGS = ("avx2", "fma", "avx512f", "avx512_bf16", "amx_bf16")
 PATHS = {"every row prefilled": False, "prefilled once per prompt": True}
 
 
-def load_model() -> tuple[Any, str]:
-    """The real model in float32 where it resolves, else the tiny preset; and its name."""
-    try:
-        local_model_dir(REAL_MODEL)
-    except (ValueError, FileNotFoundError) as err:
-        print(f"{REAL_MODEL} not available ({err}); the tiny preset instead")
-        return load_lm(LLMModuleConfig(), torch.float32)[1], "tiny-qwen2 (random init)"
-    return load_lm(LLMModuleConfig(model=REAL_MODEL), torch.float32)[1], f"{REAL_MODEL} (float32)"
+def load_model(tiny: bool) -> tuple[Any, Any, str | None, str]:
+    """Tokenizer, model, model directory (None for the tiny preset) and name: the real model in
+    float32 where it resolves (and ``tiny`` is not asked), else the tiny preset."""
+    if not tiny:
+        try:
+            local_model_dir(REAL_MODEL)
+        except (ValueError, FileNotFoundError) as err:
+            print(f"{REAL_MODEL} not available ({err}); the tiny preset instead")
+        else:
+            return (*load_lm(LLMModuleConfig(model=REAL_MODEL), torch.float32), f"{REAL_MODEL} (float32)")
+    return (*load_lm(LLMModuleConfig(), torch.float32), "tiny-qwen2 (random init)")
 
 
 def group_batch(
@@ -110,6 +119,48 @@ def measure(lm: Any, ids: torch.Tensor, mask: torch.Tensor, new_tokens: int, rep
     return {"medians": medians, "token_mismatches": token_mismatches, "logp_gap": logp_gap}
 
 
+def measure_vllm(
+    lm: Any,
+    tokenizer: Any,
+    model_dir: str | None,
+    ids: torch.Tensor,
+    mask: torch.Tensor,
+    new_tokens: int,
+    repeats: int,
+) -> dict[str, Any]:
+    """vLLM's median whole-call seconds and median tokens generated per call (prefix cache reset
+    before each call), after a warm-up call; and its engine's start-up seconds."""
+    started = time.perf_counter()
+    engine = VLLMGenerator(
+        lm,
+        tokenizer,
+        model_dir,
+        dtype="float32",
+        gpu_memory_utilization=0.3,
+        max_model_len=ids.shape[1] + new_tokens + 8,
+        sampling_seed=0,
+        engine_args={"enforce_eager": True, "kv_cache_memory_bytes": 1 << 30},
+    )
+    start_s = time.perf_counter() - started
+    try:
+        calls = []
+        for _ in range(repeats + 1):  # the first is the warm-up
+            engine.reset_prefix_cache()
+            start = time.perf_counter()
+            out = engine.generate(
+                ids, mask, temperature=1.0, max_new_tokens=new_tokens, stop_token_ids=[], pad_token_id=0
+            )
+            calls.append((time.perf_counter() - start, int(out.lengths.sum())))
+    finally:
+        engine.close()
+    timed = calls[1:]
+    return {
+        "start_s": start_s,
+        "call_s": statistics.median(s for s, _ in timed),
+        "generated": statistics.median(n for _, n in timed),
+    }
+
+
 def table(result: dict[str, Any], rows: int, prompt_tokens: int, new_tokens: int) -> str:
     """Markdown rows per path: seconds, prompt tokens/s of the prefill, generated tokens/s."""
     lines = [
@@ -124,6 +175,12 @@ def table(result: dict[str, Any], rows: int, prompt_tokens: int, new_tokens: int
             f"| {name} | {prefill:.2f} | {prompt_tokens / prefill:,.0f} | {decode:.2f} "
             f"| {rows * (new_tokens - 1) / decode:,.0f} | {total:.2f} | {rows * new_tokens / total:,.0f} "
             f"| {base_total / total:.2f}x |"
+        )
+    if "vllm" in result:
+        vllm = result["vllm"]
+        lines.append(
+            f"| vLLM (CPU build), prefix caching | - | - | - | - | {vllm['call_s']:.2f} "
+            f"| {vllm['generated'] / vllm['call_s']:,.0f} | {base_total / vllm['call_s']:.2f}x |"
         )
     return "\n".join(lines)
 
@@ -152,17 +209,17 @@ def main(argv: list[str] | None = None, results_dir: Path = RESULTS_DIR) -> dict
     parser.add_argument("--new-tokens", type=int, default=24)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--tiny", action="store_true", help="the tiny preset even if the real model resolves")
+    parser.add_argument("--vllm", action="store_true", help="add vLLM's CPU build as a third row")
     parser.add_argument("--output", type=Path, default=results_dir)
     args = parser.parse_args(argv)
     if args.new_tokens < 2:
         parser.error("--new-tokens must be at least 2 (the prefill is timed up to the second forward)")
     load_before = uptime()
-    if args.tiny:
-        lm, model_name = load_lm(LLMModuleConfig(), torch.float32)[1], "tiny-qwen2 (random init)"
-    else:
-        lm, model_name = load_model()
+    tokenizer, lm, model_dir, model_name = load_model(args.tiny)
     ids, mask = group_batch(args.groups, args.group_size, args.prompt_tokens, lm.config.vocab_size)
     result = measure(lm, ids, mask, args.new_tokens, args.repeats)
+    if args.vllm:
+        result["vllm"] = measure_vllm(lm, tokenizer, model_dir, ids, mask, args.new_tokens, args.repeats)
     rows, prompt_tokens = len(ids), int(mask.sum())
     body = table(result, rows, prompt_tokens, args.new_tokens)
     report = (
@@ -173,6 +230,13 @@ def main(argv: list[str] | None = None, results_dir: Path = RESULTS_DIR) -> dict
         f"CPU: {cpu_line()}.\n\n`uptime` before: {load_before}; after: {uptime()}.\n\n{body}\n\n"
         f"Same seed, both paths: {result['token_mismatches']} token(s) differ, largest log-prob gap "
         f"{result['logp_gap']:.1e}.\n"
+        + (
+            f"\nvLLM: engine start {result['vllm']['start_s']:.0f} s; a median call generated "
+            f"{result['vllm']['generated']:.0f} of {rows * args.new_tokens} tokens (rows may stop at "
+            "the end-of-text token).\n"
+            if "vllm" in result
+            else ""
+        )
     )
     print(report)
     write_result(

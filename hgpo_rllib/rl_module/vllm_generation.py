@@ -234,9 +234,13 @@ class VLLMGenerator(Generator):
             raise RuntimeError(
                 f"vLLM weight sync failed: the engine could not load {self._shared.path}"
             ) from err
-        if not self._llm.reset_prefix_cache():
-            raise RuntimeError("vLLM weight sync: the prefix cache was not reset (requests still running)")
+        self.reset_prefix_cache()
         return sum(slot.nbytes for slot in slots)
+
+    def reset_prefix_cache(self) -> None:
+        """Drop every cached prompt prefix (after a weight sync; between timed calls of a benchmark)."""
+        if not self._llm.reset_prefix_cache():
+            raise RuntimeError("vLLM: the prefix cache was not reset (requests still running)")
 
     def close(self) -> None:
         """Stop the engine's processes, remove what is left of its shared-memory queues
