@@ -290,6 +290,7 @@ ALLOWED_DYNAMIC = {
     "benchmarks/estimator_bias.py": "one OpenMP/BLAS thread, set before numpy loads",
     "benchmarks/openmp_waiting.py": "subprocesses without the OpenMP variables it compares",
     "benchmarks/test_suite_time.py": "the suite's subprocess with the checkout on PYTHONPATH",
+    "benchmarks/vs_trl.py": "both sides' subprocesses: the same threads and OpenMP waiting, the checkout",
 }
 ENVIRON_FUNCTIONS = ("getenv", "putenv", "unsetenv")
 

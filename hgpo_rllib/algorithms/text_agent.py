@@ -129,6 +129,7 @@ class TextAgentConfig(AlgorithmConfig):
         # Generation.
         self.max_prompt_tokens = 4096
         self.max_new_tokens = 512
+        self.min_new_tokens = 0
         self.temperature = 1.0
         self.eval_temperature = 0.4
         # RLlib plumbing for text envs (docs/rllib_notes.md §1, §9).
@@ -171,6 +172,7 @@ class TextAgentConfig(AlgorithmConfig):
         share_prompt_prefixes: bool = NotProvided,
         max_prompt_tokens: int = NotProvided,
         max_new_tokens: int = NotProvided,
+        min_new_tokens: int = NotProvided,
         temperature: float = NotProvided,
         eval_temperature: float = NotProvided,
         learner_sharding: str = NotProvided,
@@ -221,6 +223,11 @@ class TextAgentConfig(AlgorithmConfig):
                 less ``max_new_tokens``); a longer prompt leaves out its oldest history records first
                 (:mod:`hgpo_rllib.rl_module.prompts`).
             max_new_tokens: Longest response in tokens (default 512).
+            min_new_tokens: Shortest response in tokens (default 0): no stop token is sampled
+                before it, and the learner scores the same distribution (the stop tokens masked at
+                those positions). ``min_new_tokens = max_new_tokens`` makes every response that long
+                (a fixed cost per row, as ``benchmarks/vs_trl.py`` needs; each such response is
+                length-cut, so set ``invalid_action_penalty=0`` if the env's rewards should stand alone).
             temperature: Sampling temperature while training (default 1.0); the learner scores
                 tokens at the same temperature.
             eval_temperature: Sampling temperature with ``explore=False`` (default 0.4; 0 = greedy).

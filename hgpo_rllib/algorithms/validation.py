@@ -221,6 +221,13 @@ def text_agent_errors(config: Any) -> list[str]:
     )
     for name in ("max_prompt_tokens", "max_new_tokens"):
         need(is_int(getattr(c, name)) and getattr(c, name) >= 1, name, "an int >= 1")
+    need(
+        is_int(c.min_new_tokens)
+        and c.min_new_tokens >= 0
+        and (not is_int(c.max_new_tokens) or c.min_new_tokens <= c.max_new_tokens),
+        "min_new_tokens",
+        "an int in [0, max_new_tokens]",
+    )
     need(is_number(c.temperature) and c.temperature > 0, "temperature", "a number > 0")
     need(
         is_number(c.eval_temperature) and c.eval_temperature >= 0,

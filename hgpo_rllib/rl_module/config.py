@@ -38,6 +38,7 @@ LORA_KEYS = ("r", "alpha", "target_modules", "dropout")
 ALGORITHM_OWNED_KEYS = (
     "max_prompt_tokens",
     "max_new_tokens",
+    "min_new_tokens",
     "temperature",
     "eval_temperature",
     "kl_coeff",
@@ -119,6 +120,8 @@ class LLMModuleConfig:
     tokenizer_vocab_size: int = 1024
     max_prompt_tokens: int = 4096
     max_new_tokens: int = 512
+    # No stop token before this many response tokens (= max_new_tokens: responses of a fixed length).
+    min_new_tokens: int = 0
     temperature: float = 1.0
     eval_temperature: float = 0.4
     inference_backend: str = "auto"
@@ -192,6 +195,13 @@ class LLMModuleConfig:
                 "an int > 0",
             ),
             ("max_new_tokens", is_int(self.max_new_tokens) and self.max_new_tokens > 0, "an int > 0"),
+            (
+                "min_new_tokens",
+                is_int(self.min_new_tokens)
+                and self.min_new_tokens >= 0
+                and (not is_int(self.max_new_tokens) or self.min_new_tokens <= self.max_new_tokens),
+                "an int in [0, max_new_tokens]",
+            ),
             (
                 "temperature",
                 is_number(self.temperature) and self.temperature > 0,

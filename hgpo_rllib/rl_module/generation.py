@@ -49,9 +49,12 @@ class Generator(abc.ABC):
         stop_token_ids: list[int],
         pad_token_id: int,
         allowed: torch.Tensor | None = None,
+        min_new_tokens: int = 0,
     ) -> Generated:
         """Sample at ``temperature`` (0: greedy, log-probs at temperature 1). ``allowed`` is a boolean
-        mask of the tokens each row may emit, [V] for every row or [B, V] per row (None: all)."""
+        mask of the tokens each row may emit, [V] for every row or [B, V] per row (None: all); no
+        stop token is sampled before ``min_new_tokens`` tokens, and the log-probs are those of that
+        restricted distribution."""
 
     @abc.abstractmethod
     def load_weights(self, lm: PreTrainedModel) -> int:
@@ -145,12 +148,16 @@ class HFGenerator(Generator):
         stop_token_ids: list[int],
         pad_token_id: int,
         allowed: torch.Tensor | None = None,
+        min_new_tokens: int = 0,
     ) -> Generated:
         sampling = temperature > 0
+        # HF's own processors (the stop tokens' -inf before min_new_tokens) run before the caller's,
+        # so the recorder sees the distribution sampled from.
         gen_config = GenerationConfig(
             do_sample=sampling,
             **({"temperature": 1.0, "top_k": 0, "top_p": 1.0} if sampling else {}),
             max_new_tokens=max_new_tokens,
+            min_new_tokens=min_new_tokens,
             use_cache=True,
             eos_token_id=stop_token_ids,
             pad_token_id=pad_token_id,

@@ -231,6 +231,7 @@ class LLMRLModule(TorchRLModule, InferenceOnlyAPI, TokenPolicyAPI):
             stop_token_ids=self.eos_token_ids,
             pad_token_id=self.tokenizer.pad_token_id,
             allowed=self._logit_mask(batch, self.lm.device),
+            min_new_tokens=self.llm_config.min_new_tokens,
         )
         out = self._pack_response(*(t.to(out_device) for t in generated))
         # Stored with the step: the learner applies the same restriction; the metrics count cut prompts.
@@ -351,6 +352,8 @@ class LLMRLModule(TorchRLModule, InferenceOnlyAPI, TokenPolicyAPI):
                 resp_mask,
                 temperature=self.llm_config.temperature,
                 allowed=self._logit_mask(batch, states.device),
+                stop_ids=self.eos_token_ids,
+                min_new_tokens=self.llm_config.min_new_tokens,
                 chunk_tokens=self.llm_config.logprob_chunk_tokens,
                 with_entropy=with_entropy,
             )

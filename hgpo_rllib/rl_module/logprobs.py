@@ -9,6 +9,8 @@ unchunked computation's (tests/experiments/test_memory.py).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 from torch.utils.checkpoint import checkpoint
 
@@ -34,6 +36,20 @@ def _score_chunk(
     return logp, entropy
 
 
+def _without_early_stops(
+    allowed: torch.Tensor | None,
+    early: torch.Tensor,
+    stop_ids: Sequence[int],
+    vocab: int,
+    device: torch.device,
+) -> torch.Tensor:
+    """``allowed`` (None, [V] or [n, V]) as an [n, V] mask that also bars ``stop_ids`` where ``early``."""
+    stops = torch.zeros(vocab, dtype=torch.bool, device=device)
+    stops[list(stop_ids)] = True
+    barred = early.to(device)[:, None] & stops[None, :]
+    return ~barred if allowed is None else allowed & ~barred
+
+
 def token_logp_entropy(
     hidden: torch.Tensor,
     head: torch.nn.Module,
@@ -42,19 +58,24 @@ def token_logp_entropy(
     *,
     temperature: float,
     allowed: torch.Tensor | None = None,
+    stop_ids: Sequence[int] = (),
+    min_new_tokens: int = 0,
     chunk_tokens: int | None = 1024,
     with_entropy: bool = True,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(log-probs, entropies), both ``[N, T]`` float32 and 0 where ``mask`` is 0.
 
     ``hidden`` [N, T, H] are the states that predict ``tokens`` [N, T]; ``allowed`` is None, a [V]
-    mask for every row or an [N, V] mask per row; ``chunk_tokens=None`` scores all valid tokens at once.
+    mask for every row or an [N, V] mask per row; ``stop_ids`` are masked too at response positions
+    below ``min_new_tokens`` (as the sampler masked them there); ``chunk_tokens=None`` scores all
+    valid tokens at once.
     """
     rows, width = tokens.shape
     flat = mask.reshape(-1).nonzero().squeeze(-1)
     states = hidden.reshape(rows * width, -1).index_select(0, flat)
     picked = tokens.reshape(-1).index_select(0, flat.to(tokens.device))
     row_of = flat // width
+    early = flat % width < min_new_tokens if min_new_tokens and len(stop_ids) else None
     step = chunk_tokens or max(len(flat), 1)
     parts = []
     for start in range(0, len(flat), step):
@@ -62,6 +83,10 @@ def token_logp_entropy(
         allowed_part = None
         if allowed is not None:
             allowed_part = allowed if allowed.dim() == 1 else allowed.index_select(0, row_of[start:stop])
+        if early is not None:
+            allowed_part = _without_early_stops(
+                allowed_part, early[start:stop], stop_ids, head.weight.shape[0], states.device
+            )
         args = (states[start:stop], picked[start:stop], allowed_part, head, temperature, with_entropy)
         if torch.is_grad_enabled() and chunk_tokens is not None:
             parts.append(checkpoint(_score_chunk, *args, use_reentrant=False))

@@ -270,6 +270,7 @@ class VLLMGenerator(Generator):
         stop_token_ids: list[int],
         pad_token_id: int,
         allowed: torch.Tensor | None = None,
+        min_new_tokens: int = 0,
     ) -> Generated:
         prompts = [row[keep.bool()].tolist() for row, keep in zip(prompt_ids, prompt_mask, strict=True)]
         allowed_rows = [None] * len(prompts) if allowed is None else _mask_to_id_lists(allowed, len(prompts))
@@ -281,6 +282,7 @@ class VLLMGenerator(Generator):
                 top_p=1.0,
                 min_p=0.0,
                 max_tokens=max_new_tokens,
+                min_tokens=min_new_tokens,  # a logits processor: in the processed log-probs too
                 logprobs=0,  # only the sampled token's log-prob
                 stop_token_ids=stop_token_ids,
                 allowed_token_ids=allowed_ids,

@@ -40,6 +40,7 @@ def test_default_config_is_the_papers_and_valid() -> None:
     )
     model_config = config.model_config
     assert model_config["kl_coeff"] == 0.01 and model_config["max_new_tokens"] == 512
+    assert config.min_new_tokens == model_config["min_new_tokens"] == 0
     assert model_config["tokenizer_corpus"] == envs.get_tokenizer_corpus("keychest")
     no_corpus = _valid_config().rl_module(model_config={"model": "/some/hf/dir"}).model_config
     assert "tokenizer_corpus" not in no_corpus and no_corpus["model"] == "/some/hf/dir"
@@ -70,6 +71,8 @@ BAD_SETTINGS = [
     ({"num_epochs": 0}, "num_epochs"),
     ({"max_prompt_tokens": 0}, "max_prompt_tokens"),
     ({"max_new_tokens": 2.5}, "max_new_tokens"),
+    ({"min_new_tokens": -1}, "min_new_tokens"),
+    ({"min_new_tokens": 513}, "min_new_tokens"),  # above max_new_tokens
     ({"temperature": 0.0}, "temperature"),
     ({"eval_temperature": -0.1}, "eval_temperature"),
     ({"recompute_old_logp": 1}, "recompute_old_logp"),

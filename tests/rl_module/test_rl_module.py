@@ -106,6 +106,8 @@ def test_missing_model_path_is_a_clear_error(tmp_path: Path) -> None:
         ("temperature", 0.0),
         ("eval_temperature", -0.1),
         ("max_new_tokens", 0),
+        ("min_new_tokens", -1),
+        ("min_new_tokens", 17),  # above the tests' max_new_tokens of 16
         ("max_prompt_tokens", 2.5),
         ("inference_backend", "tgi"),
         ("torch_dtype", "int8"),
@@ -308,6 +310,34 @@ def test_response_masks_end_at_the_first_eos_and_rows_without_one_are_length_cut
         length_cut.append(not len(hits))  # 64 tokens and no end of turn
     assert 0 < rows_with_eos < 32
     assert out["length_cut"].tolist() == length_cut and out["prompt_cut"].tolist() == [False] * 32
+
+
+def test_min_new_tokens_bars_stop_tokens_before_it_in_sampling_and_in_the_learner() -> None:
+    # As above, EOS is likely within 64 steps; min_new_tokens=48 defers every row's first EOS past 48.
+    module = build(tokenizer_vocab_size=259, max_new_tokens=64, min_new_tokens=48)
+    eos = module.tokenizer.eos_token_id
+    prompts = module.encode_prompts([f"go north {i}" for i in range(32)])
+    torch.manual_seed(1)
+    out = module.forward_exploration(prompts)
+    first_eos = []
+    for ids in out[Columns.ACTIONS]:
+        hits = (ids == eos).nonzero()
+        first_eos.append(int(hits[0]) if len(hits) else 64)
+    assert min(first_eos) >= 48 and min(first_eos) < 64  # some rows still stop, none before 48
+    assert (out["resp_mask"].sum(1) >= 48).all()
+    # The learner scores the restricted distribution the sampler drew from...
+    train = module.forward_train(train_batch(prompts, out))
+    assert (train["logp"] - out["resp_logp"]).abs().max() < 1e-5
+    # ...which the unrestricted one is not.
+    module.llm_config = dataclasses.replace(module.llm_config, min_new_tokens=0)
+    assert (module.forward_train(train_batch(prompts, out))["logp"] - out["resp_logp"]).abs().max() > 1e-4
+
+
+def test_fixed_length_responses_with_min_new_tokens_equal_to_max_new_tokens() -> None:
+    module = build(tokenizer_vocab_size=259, max_new_tokens=24, min_new_tokens=24)
+    torch.manual_seed(1)
+    out = module.forward_exploration(module.encode_prompts([f"go north {i}" for i in range(8)]))
+    assert out["resp_mask"].tolist() == [[1] * 24] * 8 and out["length_cut"].all()
 
 
 def test_inference_samples_at_eval_temperature_and_exploration_at_temperature() -> None:

@@ -7,6 +7,7 @@ as it may leave the engine half-loaded; stopping the runner, which shuts the eng
 
 from __future__ import annotations
 
+import dataclasses
 import glob
 import os
 import signal
@@ -84,6 +85,16 @@ def test_vllm_log_probs_equal_hf_teacher_forced_ones(algo: HGPO) -> None:
     for row, ids, mask in zip(allowed, out[Columns.ACTIONS], out["resp_mask"], strict=True):
         assert set(ids[mask == 1].tolist()) <= set(row[row >= 0].tolist())
     assert teacher_forced_gap(module, batch, out) < 1e-4
+    # min_new_tokens reaches vLLM (min_tokens), and its processed log-probs bar the stop tokens as the
+    # learner does (unbarred, each token's log-prob would differ by log(1 - p(EOS)), ~2e-3 here).
+    config = module.llm_config
+    module.llm_config = dataclasses.replace(config, min_new_tokens=config.max_new_tokens)
+    try:
+        batch, out = sample(module)
+        assert out["resp_mask"].all()
+        assert teacher_forced_gap(module, batch, out) < 1e-4
+    finally:
+        module.llm_config = config
 
 
 def test_weight_sync_moves_the_engine_to_the_new_weights(algo: HGPO) -> None:
