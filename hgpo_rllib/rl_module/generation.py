@@ -18,6 +18,7 @@ from transformers import (
     GenerationConfig,
     LogitsProcessor,
     LogitsProcessorList,
+    MinNewTokensLengthLogitsProcessor,
     PreTrainedModel,
     TemperatureLogitsWarper,
 )
@@ -177,12 +178,18 @@ class HFGenerator(Generator):
             )
             resp = sequences[:, ids.shape[1] :]
         else:
+            # generate's own processor for min_new_tokens, ahead of the caller's as generate runs it.
+            early_stop = (
+                [MinNewTokensLengthLogitsProcessor(ids.shape[1], min_new_tokens, stop_token_ids, device)]
+                if min_new_tokens and stop_token_ids
+                else []
+            )
             resp = decode(
                 self.lm,
                 ids,
                 mask,
                 *prefilled,
-                processors,
+                LogitsProcessorList([*early_stop, *processors]),
                 sampling=sampling,
                 max_new_tokens=max_new_tokens,
                 stop_token_ids=stop_token_ids,

@@ -110,6 +110,21 @@ def test_rows_that_stop_are_padded_and_the_call_ends_when_all_stopped(module: An
     assert 1 < shared.tokens.shape[1] < 12  # ended when the last row stopped
 
 
+def test_no_stop_token_before_min_new_tokens_on_the_shared_path_either(module: Any) -> None:
+    """``min_new_tokens`` (fixed-length responses) is a processor ``generate`` adds itself; the shared
+    path's own loop adds the same one."""
+    prompts = module.encode_prompts(TEXTS)
+    ids, mask = prompts["prompt_ids"], prompts["prompt_mask"]
+    stop = module.eos_token_ids[0]
+    allowed = torch.zeros((len(ids), module.lm.config.vocab_size), dtype=torch.bool)
+    allowed[:, [stop, 100]] = True  # at temperature 5 a row stops within a few steps unless held
+    kwargs = {"temperature": 5.0, "stop_token_ids": [stop], "allowed": allowed, "min_new_tokens": 6}
+    plain, _ = _generate(module, False, ids, mask, **kwargs)
+    shared, _ = _generate(module, True, ids, mask, **kwargs)
+    _assert_same(plain, shared)
+    assert (shared.tokens[:, :6] == 100).all() and shared.tokens.shape[1] > 6
+
+
 def test_unpadded_prompts_share_too(module: Any) -> None:
     prompts = module.encode_prompts([TEXTS[1], TEXTS[1], TEXTS[1]])
     ids, mask = prompts["prompt_ids"], prompts["prompt_mask"]
