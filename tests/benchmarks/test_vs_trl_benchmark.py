@@ -212,9 +212,10 @@ def test_one_tiny_update_of_this_package_counts_its_tokens(
     ]
     assert lengths == [162, 162, 188, 188]
     (update,) = ours.run_block(spec)
-    # Generation: 4 rows left-padded to 188, then 3 more steps of one token; the learner: each
-    # micro-batch is one group (no padding), its prompt once with prefix sharing (170 + 196).
-    assert update["generation_positions"] == 4 * (188 + 3)
+    # Generation: the 2 distinct prompts prefilled once, left-padded to 188, then 3 more steps of one
+    # token for each of the 4 rows; the learner: each micro-batch is one group (no padding), its
+    # prompt once with prefix sharing (170 + 196).
+    assert update["generation_positions"] == 2 * 188 + 4 * 3
     assert update["real_tokens"] == sum(lengths) + 4 * 4 == 716
     assert update["learner_positions"] == learner_positions
     assert update["total_s"] >= update["generation_s"] + update["update_s"] > 0
