@@ -8,9 +8,10 @@ per-game difference (won or score). Two readings of those differences (docs/resu
   seeds, then each drawn seed's games (both sources of spread);
 - :func:`sign_flip_p_value`: the exact sign-flip permutation test over the per-seed mean differences
   (under "no difference" each seed's difference is as likely negated). With n seeds its smallest
-  two-sided p-value is 2 / 2**n: 0.0625 for 5 seeds, 0.25 for 3.
+  two-sided p-value is 2 / 2**n (:func:`sign_flip_floor`): 0.0625 for 5 seeds, 0.25 for 3.
 
-Pure numpy, pandas and scipy (no RLlib), as the estimators.
+Before a study runs, :func:`minimum_detectable_difference` says which difference its seeds and games
+can resolve at all. Pure numpy, pandas and scipy (no RLlib), as the estimators.
 """
 
 from __future__ import annotations
@@ -83,6 +84,31 @@ def sign_flip_p_value(seed_means: np.ndarray) -> float:
     return float(min(1.0, result.pvalue))
 
 
+def sign_flip_floor(seeds: int) -> float:
+    """The smallest two-sided p-value the exact sign-flip test over ``seeds`` training seeds can give:
+    2 / 2**seeds (all seeds one sign), 1.0 for one seed."""
+    if seeds < 1:
+        raise ValueError(f"seeds must be >= 1, got {seeds}")
+    return 2 / 2**seeds
+
+
+def minimum_detectable_difference(
+    variance: float, seeds: int, games: int, *, confidence: float = 0.95, power: float = 0.8
+) -> float:
+    """The smallest true mean difference a paired study of ``seeds`` training seeds x ``games`` games
+    detects with probability ``power`` (its two-sided ``confidence`` interval excludes 0):
+    ``(z(1 - (1 - confidence) / 2) + z(power)) * sqrt(2 * variance / (seeds * games))``, ``variance``
+    being one game's variance of the measure under either policy (``p * (1 - p)`` for success at rate p).
+
+    It is the normal approximation of :func:`bootstrap_interval` where the games alone spread the
+    differences: training seeds that disagree widen the interval, and games that both rows win or lose
+    together narrow it, so it is the floor a study states before it runs, not a promise."""
+    if seeds < 1 or games < 1 or variance < 0:
+        raise ValueError(f"need seeds, games >= 1 and variance >= 0, got {seeds}, {games}, {variance}")
+    z = stats.norm.ppf(1 - (1 - confidence) / 2) + stats.norm.ppf(power)
+    return float(z * np.sqrt(2 * variance / (seeds * games)))
+
+
 def compare(
     episodes: pd.DataFrame,
     variants: list[str],
@@ -91,7 +117,8 @@ def compare(
     scale: float = 100.0,
 ) -> pd.DataFrame:
     """Each variant against each baseline, per split: the paired mean difference (times ``scale``:
-    percentage points for ``won``), its bootstrap interval and the sign-flip p-value. ``episodes`` has a
+    percentage points for ``won``), its bootstrap interval, the sign-flip p-value and the smallest p the
+    test could give with those seeds (:func:`sign_flip_floor`). ``episodes`` has a
     ``variant`` column besides those of :func:`seed_paired_differences`."""
     rows = []
     for split, part in episodes.groupby("split", sort=False):
@@ -116,6 +143,7 @@ def compare(
                         "interval_low": round(scale * low, 1),
                         "interval_high": round(scale * high, 1),
                         "sign_flip_p": round(sign_flip_p_value([d.mean() for d in differences.values()]), 4),
+                        "sign_flip_floor": round(sign_flip_floor(len(differences)), 4),
                     }
                 )
     return pd.DataFrame(rows)

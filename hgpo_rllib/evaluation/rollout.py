@@ -114,8 +114,9 @@ def play(
 
     A slot whose episode ends starts the next task at once (continuous batching), so one long episode
     does not hold up a whole batch. ``on_episode_end`` gets each record as its episode ends (to save
-    finished games as they come). A record's ``score`` and the env's other score columns
-    (``EvaluationFacts.score_columns``) are the final ``info``'s, else ``won``."""
+    finished games as they come). A record names its task: ``task_seed``, ``task_type`` and, where the
+    env reports one, ``goal_index`` (the goal a WebShop task seed drew). Its ``score`` and the env's
+    other score columns (``EvaluationFacts.score_columns``) are the final ``info``'s, else ``won``."""
     records: dict[int, dict[str, Any]] = {}
     scores = dict.fromkeys(("score", *envs.env_facts(env_name, env_config).evaluation.score_columns))
     progress = tqdm(total=len(task_seeds), desc=desc or env_name, unit="ep", leave=False)
@@ -130,6 +131,8 @@ def play(
             "index": index,
             "task_seed": int(seed),
             "task_type": info.get("task_category", info["task_type"]),
+            # Which of its goals the task seed drew, where the env says (WebShop: ``goal_index``).
+            **({"goal_index": info["goal_index"]} if info.get("goal_index") is not None else {}),
         }
         return slot
 

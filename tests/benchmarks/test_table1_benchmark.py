@@ -13,6 +13,8 @@ import pandas as pd
 import pytest
 
 from hgpo_rllib import HiPERConfig
+from hgpo_rllib.run_records import write_record
+from hgpo_rllib.warm_start import cache
 from hgpo_rllib.warm_start.cache import find_warm_start, warm_start_recipe
 from hgpo_rllib.warm_start.format import SFT_CONFIG
 from hgpo_rllib.warm_start.sft_settings import SFTSettings
@@ -121,6 +123,7 @@ def test_tables_are_rebuilt_from_run_files(tmp_path: Path) -> None:
     ]
     (row,) = paired[(paired["variant"] == "HGPO K=2 a=1") & (paired["baseline"] == "GRPO")].to_dict("records")
     assert row["difference"] == 25.0 and row["seeds"] == 3 and row["sign_flip_p"] == 0.25
+    assert row["sign_flip_floor"] == 0.25  # the test's smallest p at 3 seeds: it cannot separate at 5%
     (row,) = paired[paired["baseline"] == "HGPO K=2 a=1"].to_dict("records")
     assert row["difference"] == 25.0
     per_run = pd.read_csv(tmp_path / "per_run.csv")
@@ -276,4 +279,212 @@ def test_evaluated_rows_need_no_warm_start_and_a_new_one_is_not_mixed_in(
     assert settings["warm_start_weights"] == table1.weights_digest(warm_start)
     (warm_start / "model.safetensors").write_bytes(b"other weights")
     with pytest.raises(SystemExit, match="hgpo-k-4-a-1-seed1 started from other warm start weights"):
+        table1.main()
+
+
+SMOLLM2_TABLE = "webshop_smollm2-135m-instruct"
+
+
+@pytest.fixture
+def model_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """An empty warm-start cache, and a stand-in for SmolLM2's converted directory (a recipe of a base
+    names its warm start after the base's sha256; converting the GGUF file would take a minute)."""
+    monkeypatch.setattr(cache, "DEFAULT_CACHE_DIR", tmp_path / "cache")
+    monkeypatch.setattr(cache, "local_model_dir", lambda model, *args: tmp_path / "models" / model)
+    monkeypatch.setattr(cache, "model_sha256", lambda directory: "0" * 64)
+    return tmp_path / "cache"
+
+
+def build_smollm2_warm_start() -> Path:
+    """A finished (record-only) warm start of WebShop's recipe for SmolLM2, where the cache has it."""
+    recipe = warm_start_recipe("webshop", 2, base=table1.SMOLLM2)
+    warm_start = find_warm_start(recipe)
+    warm_start.mkdir(parents=True)
+    write_record(warm_start / SFT_CONFIG, {**SFTSettings(**recipe).record(), "finished": True})
+    (warm_start / "adapter_model.safetensors").write_bytes(b"adapter")
+    return warm_start
+
+
+def test_the_real_models_rows_start_from_its_built_warm_start_and_never_build_it(model_cache: Path) -> None:
+    """GRPO, GiGPO and HGPO K = 2, alpha 1 are hgpo_webshop.py --model (LoRA, mean_norm, 2 groups of 2)
+    from WebShop's warm start for SmolLM2; a missing one stops in one line naming its build."""
+    rows = table1.VARIANTS[SMOLLM2_TABLE]
+    assert table1.DEFAULT_VARIANTS[SMOLLM2_TABLE] == ["GRPO", "HGPO K=2 a=1"]
+    path = find_warm_start(warm_start_recipe("webshop", 2, base=table1.SMOLLM2))
+    with pytest.raises(SystemExit) as stop:
+        table1.warm_start_for("webshop", rows["GRPO"], None)
+    assert str(stop.value) == (
+        f"smollm2-135m-instruct's webshop warm start (K=2) is neither built at {path} nor shipped: build "
+        "it first with `python scripts/ship_warm_start.py --env webshop --model smollm2-135m-instruct`"
+    )
+    assert not (model_cache / "warm_starts").exists()  # nothing was built
+    warm_start = build_smollm2_warm_start()
+    assert table1.warm_start_for("webshop", rows["GRPO"], None) == warm_start
+    for name, estimator in (("GRPO", "grpo"), ("GiGPO", "gigpo"), ("HGPO K=2 a=1", "hgpo")):
+        config = table1.variant_config(rows[name], warm_start)
+        assert config.model_config["model"] == str(warm_start) and config.model_config["lora"] == {"r": 16}
+        assert (config.estimator, config.history_length, config.length_weight_alpha) == (estimator, 2, 1.0)
+        assert (config.adv_mode, config.lr, config.kl_coeff) == ("mean_norm", 5e-5, 0.0)
+        assert (config.group_size, config.groups_per_iteration, config.env_config["max_steps"]) == (2, 2, 8)
+    # The adapter's weights name the warm start (a LoRA warm start has no model.safetensors).
+    assert table1.weights_digest(warm_start) == "ae1eae1d76e5b7c8"
+
+
+def test_the_real_models_table_keeps_its_own_folders_and_declares_its_reading_first(
+    tmp_path: Path, model_cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """--model: runs under docs/results/table1/webshop_<model>/ and results/table1/webshop_<model>/,
+    recording the model and its dtype; 100 test goals at 15 steps; before the first training run,
+    the smallest difference 3 seeds x 100 goals can detect from the warm start's success (10%) and
+    score; a later sitting in another dtype is refused, not pooled."""
+    build_smollm2_warm_start()
+    monkeypatch.setattr(table1, "cpu_dtype", lambda: "float32")  # what this machine computes in
+    monkeypatch.setattr(table1, "RESULTS", tmp_path / "docs")
+    monkeypatch.chdir(tmp_path)
+    out = tmp_path / "docs" / SMOLLM2_TABLE
+    trained: list[tuple[str, Path | None, bool]] = []
+
+    def train(name, variant, seed, warm_start, iterations, run_dir, checkpoint, groups) -> None:
+        trained.append((run_dir.name, checkpoint, (out / table1.DECLARED_READING).exists()))
+
+    def evaluate(policy: Path, output: Path, episodes: int, env_config: dict, **_: object) -> None:
+        assert (episodes, env_config) == (100, {"max_steps": 15})
+        won = [g % 10 == 0 for g in range(episodes)]  # 10 of 100 goals
+        games = pd.DataFrame(
+            {"split": "test", "policy": "checkpoint", "seed": 123, "task_seed": range(episodes), "won": won}
+        ).assign(score=[1.0 if w else 0.5 for w in won])
+        output.mkdir(parents=True)
+        games.to_csv(output / "episodes.csv", index=False)
+
+    monkeypatch.setattr(table1, "train", train)
+    monkeypatch.setattr(table1, "trained_checkpoint", lambda run_dir: run_dir)
+    monkeypatch.setattr(table1, "evaluate", evaluate)
+    monkeypatch.setattr(table1, "write_tables", lambda out: "")
+    monkeypatch.setattr(table1.ray, "init", lambda **_: None)
+    monkeypatch.setattr(table1.ray, "shutdown", lambda: None)
+    monkeypatch.setattr(
+        sys, "argv", ["table1.py", "--env", "webshop", "--model", table1.SMOLLM2, "--seeds", "0", "1", "2"]
+    )
+    table1.main()
+    work = tmp_path / "results" / "table1" / SMOLLM2_TABLE
+    assert trained == [
+        (f"{run}-seed{seed}", work / f"{run}-seed{seed}", True)
+        for seed in (0, 1, 2)
+        for run in ("grpo", "hgpo-k-2-a-1")
+    ]
+    assert {p.name for p in (out / "runs").iterdir()} == {"warm-start-k-2", *(name for name, _, _ in trained)}
+    settings = json.loads((out / "runs" / "hgpo-k-2-a-1-seed0" / "run.json").read_text())
+    assert table1.without_weights(settings) == {
+        "env": "webshop",
+        "model": table1.SMOLLM2,
+        "torch_dtype": "float32",
+        "variant": "HGPO K=2 a=1",
+        "seed": 0,
+        "iterations": 6,
+        "eval_episodes": 100,
+        "eval_max_steps": 15,
+    }
+    # success: p = 0.1, 2.80 * sqrt(2 * 0.09 / 300) = 6.9 points; score 1 or 0.5: s2 = 0.0225, 3.4.
+    reading = table1.declared_reading(out / "runs", "webshop", 3)
+    assert reading.drop(columns=["warm start", "split"]).to_dict("records") == [
+        {
+            "measure": measure,
+            "start": start,
+            "seeds": 3,
+            "games": 100,
+            "minimum_detectable_difference": smallest,
+            "sign_flip_floor": 0.25,
+        }
+        for measure, start, smallest in (("success", 10.0, 6.9), ("score", 55.0, 3.4))
+    ]
+    declared = (out / table1.DECLARED_READING).read_text()
+    assert reading.to_markdown(index=False) in declared
+    assert "cannot go below p = 0.25, so it cannot separate two rows at 5% here" in declared
+    monkeypatch.setattr(table1, "cpu_dtype", lambda: "bfloat16")  # another default: not pooled
+    with pytest.raises(SystemExit, match="warm-start-k-2 was run with other settings"):
+        table1.main()
+
+
+def write_signal_check(
+    run_dir: Path, differing: list[int], success: list[float], groups_per_iteration: int = 2
+) -> None:
+    """A signal check's files: groups of 2, 11 minutes an iteration, loads 2 and 3; every group is
+    informative (invalid-answer penalties set the others apart), the ``differing`` by their rewards."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    iterations = len(differing)
+    curve = pd.DataFrame(
+        {
+            "iteration": range(1, iterations + 1),
+            "minutes": [11.0 * (i + 1) for i in range(iterations)],
+            "success": success,
+            "informative_groups": [groups_per_iteration] * iterations,
+            "reward_differing_groups": differing,
+            "groups": [groups_per_iteration] * iterations,
+            "load_1min": [2.0, 3.0][:iterations],
+        }
+    )
+    curve.to_csv(run_dir / "curve.csv", index=False)
+    trained = {"group_size": 2, "groups_per_iteration": groups_per_iteration}
+    (run_dir / "trained.json").write_text(json.dumps(trained))
+
+
+def test_the_signal_check_sizes_runs_for_30_informative_groups(tmp_path: Path) -> None:
+    """1 of 4 groups differed: n groups per iteration see n / 4 informative groups, so 30 take
+    ceil(120 / n) iterations of 11 * n / 2 minutes."""
+    write_signal_check(tmp_path, [1, 0], [0.25, 0.0])
+    curve = pd.read_csv(tmp_path / "curve.csv")
+    sizing = table1.signal_sizing(curve, group_size=2, groups_per_iteration=2)
+    assert (sizing["status"], sizing["differing_fraction"], sizing["success"]) == ("sized", 0.25, 12.5)
+    assert (sizing["informative_groups"], sizing["reward_differing_groups"]) == (4, 1)
+    assert (sizing["episodes"], sizing["minutes_per_iteration"], sizing["load_1min_median"]) == (8, 11.0, 2.5)
+    columns = ("groups_per_iteration", "iterations", "episodes", "minutes_per_run")
+    assert [tuple(plan[c] for c in columns) for plan in sizing["plans"]] == [
+        (2, 60, 240, 660),
+        (4, 30, 240, 660),
+        (8, 15, 240, 660),
+        (16, 8, 256, 704),
+    ]
+    assert sizing["plans"][3]["expected_informative_groups"] == 32.0
+    assert (sizing["plans"][0]["hours_grpo_hgpo"], sizing["plans"][0]["hours_with_gigpo"]) == (66.0, 99.0)
+    assert sizing["reason"] == "1 of 4 groups had differing rewards"
+    below = table1.signal_sizing(curve.assign(success=[0.1, 0.0]), group_size=2, groups_per_iteration=2)
+    assert below["reason"].endswith("training success 5.0% is below the warm-start target (10%)")
+    blocked = table1.signal_sizing(curve.assign(reward_differing_groups=0, success=0.0), 2, 2)
+    assert (blocked["status"], blocked["plans"]) == ("blocked", [])
+    assert blocked["reason"] == (
+        "no group of 4 had differing rewards (training success 0.0%, below the warm-start target of 10%)"
+    )
+    assert "**Blocked**: no group of 4" in table1.signal_report(blocked, "python benchmarks/table1.py")
+
+
+def test_the_signal_check_trains_once_then_sizes_from_its_files(
+    tmp_path: Path, model_cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """--signal-check trains GRPO from the warm start for 2 iterations without a checkpoint, at the
+    groups asked for; a rerun only sizes again, and other groups are refused, not mixed in."""
+    build_smollm2_warm_start()
+    out = tmp_path / "out"
+    calls: list[tuple] = []
+
+    def train(name, variant, seed, warm_start, iterations, run_dir, checkpoint, groups) -> None:
+        calls.append((name, variant, seed, iterations, run_dir, checkpoint, groups))
+        write_signal_check(run_dir, [1, 2], [0.25, 0.5], groups["groups_per_iteration"])
+
+    monkeypatch.setattr(table1, "train", train)
+    monkeypatch.setattr(table1.ray, "init", lambda **_: None)
+    monkeypatch.setattr(table1.ray, "shutdown", lambda: None)
+    command = ["table1.py", "--env", "webshop", "--model", table1.SMOLLM2, "--output", str(out)]
+    monkeypatch.setattr(sys, "argv", [*command, "--signal-check", "--groups-per-iteration", "4"])
+    table1.main()
+    table1.main()
+    grpo = table1.VARIANTS[SMOLLM2_TABLE]["GRPO"]
+    assert calls == [("GRPO", grpo, 0, 2, out / "signal_check", None, {"groups_per_iteration": 4})]
+    sizing = json.loads((out / "signal_check.json").read_text())
+    # 3 of 8 groups: 4 groups per iteration see 1.5 informative ones, 30 take 20 iterations.
+    assert (sizing["reward_differing_groups"], sizing["groups"]) == (3, 8)
+    assert sizing["plans"][0]["iterations"] == 20
+    report = (out / "signal_check.md").read_text()
+    assert "--model smollm2-135m-instruct --output" in report and "3 of 8 groups had differing" in report
+    monkeypatch.setattr(sys, "argv", [*command, "--signal-check", "--groups-per-iteration", "2"])
+    with pytest.raises(SystemExit, match="signal_check was run with other settings"):
         table1.main()

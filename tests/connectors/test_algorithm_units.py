@@ -407,6 +407,22 @@ def test_a_length_cut_turn_counts_as_an_invalid_action_for_the_reward() -> None:
     assert returns.step_returns.tolist() == pytest.approx([0.9025 - 0.1, 0.95 - 0.1, 1.0 - 0.1, 1.0])
 
 
+def test_groups_whose_rewards_differ_are_counted_apart_from_penalised_ones() -> None:
+    """Group g: no episode wins, one answers out of format (informative through its penalty alone);
+    group h: one of two wins (its rewards differ); group i: both win."""
+    episodes = [
+        make_episode("g", ["a", "b"], [0.0], [True]),
+        make_episode("g", ["a", "b", "c"], [0.0, 0.0], [False, True]),
+        make_episode("h", ["a", "b"], [10.0], [True]),
+        make_episode("h", ["a", "b"], [0.0], [True]),
+        make_episode("i", ["a", "b"], [10.0], [True]),
+        make_episode("i", ["a", "b", "c"], [0.0, 10.0], [True, True]),
+    ]
+    _, stats = run_connector(episodes, EstimatorSettings(estimator="grpo", adv_mode="mean_norm"))
+    assert (stats["num_groups"], stats["num_informative_groups"]) == (3, 2)
+    assert stats["num_reward_differing_groups"] == 1
+
+
 def test_keychest_prompt_connector_uses_env_template_and_env_config() -> None:
     config = HGPOConfig().environment("keychest", env_config={"require_tags": True})
     config.training(history_length=1)

@@ -12,7 +12,9 @@ import pytest
 from hgpo_rllib.evaluation.comparison import (
     bootstrap_interval,
     compare,
+    minimum_detectable_difference,
     seed_paired_differences,
+    sign_flip_floor,
     sign_flip_p_value,
 )
 
@@ -37,6 +39,24 @@ def test_sign_flip_is_the_exact_enumeration(values: list[float]) -> None:
 
 def test_five_seeds_all_better_cannot_reach_p_below_0_0625() -> None:
     assert sign_flip_p_value(np.array([0.1, 0.2, 0.3, 0.4, 0.5])) == pytest.approx(2 / 32)
+
+
+def test_the_sign_flip_floor_is_the_p_of_seeds_all_of_one_sign() -> None:
+    assert [sign_flip_floor(n) for n in (1, 3, 5)] == [1.0, 0.25, 0.0625]
+    assert sign_flip_floor(3) == sign_flip_p_value(np.array([0.1, 0.2, 0.3]))
+    with pytest.raises(ValueError, match="seeds must be >= 1"):
+        sign_flip_floor(0)
+
+
+def test_minimum_detectable_difference_of_3_seeds_and_100_goals() -> None:
+    """At 10% success: (1.960 + 0.842) * sqrt(2 * 0.09 / 300) = 6.86 points at 80% power, 4.80 at
+    50% (the interval just excludes 0); 4 times the games halve it."""
+    assert minimum_detectable_difference(0.09, 3, 100) == pytest.approx(0.068625, abs=1e-6)
+    assert minimum_detectable_difference(0.09, 3, 100, power=0.5) == pytest.approx(0.048009, abs=1e-6)
+    assert minimum_detectable_difference(0.09, 3, 400) == pytest.approx(0.068625 / 2, abs=1e-6)
+    assert minimum_detectable_difference(0.0, 3, 100) == 0.0  # a start that never wins: no spread
+    with pytest.raises(ValueError, match="need seeds, games >= 1"):
+        minimum_detectable_difference(0.09, 0, 100)
 
 
 def test_bootstrap_interval_reflects_game_and_seed_spread() -> None:
@@ -79,6 +99,7 @@ def test_differences_pair_by_training_seed_and_game() -> None:
     table = compare(pd.concat([variant, baseline]), ["HGPO"], ["GRPO"])
     assert table.loc[0, "difference"] == pytest.approx(100 / 3, abs=0.05)
     assert table.loc[0, "sign_flip_p"] == pytest.approx(0.5)  # two seeds, both +1/3: 2 of 4 patterns
+    assert table.loc[0, "sign_flip_floor"] == 0.5  # the smallest p two seeds allow: this one
 
 
 def test_a_repeated_game_is_refused() -> None:

@@ -34,8 +34,9 @@ from hgpo_rllib.rl_module.apis import TokenPolicyAPI
 class GroupAdvantages(ConnectorV2):
     """Builds the learner's train batch (numpy) from complete rollout groups.
 
-    Logs, under the module id: advantage statistics, rollout-group sizes and how many groups are
-    informative (:func:`informative_groups`), per-level history-group sizes, singleton fractions and
+    Logs, under the module id: advantage statistics, rollout-group sizes, how many groups are
+    informative (:func:`informative_groups`) and how many of them because their episodes' env
+    returns differ (:func:`reward_differing_groups`), per-level history-group sizes, singleton fractions and
     item statistics (:func:`~hgpo_rllib.advantages.step_table.level_metrics`), and the estimator's
     wall time.
     """
@@ -106,6 +107,11 @@ class GroupAdvantages(ConnectorV2):
         for name, value, reduce in (
             ("num_groups", len(per_group), "sum"),
             ("num_informative_groups", informative_groups(table.group_ids, estimate.advantages), "sum"),
+            (
+                "num_reward_differing_groups",
+                reward_differing_groups(table.group_ids, table.traj_ids, table.rewards),
+                "sum",
+            ),
             ("num_step_rows", len(advantages), "sum"),
             ("episodes_per_group_min", int(per_group.min()), "min"),
             ("episodes_per_group_max", int(per_group.max()), "max"),
@@ -135,6 +141,20 @@ def informative_groups(group_ids: Sequence[str], advantages: np.ndarray) -> int:
     """Rollout groups with a non-zero advantage: the others (every episode the same return, e.g. all
     failed) teach the policy nothing from the reward."""
     return len(set(np.asarray(group_ids)[advantages != 0]))
+
+
+def reward_differing_groups(group_ids: Sequence[str], traj_ids: Sequence[str], rewards: np.ndarray) -> int:
+    """Rollout groups whose episodes' env returns differ (some won, some not): the task's own signal.
+    :func:`informative_groups` also counts groups where only invalid-answer penalties differ."""
+    returns: dict[str, float] = {}
+    group_of: dict[str, str] = {}
+    for group, trajectory, reward in zip(group_ids, traj_ids, rewards, strict=True):
+        returns[trajectory] = returns.get(trajectory, 0.0) + float(reward)
+        group_of[trajectory] = group
+    totals: dict[str, set[float]] = {}
+    for trajectory, total in returns.items():
+        totals.setdefault(group_of[trajectory], set()).add(total)
+    return sum(len(group_totals) > 1 for group_totals in totals.values())
 
 
 def advantage_stats(advantages: np.ndarray) -> dict[str, float]:
