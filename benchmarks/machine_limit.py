@@ -25,18 +25,16 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
-import subprocess
 from pathlib import Path
 
 import torch
+from machine import SPEED_FLAGS, cpu_description, load, uptime
 from results_file import RESULTS_DIR, write_result, write_rows
 
 from hgpo_rllib.algorithms.torch.matmul_rate import emulated, fitted_tokens, matmul_gflops
 from hgpo_rllib.learner_flops import ModelShape, matmul_shapes
 
 SHIPPED_CONFIGS = Path(__file__).resolve().parents[1] / "hgpo_rllib" / "model_configs"
-CPU_FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_bf16")
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
 
@@ -51,32 +49,6 @@ def model_config(model: str) -> dict:
 
         path = local_model_dir(model)
     return json.loads((path / "config.json" if path.is_dir() else path).read_text())
-
-
-def cpu_description() -> tuple[str, list[str]]:
-    """The CPU's model name and which of :data:`CPU_FLAGS` it has (Linux's /proc/cpuinfo)."""
-    name, flags = platform.processor() or platform.machine(), set()
-    cpuinfo = Path("/proc/cpuinfo")
-    for line in cpuinfo.read_text().splitlines() if cpuinfo.exists() else []:
-        key, _, value = line.partition(":")
-        if key.strip() == "model name":
-            name = value.strip()
-        elif key.strip() == "flags":
-            flags = set(value.split())
-            break
-    return name, [flag for flag in CPU_FLAGS if flag in flags]
-
-
-def load() -> str:
-    return "/".join(f"{x:.1f}" for x in os.getloadavg())
-
-
-def uptime() -> str:
-    """``uptime``'s line (the load average alone where the command is missing)."""
-    try:
-        return subprocess.run(["uptime"], capture_output=True, text=True, check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return f"load average {load()}"
 
 
 def products(
@@ -155,7 +127,7 @@ def main() -> None:
     lines = [
         f"Model `{args.model}` ({shape.layers} layers, hidden {shape.hidden}, MLP {shape.intermediate}, "
         f"vocabulary {shape.vocab}), {tokens} tokens per product ({args.rows} x {args.row_tokens}); "
-        f"CPU {cpu}, flags: {', '.join(flags) or 'none of ' + ', '.join(CPU_FLAGS)}; "
+        f"CPU {cpu}, flags: {', '.join(flags) or 'none of ' + ', '.join(SPEED_FLAGS)}; "
         f"torch {torch.__version__}, {args.threads} threads, device {args.device}. "
         f"Median of {args.repeats} repeats after a warm-up.{emulated_note}",
         "",

@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import subprocess
 import time
 from pathlib import Path
 from typing import Any
@@ -36,6 +35,7 @@ import hgpo_rllib  # noqa: F401  first: it sets OpenMP's short spin before torch
 
 # isort: split
 import torch
+from machine import cpu_line, uptime
 from results_file import RESULTS_DIR, write_result  # benchmarks/ is on sys.path as a script
 
 from hgpo_rllib.rl_module.config import LLMModuleConfig
@@ -45,8 +45,6 @@ from hgpo_rllib.rl_module.models import load_lm
 from hgpo_rllib.rl_module.vllm_generation import VLLMGenerator
 
 REAL_MODEL = "smollm2-135m-instruct"
-#: The /proc/cpuinfo flags that decide CPU matmul speed in float32 and bfloat16.
-SPEED_FLAGS = ("avx2", "fma", "avx512f", "avx512_bf16", "amx_bf16")
 PATHS = {"every row prefilled": False, "prefilled once per prompt": True}
 
 
@@ -183,22 +181,6 @@ def table(result: dict[str, Any], rows: int, prompt_tokens: int, new_tokens: int
             f"| {vllm['generated'] / vllm['call_s']:,.0f} | {base_total / vllm['call_s']:.2f}x |"
         )
     return "\n".join(lines)
-
-
-def cpu_line(cpuinfo: str | Path = "/proc/cpuinfo") -> str:
-    """The CPU's model name and which of :data:`SPEED_FLAGS` it has."""
-    text = Path(cpuinfo).read_text()
-    model = next(
-        (line.split(":", 1)[1].strip() for line in text.splitlines() if line.startswith("model name")), "?"
-    )
-    flags = next(
-        (line.split(":", 1)[1].split() for line in text.splitlines() if line.startswith("flags")), []
-    )
-    return f"{model}; flags: " + ", ".join(f"{f} {'yes' if f in flags else 'no'}" for f in SPEED_FLAGS)
-
-
-def uptime() -> str:
-    return subprocess.run(["uptime"], capture_output=True, text=True, check=True).stdout.strip()
 
 
 def main(argv: list[str] | None = None, results_dir: Path = RESULTS_DIR) -> dict[str, Any]:

@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+from machine import cpu_line, uptime
 from results_file import RESULTS_DIR, write_result  # benchmarks/ is on sys.path when run as a script
 from tqdm import tqdm
 from vs_trl_task import Spec, settings_rows
@@ -186,31 +187,11 @@ def same_rows(frame: pd.DataFrame) -> bool:
     return bool((tokens["TRL"] == tokens["this package"]).all())
 
 
-def cpu_description() -> dict[str, Any]:
-    """The CPU's model name and SIMD flags (Linux), and the cores this process may use."""
-    info = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").is_file() else ""
-    fields = dict(line.split(":", 1) for line in info.splitlines() if ":" in line)
-    fields = {key.strip(): value.strip() for key, value in fields.items()}
-    simd = [
-        flag for flag in fields.get("flags", "").split() if flag.startswith(("avx", "amx", "fma", "f16c"))
-    ]
-    return {
-        "model": fields.get("model name", "unknown"),
-        "simd_flags": simd,
-        "cores": len(os.sched_getaffinity(0)),
-    }
-
-
-def uptime() -> str:
-    """``uptime``'s line (the load averages), as the result file records it."""
-    return subprocess.run(["uptime"], capture_output=True, text=True, check=True).stdout.strip()
-
-
 def report(
     runs: list[dict[str, Any]],
     spec: Spec,
     settings_table: list[dict[str, str]],
-    cpu: dict[str, Any],
+    cpu: str,
     loads: list[str],
 ) -> str:
     """The result file's text: the medians, the ratios, the machine and every setting."""
@@ -227,7 +208,7 @@ def report(
             f"and workload, each a warm-up and {'/'.join(map(str, sorted(measured)))} measured update(s); "
             "medians over the measured updates.",
             "",
-            f"CPU: {cpu['model']}, {cpu['cores']} cores usable, SIMD flags: {' '.join(cpu['simd_flags'])}.",
+            f"CPU: {cpu}.",
             f"Load before: `{loads[0]}`; after: `{loads[1]}`.",
             "",
             medians.rename(columns=HEADINGS).to_markdown(index=False, floatfmt=("", "", *FLOAT_FORMATS)),
@@ -268,7 +249,7 @@ def main() -> None:
     args = parser.parse_args()
     group_size, batches = 8, args.updates + 1
     loads, load_before = [uptime()], os.getloadavg()[0]
-    cpu = cpu_description()
+    cpu = cpu_line()
     pages = webshop_pages(batches * args.groups * group_size)
     runs: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="vs-trl-") as tmp:

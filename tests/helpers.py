@@ -5,6 +5,7 @@ tests (advantages, data files) stay light."""
 from __future__ import annotations
 
 import copy
+import importlib
 import json
 import re
 import subprocess
@@ -31,6 +32,15 @@ ROOT = Path(__file__).resolve().parents[1]
 TESTS = ROOT / "tests"
 TUNED = ROOT / "tuned_examples"
 DATA = TESTS / "data"
+BENCHMARKS = ROOT / "benchmarks"
+
+
+def benchmark_module(name: str) -> Any:
+    """A script of ``benchmarks/`` imported as a module: they import their siblings (``results_file``,
+    ``machine``) by name, so ``benchmarks/`` goes on ``sys.path`` (last: it shadows nothing)."""
+    if str(BENCHMARKS) not in sys.path:
+        sys.path.append(str(BENCHMARKS))
+    return importlib.import_module(name)
 
 
 #: A line the session's Ray forwards from a worker: ``(Name pid=N) ...``, maybe in colour.

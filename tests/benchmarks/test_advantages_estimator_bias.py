@@ -4,20 +4,13 @@ programme, its error decomposition, and a smoke run on a tiny configuration."""
 from __future__ import annotations
 
 import csv
-import importlib.util
 import math
-import sys
 from pathlib import Path
 
 import numpy as np
+from helpers import benchmark_module
 
-_spec = importlib.util.spec_from_file_location(
-    "estimator_bias", Path(__file__).resolve().parents[2] / "benchmarks" / "estimator_bias.py"
-)
-assert _spec is not None and _spec.loader is not None
-study = importlib.util.module_from_spec(_spec)
-sys.modules[_spec.name] = study  # dataclasses resolve annotations through sys.modules
-_spec.loader.exec_module(study)
+study = benchmark_module("estimator_bias")
 
 
 def test_true_advantages_average_to_zero_under_the_policy() -> None:

@@ -3,19 +3,10 @@ a gradient-norm spike, and which runs it pairs."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import pandas as pd
+from helpers import benchmark_module
 
-_spec = importlib.util.spec_from_file_location(
-    "drmas_normalisation", Path(__file__).resolve().parents[2] / "benchmarks" / "drmas_normalisation.py"
-)
-assert _spec is not None and _spec.loader is not None
-study = importlib.util.module_from_spec(_spec)
-sys.modules[_spec.name] = study
-_spec.loader.exec_module(study)
+study = benchmark_module("drmas_normalisation")
 
 RUN = {"estimator": "grpo", "normalisation": "global", "seed": 0}
 

@@ -3,21 +3,12 @@ times (cut to about ``--emulated-gflop`` each) and the decoder rate, weighted pe
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import pytest
+from helpers import benchmark_module
 
 from hgpo_rllib.learner_flops import ModelShape
 
-BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
-sys.path.append(str(BENCHMARKS))  # the benchmark imports its sibling results_file
-_spec = importlib.util.spec_from_file_location("machine_limit", BENCHMARKS / "machine_limit.py")
-assert _spec is not None and _spec.loader is not None
-bench = importlib.util.module_from_spec(_spec)
-sys.modules[_spec.name] = bench
-_spec.loader.exec_module(bench)
+bench = benchmark_module("machine_limit")
 
 SMOLLM2 = ModelShape(layers=30, hidden=576, intermediate=1536, heads=9, kv_heads=3, head_dim=64, vocab=49152)
 

@@ -3,19 +3,12 @@ with left padding, and both paths it times give the same tokens and log-probs.""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 
 import torch
+from helpers import benchmark_module
 
-BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
-sys.path.append(str(BENCHMARKS))  # the benchmark imports its sibling results_file
-_spec = importlib.util.spec_from_file_location("prefill_once", BENCHMARKS / "prefill_once.py")
-assert _spec is not None and _spec.loader is not None
-bench = importlib.util.module_from_spec(_spec)
-sys.modules[_spec.name] = bench
-_spec.loader.exec_module(bench)
+bench = benchmark_module("prefill_once")
 
 
 def test_group_batch_repeats_one_prompt_per_group_left_padded() -> None:

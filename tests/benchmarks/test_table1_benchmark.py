@@ -3,7 +3,6 @@ and the tables (per run, paired comparisons) are rebuilt from run files alone.""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import sys
@@ -11,6 +10,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from helpers import benchmark_module
 
 from hgpo_rllib import HiPERConfig
 from hgpo_rllib.run_records import write_record
@@ -19,13 +19,7 @@ from hgpo_rllib.warm_start.cache import find_warm_start, warm_start_recipe
 from hgpo_rllib.warm_start.format import SFT_CONFIG
 from hgpo_rllib.warm_start.sft_settings import SFTSettings
 
-BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
-sys.path.append(str(BENCHMARKS))
-_spec = importlib.util.spec_from_file_location("table1", BENCHMARKS / "table1.py")
-assert _spec is not None and _spec.loader is not None
-table1 = importlib.util.module_from_spec(_spec)
-sys.modules[_spec.name] = table1
-_spec.loader.exec_module(table1)
+table1 = benchmark_module("table1")
 
 
 @pytest.mark.parametrize(

@@ -4,20 +4,12 @@ CPU): its micro-batches share what each scenario says, and its two paths agree i
 from __future__ import annotations
 
 import argparse
-import importlib.util
-import sys
-from pathlib import Path
 
 import numpy as np
 import torch
+from helpers import benchmark_module
 
-BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
-sys.path.append(str(BENCHMARKS))  # the benchmark imports its sibling results_file
-_spec = importlib.util.spec_from_file_location("tree_attention", BENCHMARKS / "tree_attention.py")
-assert _spec is not None and _spec.loader is not None
-bench = importlib.util.module_from_spec(_spec)
-sys.modules[_spec.name] = bench
-_spec.loader.exec_module(bench)
+bench = benchmark_module("tree_attention")
 
 
 def test_micro_batch_shares_the_opening_and_copies_whole_prompts() -> None:

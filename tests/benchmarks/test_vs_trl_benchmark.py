@@ -3,22 +3,19 @@ sides get, the settings table, the result table, and this package's side for one
 
 from __future__ import annotations
 
-import importlib
-import sys
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 import pytest
+from helpers import benchmark_module
 
 from hgpo_rllib.rl_module.models import load_tokenizer
 from hgpo_rllib.rl_module.prompts import chat_prompt
 
-BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
-sys.path.append(str(BENCHMARKS))  # the benchmark's modules import each other by name
-vs_trl = importlib.import_module("vs_trl")
-task = importlib.import_module("vs_trl_task")
-ours = importlib.import_module("vs_trl_ours")
+vs_trl = benchmark_module("vs_trl")
+task = benchmark_module("vs_trl_task")
+ours = benchmark_module("vs_trl_ours")
 
 GOAL = "Find me double sided pillows, 28 x 28, and price lower than 30.00 dollars"
 
