@@ -32,7 +32,8 @@ from machine import SPEED_FLAGS, cpu_description, load, uptime
 from results_file import RESULTS_DIR, write_result, write_rows
 
 from hgpo_rllib.algorithms.torch.matmul_rate import emulated, fitted_tokens, matmul_gflops
-from hgpo_rllib.learner_flops import ModelShape, matmul_shapes
+from hgpo_rllib.learner_flops import matmul_shapes
+from hgpo_rllib.model_shape import ModelShape
 
 SHIPPED_CONFIGS = Path(__file__).resolve().parents[1] / "hgpo_rllib" / "model_configs"
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}

@@ -94,6 +94,7 @@ def child(args: argparse.Namespace) -> dict[str, Any]:
     from ray.rllib.core.rl_module.rl_module import RLModuleSpec
 
     from hgpo_rllib.experiments import memory_items as memory
+    from hgpo_rllib.model_shape import ModelShape
     from hgpo_rllib.rl_module import LLMRLModule
 
     torch.manual_seed(0)
@@ -118,7 +119,7 @@ def child(args: argparse.Namespace) -> dict[str, Any]:
     vocab = 500  # ids the tiny tokenizer knows
     prompt_ids = torch.randint(3, vocab, (args.rows, args.prompt))
     prompts = {"prompt_ids": prompt_ids, "prompt_mask": torch.ones_like(prompt_ids)}
-    shape = memory.ModelShape.from_model_dir(args.model_dir)
+    shape = ModelShape.from_model_dir(args.model_dir)
     if args.phase == "sampling":
         module.eval()
         start = time.perf_counter()

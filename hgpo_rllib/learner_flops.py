@@ -4,7 +4,8 @@ Why: a learner's seconds say little without the work done in them. Counted here 
 model needs (model FLOPs, PaLM's MFU convention), so that achieved FLOP/s over the machine's measured
 matmul rate (``benchmarks/machine_limit.py``) is the fraction of the machine the learner uses. One
 multiply-add is 2 FLOPs. Per token of a pass, with ``W`` the decoder's linear weights (q, k, v, o and
-the gated MLP's three matrices over all layers; embeddings, norms and biases not counted):
+the gated MLP's three matrices over all layers, :class:`~hgpo_rllib.model_shape.ModelShape`; embeddings,
+norms and biases not counted):
 
 - trained (forward 2 + backward 4, the gradients of inputs and of weights): ``6 W``;
   forward only (the old-log-prob and the reference passes): ``2 W``;
@@ -26,78 +27,16 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, Literal
+from typing import Literal
 
 import numpy as np
+
+from hgpo_rllib.model_shape import ModelShape
 
 #: The learner's passes: the training pass (gradients), a forward-only pass of the policy (the old
 #: log-probs) and the frozen reference's forward (the KL term; the base alone under LoRA).
 PassKind = Literal["trained", "forward", "reference"]
 PASS_KINDS: tuple[PassKind, ...] = ("trained", "forward", "reference")
-#: The linear layers of one decoder layer (Llama and Qwen2 names), as LoRA targets name them.
-LAYER_MATRICES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
-
-
-@dataclasses.dataclass(frozen=True)
-class ModelShape:
-    """The sizes of a decoder-only transformer with a gated MLP (Llama, Qwen2, SmolLM2)."""
-
-    layers: int
-    hidden: int
-    intermediate: int
-    heads: int
-    kv_heads: int
-    head_dim: int
-    vocab: int
-
-    @classmethod
-    def from_config(cls, config: Mapping[str, Any] | Any) -> ModelShape:
-        """From a Hugging Face config: its ``config.json`` as a dict, or a ``PretrainedConfig``."""
-
-        def get(key: str, default: Any = None) -> Any:
-            value = config.get(key) if isinstance(config, Mapping) else getattr(config, key, None)
-            return default if value is None else value
-
-        heads = get("num_attention_heads")
-        return cls(
-            layers=get("num_hidden_layers"),
-            hidden=get("hidden_size"),
-            intermediate=get("intermediate_size"),
-            heads=heads,
-            kv_heads=get("num_key_value_heads", heads),
-            head_dim=get("head_dim", get("hidden_size") // heads),
-            vocab=get("vocab_size"),
-        )
-
-    def matrices(self) -> dict[str, tuple[int, int]]:
-        """(in, out) features of each linear layer of one decoder layer."""
-        q, kv = self.heads * self.head_dim, self.kv_heads * self.head_dim
-        h, i = self.hidden, self.intermediate
-        shapes = [(h, q), (h, kv), (h, kv), (q, h), (h, i), (h, i), (i, h)]
-        return dict(zip(LAYER_MATRICES, shapes, strict=True))
-
-    @property
-    def linear_weights(self) -> int:
-        """``W``: the decoder's linear weights (non-embedding), all layers."""
-        return self.layers * sum(a * b for a, b in self.matrices().values())
-
-    @property
-    def head_weights(self) -> int:
-        """The LM head's weights (``hidden x vocab``), tied to the embeddings or not."""
-        return self.hidden * self.vocab
-
-    @property
-    def attention_width(self) -> int:
-        """``d``: the query heads' width, heads x head_dim (keys and values are read at this width)."""
-        return self.heads * self.head_dim
-
-    def lora_weights(self, r: int, targets: str | Iterable[str] = "all-linear") -> int:
-        """LoRA's adapter weights, ``r (in + out)`` per adapted matrix over all layers (the head is
-        never adapted: PEFT's ``"all-linear"`` leaves the output layer out)."""
-        if targets == "all-linear":
-            targets = LAYER_MATRICES
-        names = {targets} if isinstance(targets, str) else set(targets)
-        return self.layers * sum(r * (a + b) for name, (a, b) in self.matrices().items() if name in names)
 
 
 @dataclasses.dataclass(frozen=True)

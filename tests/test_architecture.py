@@ -1,7 +1,7 @@
 """The package's layering: imports point down, no cycles, and the pure parts stay light.
 
 Layers, lowest first (the README's "Layout"): leaf modules (column names, checks, settings records,
-OpenMP waiting, the learner's FLOP count,
+OpenMP waiting, a model's shape, the learner's FLOP count,
 the numpy maths, the module config and API, the memory plan, the warm-start file format) <
 ``rl_module`` < ``connectors`` < ``env_runner`` < ``algorithms`` < ``evaluation`` < ``warm_start`` <
 ``experiments`` < ``cli``. Every import between project modules counts, function-level ones too, so
@@ -25,6 +25,7 @@ LAYERS = {
     "hgpo_rllib.checkpoint_paths": 0,
     "hgpo_rllib.openmp": 0,
     "hgpo_rllib.columns": 0,
+    "hgpo_rllib.model_shape": 0,
     "hgpo_rllib.learner_flops": 0,
     "hgpo_rllib.checks": 0,
     "hgpo_rllib.run_records": 0,
@@ -194,6 +195,7 @@ def test_the_old_checkpoint_paths_are_one_table_and_no_file() -> None:
         "hgpo_rllib.advantages.step_table",
         "hgpo_rllib.columns",
         "hgpo_rllib.learner_flops",
+        "hgpo_rllib.model_shape",
         "hgpo_rllib.rl_module.config",
     ],
 )

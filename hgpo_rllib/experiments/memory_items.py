@@ -1,6 +1,6 @@
 """The lines of a memory plan (:mod:`hgpo_rllib.experiments.memory_plan`): what one GPU of each role
-holds, in bytes, for a model's shape (:class:`ModelShape`, from its ``config.json`` alone) and the
-settings that set its memory. Per role and GPU:
+holds, in bytes, for a model's shape (:class:`~hgpo_rllib.model_shape.ModelShape`, from its
+``config.json`` alone) and the settings that set its memory. Per role and GPU:
 
 * **learner**: weights in ``torch_dtype``; with a dtype below float32, an fp32 master copy of the
   trained weights (AdamW steps of lr 1e-6 vanish in bf16); fp32 gradients and AdamW's two fp32
@@ -29,12 +29,9 @@ The activation counts are ours (tensors autograd keeps per token in a Qwen2/Llam
 from __future__ import annotations
 
 import dataclasses
-import os
-from collections.abc import Mapping, Sequence
-from pathlib import Path
-from typing import Any
+from collections.abc import Sequence
 
-from hgpo_rllib.rl_module.config import read_model_config
+from hgpo_rllib.model_shape import LORA_ALL_LINEAR, ModelShape
 
 GIB = 1024**3
 GB = 10**9
@@ -44,102 +41,22 @@ VLLM_RESERVE_BYTES = 2 * GIB
 #: Bytes per vocabulary entry and token of the log-prob/entropy head: logits in the model dtype,
 #: then fp32 logits, log-softmax, probabilities, p*log p and one gradient of that size.
 _HEAD_FP32_TENSORS = 5
-LORA_ALL_LINEAR = "all-linear"
-_LINEAR_NAMES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
 
-@dataclasses.dataclass(frozen=True)
-class ModelShape:
-    """The sizes of a decoder-only (Qwen2/Llama-style) causal LM that set its memory."""
+def kv_bytes_per_token(shape: ModelShape, dtype_bytes: int) -> int:
+    """The KV cache of one token: a key and a value per layer."""
+    return 2 * shape.layers * shape.kv_width * dtype_bytes
 
-    vocab_size: int
-    hidden_size: int
-    intermediate_size: int
-    num_layers: int
-    num_heads: int
-    num_kv_heads: int
-    tie_word_embeddings: bool
-    qkv_bias: bool = True
 
-    @classmethod
-    def from_dict(cls, config: Mapping[str, Any], source: str = "config") -> ModelShape:
-        """From a Hugging Face config dict; names what is missing."""
-        needed = (
-            "vocab_size",
-            "hidden_size",
-            "intermediate_size",
-            "num_hidden_layers",
-            "num_attention_heads",
-        )
-        missing = [key for key in needed if key not in config]
-        if missing:
-            raise ValueError(f"{source} lacks {missing}: the memory plan needs a decoder-only LM config")
-        return cls(
-            vocab_size=int(config["vocab_size"]),
-            hidden_size=int(config["hidden_size"]),
-            intermediate_size=int(config["intermediate_size"]),
-            num_layers=int(config["num_hidden_layers"]),
-            num_heads=int(config["num_attention_heads"]),
-            num_kv_heads=int(config.get("num_key_value_heads") or config["num_attention_heads"]),
-            tie_word_embeddings=bool(config.get("tie_word_embeddings", False)),
-            qkv_bias=bool(config.get("attention_bias", config.get("model_type") == "qwen2")),
-        )
+def layer_activation_bytes_per_token(shape: ModelShape, dtype_bytes: int) -> int:
+    """Tensors one decoder layer keeps for backward, per token (flash/memory-efficient attention).
 
-    @classmethod
-    def from_model_dir(cls, model_dir: str | os.PathLike) -> ModelShape:
-        return cls.from_dict(read_model_config(model_dir), str(Path(model_dir).expanduser() / "config.json"))
-
-    @property
-    def head_dim(self) -> int:
-        return self.hidden_size // self.num_heads
-
-    @property
-    def kv_dim(self) -> int:
-        return self.num_kv_heads * self.head_dim
-
-    def linear_shapes(self) -> dict[str, tuple[int, int]]:
-        """(in, out) features of each linear layer of one decoder layer."""
-        h, kv, i = self.hidden_size, self.kv_dim, self.intermediate_size
-        return {
-            "q_proj": (h, h),
-            "k_proj": (h, kv),
-            "v_proj": (h, kv),
-            "o_proj": (h, h),
-            "gate_proj": (h, i),
-            "up_proj": (h, i),
-            "down_proj": (i, h),
-        }
-
-    def num_params(self) -> int:
-        h, v = self.hidden_size, self.vocab_size
-        per_layer = sum(a * b for a, b in self.linear_shapes().values()) + 2 * h
-        if self.qkv_bias:
-            per_layer += h + 2 * self.kv_dim
-        embeddings = v * h * (1 if self.tie_word_embeddings else 2)
-        return self.num_layers * per_layer + embeddings + h
-
-    def layer_params(self) -> int:
-        embeddings = self.vocab_size * self.hidden_size * (1 if self.tie_word_embeddings else 2)
-        return (self.num_params() - embeddings - self.hidden_size) // self.num_layers
-
-    def lora_params(self, r: int, target_modules: str | Sequence[str]) -> int:
-        """Adapter weights: r * (in + out) per targeted linear layer ("all-linear": all but the head)."""
-        names = _LINEAR_NAMES if target_modules == LORA_ALL_LINEAR else tuple(target_modules)
-        shapes = self.linear_shapes()
-        return self.num_layers * sum(r * sum(shapes[n]) for n in names if n in shapes)
-
-    def kv_bytes_per_token(self, dtype_bytes: int) -> int:
-        return 2 * self.num_layers * self.kv_dim * dtype_bytes
-
-    def layer_activation_bytes_per_token(self, dtype_bytes: int) -> int:
-        """Tensors one decoder layer keeps for backward, per token (flash/memory-efficient attention).
-
-        Two RMSNorms (fp32 input and output, and their model-dtype casts); q, k, v; rotary outputs
-        and rotate_half copies; k and v repeated to all heads; attention output and its contiguous
-        copy; the MLP's gate, up, silu(gate) and product.
-        """
-        h, kv, i = self.hidden_size, self.kv_dim, self.intermediate_size
-        return dtype_bytes * (11 * h + 4 * kv + 4 * i) + 4 * 4 * h
+    Two RMSNorms (fp32 input and output, and their model-dtype casts); q, k, v; rotary outputs
+    and rotate_half copies; k and v repeated to all heads; attention output and its contiguous
+    copy; the MLP's gate, up, silu(gate) and product.
+    """
+    h, kv, i = shape.hidden, shape.kv_width, shape.intermediate
+    return dtype_bytes * (11 * h + 4 * kv + 4 * i) + 4 * 4 * h
 
 
 @dataclasses.dataclass(frozen=True)
@@ -182,7 +99,7 @@ def learner_items(shape: ModelShape, s: LearnerSettings) -> list[Item]:
     a = DTYPE_BYTES[s.torch_dtype]
     total = shape.num_params()
     lora = s.lora_r is not None
-    trained = shape.lora_params(s.lora_r, s.lora_target_modules) if lora else total
+    trained = shape.lora_weights(s.lora_r, s.lora_target_modules) if lora else total
     shards = max(1, s.num_shards)
     offload = s.offload and shards > 1
 
@@ -209,7 +126,7 @@ def learner_items(shape: ModelShape, s: LearnerSettings) -> list[Item]:
         # algorithms/torch/fsdp.py: one unit per decoder layer; the root unit (embeddings, head, final norm
         # of the policy and of a GPU reference) stays gathered from the first forward to the backward's end.
         models = 2 if s.reference and not s.reference_on_cpu else 1
-        root = total - shape.num_layers * shape.layer_params()
+        root = total - shape.layers * shape.layer_params()
         gathered = (2 * shape.layer_params() + models * root) * a
         items.append(
             Item(
@@ -238,7 +155,7 @@ def learner_items(shape: ModelShape, s: LearnerSettings) -> list[Item]:
     items = [for_each_model(item, s.num_models) for item in items]
     transient = activation_items(shape, s)
     if s.on_cpu:  # the step runs after backward has freed the activations: the larger of the two counts
-        largest = shape.vocab_size * shape.hidden_size if not lora else shape.intermediate_size * s.lora_r
+        largest = shape.vocab * shape.hidden if not lora else shape.intermediate * s.lora_r
         step = Item("AdamW step temporaries", 2 * 4 * largest, "sqrt and division of the largest weight")
         if step.bytes > sum(item.bytes for item in transient):
             transient = [step]
@@ -258,27 +175,27 @@ def activation_items(shape: ModelShape, s: LearnerSettings) -> list[Item]:
     a = DTYPE_BYTES[s.torch_dtype]
     seq = s.prompt_tokens + s.response_tokens
     tokens = s.micro_batch_rows * seq
-    per_layer = shape.layer_activation_bytes_per_token(a) * tokens
+    per_layer = layer_activation_bytes_per_token(shape, a) * tokens
     if s.on_cpu:
-        per_layer += 2 * s.micro_batch_rows * shape.num_heads * seq * seq * a
+        per_layer += 2 * s.micro_batch_rows * shape.heads * seq * seq * a
     if s.gradient_checkpointing:
         acts = Item(
             "activations (checkpointed)",
-            shape.num_layers * shape.hidden_size * a * tokens + per_layer,
+            shape.layers * shape.hidden * a * tokens + per_layer,
             f"layer inputs + one layer recomputed, {s.micro_batch_rows} x {seq} tokens",
         )
     else:
         acts = Item(
             "activations",
-            shape.num_layers * per_layer,
-            f"all {shape.num_layers} layers, {s.micro_batch_rows} x {seq} tokens",
+            shape.layers * per_layer,
+            f"all {shape.layers} layers, {s.micro_batch_rows} x {seq} tokens",
         )
     resp_tokens = s.micro_batch_rows * s.response_tokens
     head_tokens = resp_tokens if not s.logprob_chunk_tokens else min(resp_tokens, s.logprob_chunk_tokens)
     head = Item(
         "log-prob/entropy head",
-        head_tokens * shape.vocab_size * (a + 4 * _HEAD_FP32_TENSORS),
-        f"{head_tokens} tokens x {shape.vocab_size} vocab"
+        head_tokens * shape.vocab * (a + 4 * _HEAD_FP32_TENSORS),
+        f"{head_tokens} tokens x {shape.vocab} vocab"
         + (" (chunked)" if s.logprob_chunk_tokens else " (unchunked)"),
     )
     return [acts, head]
@@ -310,7 +227,7 @@ def env_runner_items(
     a = DTYPE_BYTES[torch_dtype]
     weights = shape.num_params() * a
     items = [Item("module weights (torch)", weights, "the RLModule's copy, loaded with weight syncs")]
-    kv_per_seq = shape.kv_bytes_per_token(a) * seq_tokens
+    kv_per_seq = kv_bytes_per_token(shape, a) * seq_tokens
     problems: list[str] = []
     if vllm:
         budget = int(vllm_utilization * gpu_bytes)

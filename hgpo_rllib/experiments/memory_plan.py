@@ -23,15 +23,14 @@ from typing import Any
 
 from hgpo_rllib.experiments.memory_items import (
     GB,
-    LORA_ALL_LINEAR,
     Item,
     LearnerSettings,
-    ModelShape,
     activation_items,
     critic_items,
     env_runner_items,
     learner_items,
 )
+from hgpo_rllib.model_shape import LORA_ALL_LINEAR, ModelShape
 from hgpo_rllib.rl_module.config import (
     POLICY_TRUNK,
     TINY_MODEL_DEFAULTS,
@@ -84,7 +83,7 @@ def shape_for_config(config: Any) -> ModelShape:
     if model != TINY_PRESET:
         return ModelShape.from_model_dir(model)
     vocab = int(mc.get("tokenizer_vocab_size", 1024))
-    return ModelShape.from_dict(
+    return ModelShape.from_config(
         {**TINY_MODEL_DEFAULTS, **mc.get("tiny_model", {}), "vocab_size": vocab, "model_type": "qwen2"},
         TINY_PRESET,
     )

@@ -33,7 +33,8 @@ from hgpo_rllib.columns import (
     RESP_MASK,
     TOKEN_COLUMNS,
 )
-from hgpo_rllib.learner_flops import ModelShape, PassKind, PassTokens, row_pass_tokens
+from hgpo_rllib.learner_flops import PassKind, PassTokens, row_pass_tokens
+from hgpo_rllib.model_shape import ModelShape
 from hgpo_rllib.rl_module.apis import TokenPolicyAPI
 from hgpo_rllib.rl_module.config import LLMModuleConfig
 from hgpo_rllib.rl_module.engine_weights import ENGINE_WEIGHTS, EngineWeights

@@ -17,7 +17,8 @@ from helpers import keychest_config
 from hgpo_rllib.algorithms.torch import flop_meter, matmul_rate
 from hgpo_rllib.algorithms.torch.flop_meter import FlopMeter
 from hgpo_rllib.columns import PROMPT_MASK, RESP_MASK
-from hgpo_rllib.learner_flops import ModelShape, row_pass_tokens, update_flops
+from hgpo_rllib.learner_flops import row_pass_tokens, update_flops
+from hgpo_rllib.model_shape import ModelShape
 
 #: SmolLM2-135M's and Qwen2.5-1.5B's shapes (the probe's product: [tokens, hidden] x [hidden, intermediate]).
 SMOLLM2 = ModelShape(layers=30, hidden=576, intermediate=1536, heads=9, kv_heads=3, head_dim=64, vocab=49152)

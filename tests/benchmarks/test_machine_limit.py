@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from helpers import benchmark_module
 
-from hgpo_rllib.learner_flops import ModelShape
+from hgpo_rllib.model_shape import ModelShape
 
 bench = benchmark_module("machine_limit")
 

@@ -12,7 +12,6 @@ import pytest
 import torch
 
 from hgpo_rllib.learner_flops import (
-    ModelShape,
     PassTokens,
     matmul_shapes,
     pass_flops,
@@ -20,6 +19,7 @@ from hgpo_rllib.learner_flops import (
     tree_pairs,
     update_flops,
 )
+from hgpo_rllib.model_shape import ModelShape
 
 CONFIGS = Path(__file__).resolve().parents[2] / "hgpo_rllib" / "model_configs"
 #: 2 layers, width 8, MLP 16, 2 query heads and 1 key-value head of 4, vocabulary 32.

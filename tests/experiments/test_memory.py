@@ -15,11 +15,11 @@ from transformers import AutoConfig, AutoModelForCausalLM
 import envs
 from hgpo_rllib import HGPOConfig, cli
 from hgpo_rllib.experiments import memory_items, memory_plan
-from hgpo_rllib.experiments.memory_items import ModelShape
 from hgpo_rllib.experiments.memory_plan import MODEL_CONFIGS_DIR
 from hgpo_rllib.experiments.paper import apply_paper_preset, hiper_paper_config
 from hgpo_rllib.experiments.settings import RunSettings
 from hgpo_rllib.experiments.teams import team_config
+from hgpo_rllib.model_shape import ModelShape
 from hgpo_rllib.rl_module.logprobs import token_logp_entropy
 
 # ----------------------------------------------------------------------------------- model sizes
@@ -36,6 +36,24 @@ def test_parameter_count_from_config_json_matches_transformers_and_the_model_car
     assert abs(shape.num_params() / PUBLISHED_PARAMS[name] - 1) < 0.01
 
 
+def test_a_head_dim_of_its_own_sizes_the_attention_weights() -> None:
+    """heads x head_dim != hidden (Llama's ``head_dim``): q, k, v and o follow head_dim, as the model does."""
+    from transformers import LlamaConfig
+
+    config = LlamaConfig(
+        vocab_size=64, hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, head_dim=16, tie_word_embeddings=False,
+    )  # fmt: skip
+    with torch.device("meta"):
+        lm = AutoModelForCausalLM.from_config(config)
+    shape = ModelShape.from_config(config)
+    assert (shape.attention_width, shape.kv_width) == (64, 32)
+    # A layer: q and o 32 x 64, k and v 32 x 32, the MLP 3 x 32 x 48, two norms of 32: 10,816; two
+    # layers, untied embeddings and head 2 x 64 x 32, the final norm: 25,760.
+    assert shape.num_params() == sum(p.numel() for p in lm.parameters()) == 25_760
+    assert memory_items.kv_bytes_per_token(shape, 2) == 2 * 2 * 32 * 2
+
+
 def test_lora_parameter_count_matches_peft() -> None:
     from hgpo_rllib.rl_module.lora import add_adapters
 
@@ -44,9 +62,9 @@ def test_lora_parameter_count_matches_peft() -> None:
         lm = AutoModelForCausalLM.from_config(config)
     model = add_adapters(lm, {"r": 8, "alpha": 16, "target_modules": "all-linear", "dropout": 0.0})
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
-    shape = ModelShape.from_dict(config.to_dict())
-    assert shape.lora_params(8, "all-linear") == trainable
-    assert shape.lora_params(8, ["q_proj", "v_proj"]) < trainable
+    shape = ModelShape.from_config(config.to_dict())
+    assert shape.lora_weights(8, "all-linear") == trainable
+    assert shape.lora_weights(8, ["q_proj", "v_proj"]) < trainable
 
 
 def test_config_without_sizes_is_a_clear_error(tmp_path: Any) -> None:

@@ -17,7 +17,7 @@ import time
 
 import torch
 
-from hgpo_rllib.learner_flops import ModelShape
+from hgpo_rllib.model_shape import ModelShape
 from hgpo_rllib.rl_module.models import cpu_has_native_bf16
 
 #: Tokens of the learner's probe: a micro-batch of 4 rows of 512 tokens.
