@@ -36,7 +36,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from helpers import EXPERIMENTS, ROOT, write_experiment
+from helpers import EXPERIMENTS, ROOT, train_args, write_experiment
 
 from hgpo_rllib import cli
 from hgpo_rllib.algorithms.checkpoints import SAVING_OWNER
@@ -119,8 +119,9 @@ def run_with_fault(tmp_path: Path, fault: str, phase: str, algorithm: str) -> tu
         iterations=ITERATIONS,
     )
     path = write_experiment(tmp_path, textwrap.dedent(code), algorithm)
-    args = ["train", "file", str(path), "--storage-path", str(tmp_path / "out"), "--name", "run"]
-    args += ["--checkpoint-freq", str(CHECKPOINT_FREQ), "--config", '{"lr": 0.001}']
+    args = train_args(
+        path, tmp_path / "out", "--checkpoint-freq", str(CHECKPOINT_FREQ), "--config", '{"lr": 0.001}'
+    )
     log = tmp_path / "stderr.txt"
     with log.open("w") as err, open(os.devnull, "w") as out:
         process = subprocess.Popen(

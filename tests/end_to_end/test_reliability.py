@@ -28,7 +28,7 @@ from types import SimpleNamespace
 import pandas as pd
 import pytest
 import torch
-from helpers import DATA, ROOT, keychest_config, write_experiment
+from helpers import DATA, ROOT, keychest_config, train_args, write_experiment
 
 from hgpo_rllib import cli, load_policy
 from hgpo_rllib.algorithms.checkpoints import (
@@ -403,7 +403,7 @@ def test_a_stop_key_typo_is_refused_naming_the_metric(
 ) -> None:
     """Finding 8: ``training_iteraton`` trained forever after one warning."""
     path = write_experiment(tmp_path)
-    args = ["train", "file", str(path), "--storage-path", str(tmp_path / "out"), "--stop"]
+    args = train_args(path, tmp_path / "out", "--stop", name=None)
     assert cli.main([*args, '{"training_iteraton": 2}']) == 2
     assert "did you mean 'training_iteration'" in capsys.readouterr().err
     assert cli.main([*args, '{"training_iteration": "2"}']) == 2
@@ -456,7 +456,7 @@ def test_a_trial_needing_more_cpus_than_the_cluster_has_is_refused() -> None:
 def test_an_error_that_would_recur_is_not_retried(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """Finding 10: a non-finite loss was retried --max-failures times before the run failed."""
     path = write_experiment(tmp_path)
-    args = ["train", "file", str(path), "--storage-path", str(tmp_path / "out"), "--name", "run"]
+    args = train_args(path, tmp_path / "out")
     assert cli.main([*args, "--config", '{"kl_coeff": 1e300}', "--max-failures", "3"]) == 1
     err = capsys.readouterr().err
     assert "FloatingPointError: learner: non-finite loss" in err and "not retried (it would recur)" in err
@@ -509,8 +509,7 @@ def test_resume_falls_back_to_the_newest_checkpoint_that_loads(tmp_path: Path) -
     stop = {{"training_iteration": 4}}
     """
     path = write_experiment(tmp_path, textwrap.dedent(fail_third))
-    args = ["train", "file", str(path), "--storage-path", str(tmp_path / "out"), "--name", "run"]
-    args += ["--checkpoint-freq", "1", "--max-failures", "0"]
+    args = train_args(path, tmp_path / "out", "--checkpoint-freq", "1", "--max-failures", "0")
     assert cli.main(args) == 1
     (trial,) = [d for d in (tmp_path / "out" / "run").iterdir() if d.is_dir()]
     newest = trial / "checkpoint_000001"  # after iteration 2

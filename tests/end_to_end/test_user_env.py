@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from helpers import ROOT, own_stderr
+from helpers import ROOT, own_stderr, train_args
 
 from hgpo_rllib import cli
 from hgpo_rllib.algorithms.checkpoints import ENV_RECORD
@@ -34,9 +34,7 @@ def test_the_readme_links_the_example_and_quotes_it_as_it_is() -> None:
 @pytest.mark.usefixtures("ray_session")
 def test_an_env_of_the_users_own_file_trains_and_is_evaluated_without_naming_it(tmp_path: Path) -> None:
     out = tmp_path / "out"
-    assert (
-        cli.main(["train", "file", str(EXAMPLE), "--storage-path", str(out), "--checkpoint-freq", "5"]) == 0
-    )
+    assert cli.main(train_args(EXAMPLE, out, "--checkpoint-freq", "5", name=None)) == 0
     (trial,) = [d for d in (out / "guess_hgpo").iterdir() if d.is_dir()]
     progress = pd.read_csv(trial / "progress.csv")
     assert progress["training_iteration"].tolist() == [1, 2, 3, 4, 5]
