@@ -487,11 +487,14 @@ def test_evaluate_resumes_an_interrupted_seed_at_its_first_unfinished_game(
     assert not list(out.glob(".games-*"))
 
 
-def test_rllib_evaluate_alfworld_split_has_per_task_columns(tmp_path: Path) -> None:
+def test_rllib_evaluate_alfworld_split_has_per_task_columns(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     out = tmp_path / "eval"
     env_config = {"source": "generated", "max_steps": 50}
     args = _evaluate(out, "--split", "out", "--seeds", "1", "2", env="alfworld", episodes=2)
-    assert cli.main([*args, "--env-config", json.dumps(env_config)]) == 0
+    assert cli.main([*args, "--env-config", json.dumps(env_config), "--batch-size", "3"]) == 0
+    assert "Played in this run (batch size 3):\n- expert: 4 episodes in " in capsys.readouterr().out
     recorded = json.loads((out / "evaluation.json").read_text())
     assert recorded["env_config"] == env_config and recorded["splits"] == ["eval_out_of_distribution"]
     per_seed = pd.read_csv(out / "per_seed.csv")
