@@ -24,7 +24,8 @@ where one differs.
 The model is ``smollm2-135m-instruct`` in float32, zero-shot (K = 2, prompts of up to 768 tokens,
 answers of up to 64, as its CPU runs), or ``--policy PATH`` (a warm start, policy folder or checkpoint,
 played at its own prompt settings; greedy here whatever its ``eval_temperature``); ``--model
-tiny-qwen2`` checks the plumbing. Run on idle cores (about 30 minutes on 2 cores at the defaults):
+tiny-qwen2`` checks the plumbing. Run on idle cores (an estimated 30-45 minutes on 2 cores at the
+defaults, plus vLLM's engine start):
 ``python benchmarks/eval_throughput.py --vllm``. Writes ``docs/results/eval_throughput_<env>.md``
 (``_<policy folder name>`` added for ``--policy``) or into ``--output``; records the CPU and the load.
 """
@@ -60,7 +61,7 @@ VLLM_ENGINE = {"enforce_eager": True, "kv_cache_memory_bytes": 1 << 30}
 
 
 @dataclasses.dataclass(frozen=True)
-class Path_:
+class PlayPath:
     """One way of playing the goals; ``lever``: what it adds to the path before it (default chain)."""
 
     name: str
@@ -70,16 +71,18 @@ class Path_:
     lever: str | None = None
 
 
-def paths(in_flight: int, vllm: bool) -> list[Path_]:
+def paths(in_flight: int, vllm: bool) -> list[PlayPath]:
     """The baseline, the default path's two levers in turn (``in_flight`` episodes at once), and vLLM
     where asked."""
     chosen = [
-        Path_("one episode at a time (baseline)", 1, "hf", False),
-        Path_(f"continuous batching, {in_flight} in flight", in_flight, "hf", False, "continuous batching"),
-        Path_("+ prefill once (rllib evaluate's default)", in_flight, "hf", True, "prefill once"),
+        PlayPath("one episode at a time (baseline)", 1, "hf", False),
+        PlayPath(
+            f"continuous batching, {in_flight} in flight", in_flight, "hf", False, "continuous batching"
+        ),
+        PlayPath("+ prefill once (rllib evaluate's default)", in_flight, "hf", True, "prefill once"),
     ]
     if vllm:
-        chosen.append(Path_(f"vLLM's CPU build, {in_flight} in flight", in_flight, "vllm", True))
+        chosen.append(PlayPath(f"vLLM's CPU build, {in_flight} in flight", in_flight, "vllm", True))
     return chosen
 
 
@@ -95,7 +98,7 @@ def lever_shares(steps: dict[str, float]) -> dict[str, float | None]:
     return {lever: (math.log(step) / total if total != 0 else None) for lever, step in steps.items()}
 
 
-def set_generation(policy: CheckpointPolicy, path: Path_) -> None:
+def set_generation(policy: CheckpointPolicy, path: PlayPath) -> None:
     """Play greedily on ``path``'s engine and prefill setting: the module's generation settings are
     replaced and its engine restarted (the next answer starts the new one)."""
     module = policy.module
@@ -123,7 +126,7 @@ def recording(policy: Policy, answers: dict[int, list[str]]) -> Policy:
 
 
 def play_path(
-    policy: CheckpointPolicy, env_name: str, env_config: dict[str, Any], tasks: list[int], path: Path_
+    policy: CheckpointPolicy, env_name: str, env_config: dict[str, Any], tasks: list[int], path: PlayPath
 ) -> dict[str, Any]:
     """Warm up, then play ``tasks`` on ``path``: seconds, episodes, steps, generated tokens, each
     episode's answers, the warm-up's seconds and the load before and after."""
@@ -159,7 +162,7 @@ def differing_episodes(results: dict[str, dict[str, Any]], baseline: str) -> dic
     }
 
 
-def table(chosen: list[Path_], results: dict[str, dict[str, Any]]) -> str:
+def table(chosen: list[PlayPath], results: dict[str, dict[str, Any]]) -> str:
     """Markdown rows per path: goals per hour, generated tokens per second, the ratio to the
     baseline, the lever the path adds with its step and its share of the default path's speed-up."""
     rates = {name: 3600 * r["episodes"] / r["seconds"] for name, r in results.items()}
