@@ -53,7 +53,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "allowed) is copied instead of played again",
     )
     parser.add_argument("--env-config", type=json_dict, default={}, help="env settings as JSON")
-    parser.add_argument("--batch-size", type=count(1), default=16, help="episodes played in lock-step")
+    parser.add_argument(
+        "--batch-size",
+        type=count(1),
+        default=16,
+        help="episodes in flight at once, each generation call answering all of them; a finished "
+        "episode's slot starts the next task at once (continuous batching; default 16)",
+    )
     parser.add_argument(
         "--samples",
         type=count(1),

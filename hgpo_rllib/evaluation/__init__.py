@@ -2,8 +2,9 @@
 (:mod:`~hgpo_rllib.evaluation.rollout`), loading trained policies
 (:mod:`~hgpo_rllib.evaluation.policy_loading`), the shareable policy folder
 (:mod:`~hgpo_rllib.evaluation.policy_folder`), the tables over seeds
-(:mod:`~hgpo_rllib.evaluation.protocol`; its output directory, :mod:`~hgpo_rllib.evaluation.output_dir`)
-and teams (:mod:`~hgpo_rllib.evaluation.team`)."""
+(:mod:`~hgpo_rllib.evaluation.protocol`; its output directory, :mod:`~hgpo_rllib.evaluation.output_dir`;
+how fast it played, :mod:`~hgpo_rllib.evaluation.throughput`) and teams
+(:mod:`~hgpo_rllib.evaluation.team`)."""
 
 from hgpo_rllib._imports import lazy_getattr
 

@@ -17,6 +17,7 @@ import pandas as pd
 
 from envs.common.facts import EvaluationFacts
 from hgpo_rllib.evaluation.rollout import read_played_episodes, task_seeds
+from hgpo_rllib.evaluation.throughput import Throughput
 from hgpo_rllib.run_records import changed_settings, read_record, write_atomically, write_record
 
 #: Episodes per seed where an environment has no fixed list of evaluation games.
@@ -42,6 +43,8 @@ def play_all(
     settings: dict[str, Any],
     game_config: dict[str, Any] | None = None,
     reuse: Sequence[str | Path] = (),
+    *,
+    throughput: Throughput,
 ) -> tuple[pd.DataFrame, list[str]]:
     """Every (split, player, seed) not already in ``output``'s ``episodes.csv``, each written there
     as it finishes; returns the table of the requested players and seeds, and a line per split
@@ -49,7 +52,8 @@ def play_all(
     ``game_config`` those settings when ``config`` also holds others). Meanwhile each game is kept as
     it ends (:func:`_resumed_games`), so an interrupted (split, player, seed) plays only the games it
     had not finished. One that an output in ``reuse``
-    finished (:func:`reusable_episodes`) is copied from there."""
+    finished (:func:`reusable_episodes`) is copied from there. What is played here is timed into
+    ``throughput``."""
     out_dir = Path(output).expanduser()
     earlier = reusable_episodes(reuse, settings)  # (a bad ``reuse`` is refused before output is made)
     table = _open_output(out_dir, {**settings, "splits": list(splits)})
@@ -82,7 +86,10 @@ def play_all(
                     rows = earlier[copied & (earlier["source"] == source)].drop(columns="source")
                     print(f"{desc}: {len(rows)} episodes copied from {source}")
                 else:
-                    records = _resumed_games(games, play_split, split_config, seed, task_seeds(seed, n), desc)
+                    tasks = task_seeds(seed, n)
+                    records = _resumed_games(
+                        games, play_split, split_config, seed, tasks, desc, throughput, name
+                    )
                     rows = pd.DataFrame([{**label, "policy": name, "seed": seed, **r} for r in records])
                 table = rows if table.empty else pd.concat([table, rows], ignore_index=True)
                 write_atomically(out_dir / "episodes.csv", table.to_csv(index=False))
@@ -115,10 +122,18 @@ def reusable_episodes(outputs: Sequence[str | Path], settings: dict[str, Any]) -
 
 
 def _resumed_games(
-    games: Path, play_split: Player, split_config: dict[str, Any], seed: int, tasks: list[int], desc: str
+    games: Path,
+    play_split: Player,
+    split_config: dict[str, Any],
+    seed: int,
+    tasks: list[int],
+    desc: str,
+    throughput: Throughput,
+    policy: str,
 ) -> list[dict[str, Any]]:
     """``tasks`` played by ``play_split``, each finished game appended to the JSON-lines file ``games``
-    as it ends; games an interrupted run left there are not played again. The sampler of a resumed
+    as it ends; games an interrupted run left there are not played again (nor counted in
+    ``throughput``, which times the play as ``policy``'s). The sampler of a resumed
     run is seeded anew (from ``seed`` and the number of games already played), so a resumed evaluation
     is as random as a whole one but not the same draw."""
     played = read_played_episodes(games)
@@ -132,7 +147,10 @@ def _resumed_games(
             saved.write(json.dumps(record) + "\n")
             saved.flush()
 
-        records = play_split(split_config, seed, remaining, keep, desc) if remaining else []
+        def play() -> list[dict[str, Any]]:
+            return play_split(split_config, seed, remaining, keep, desc)
+
+        records = throughput.timed(policy, play) if remaining else []
     new: dict[int, list[dict[str, Any]]] = {}
     for record in records:  # a team plays each task ``samples`` times
         new.setdefault(record["task_seed"], []).append(record)
@@ -146,16 +164,21 @@ def write_tables(
     seeds: Sequence[int],
     per_seed: pd.DataFrame,
     summary: pd.DataFrame,
+    throughput: Throughput,
 ) -> pd.DataFrame:
-    """``per_seed.csv``, ``summary.csv`` and ``summary.md`` (headed by ``lines``); returns ``summary``."""
+    """``per_seed.csv``, ``summary.csv``, ``summary.md`` (headed by ``lines``, ending with this run's
+    ``throughput``) and the throughput record; returns ``summary``."""
     write_atomically(out_dir / "per_seed.csv", per_seed.to_csv(index=False))
     write_atomically(out_dir / "summary.csv", summary.to_csv(index=False))
     played = "".join(f"{line}\n" for line in lines)
+    speed = "".join(f"{line}\n" for line in throughput.lines())
     write_atomically(
         out_dir / "summary.md",
         f"# {env_name} evaluation\n\n{played}\n## Mean ± std over seeds {list(seeds)}\n\n"
-        f"{summary.to_markdown(index=False)}\n\n## Per seed\n\n{per_seed.to_markdown(index=False)}\n",
+        f"{summary.to_markdown(index=False)}\n\n## Per seed\n\n{per_seed.to_markdown(index=False)}\n\n"
+        f"## Played in this run (batch size {throughput.batch_size})\n\n{speed}",
     )
+    throughput.write(out_dir)
     return summary
 
 

@@ -25,7 +25,7 @@ from envs.common.spaces import TextSpace
 from hgpo_rllib.algorithms.checkpoints import ENV_RECORD
 from hgpo_rllib.algorithms.hgpo.hgpo import HGPOConfig
 from hgpo_rllib.algorithms.text_agent import TextAgentConfig
-from hgpo_rllib.columns import ACTION_TEXT
+from hgpo_rllib.columns import ACTION_TEXT, RESP_MASK
 from hgpo_rllib.evaluation.rollout import EpisodeSlot
 from hgpo_rllib.rl_module.llm_rl_module import LLMRLModule
 from hgpo_rllib.run_records import read_record
@@ -248,10 +248,22 @@ class CheckpointPolicy:
                     f"(no {POLICY_RECORD} or {SFT_CONFIG})"
                 )
             config, module = _load_rllib_checkpoint(path, module_dir, env)
-        self.env_config = {**dict(config.env_config), **(env_config or {})}
+        self._attach(config, module, env_config or {})
+
+    @classmethod
+    def from_config(cls, config: AlgorithmConfig) -> CheckpointPolicy:
+        """The policy of ``config``'s own model, untrained (a base model played zero-shot, as
+        ``benchmarks/eval_throughput.py`` plays SmolLM2)."""
+        policy = cls.__new__(cls)
+        policy._attach(config, inference_module(config), {})
+        return policy
+
+    def _attach(self, config: AlgorithmConfig, module: RLModule, env_config: dict[str, Any]) -> None:
+        self.env_config = {**dict(config.env_config), **env_config}
         self.config = config.copy(copy_frozen=False).environment(env_config=self.env_config)
         self.module = module
         self.prompt_pipeline = self.config.build_env_to_module_connector()
+        self.generated_tokens = 0  # the answers' tokens so far (the evaluation's tokens per second)
 
     def reseed(self, seed: int) -> CheckpointPolicy:
         """Seed the sampler for one evaluation seed."""
@@ -264,7 +276,9 @@ class CheckpointPolicy:
     def answers(self, episodes: list[Any]) -> list[str]:
         """The policy's answers to the running RLlib episodes' current prompts."""
         batch = self.prompt_pipeline(rl_module=self.module, batch={}, episodes=episodes, explore=False)
-        return list(self.module.forward_inference(batch)[ACTION_TEXT])
+        out = self.module.forward_inference(batch)
+        self.generated_tokens += int(out[RESP_MASK].sum())
+        return list(out[ACTION_TEXT])
 
 
 def export_merged(checkpoint: str | Path, output_dir: str | Path) -> Path:

@@ -28,6 +28,7 @@ from hgpo_rllib.evaluation.output_dir import Player, eval_splits, play_all, writ
 from hgpo_rllib.evaluation.policy_loading import CheckpointPolicy
 from hgpo_rllib.evaluation.rollout import Policy, expert_policy, play, random_policy
 from hgpo_rllib.evaluation.team import evaluate_team, is_team_checkpoint
+from hgpo_rllib.evaluation.throughput import Throughput
 
 if TYPE_CHECKING:
     from ray.rllib.algorithms.algorithm_config import AlgorithmConfig
@@ -84,7 +85,10 @@ def evaluate(
     ``test`` goals unless ``env_config`` says otherwise. Each finished (split, policy, seed) is written
     at once (atomically) to ``episodes.csv``, and each game as it ends to a hidden file beside it; a
     rerun of the same evaluation into the same ``output`` skips what is already there and plays the
-    rest. A checkpoint of a multi-agent team (docs/drmas.md) plays each task ``samples`` times (avg@k and
+    rest. ``batch_size`` episodes are in flight at once (continuous batching: :func:`play`). What this
+    call plays is timed per policy: episodes per hour and generated tokens per second go to
+    ``summary.md``, ``throughput.json`` and a printed line (:mod:`~hgpo_rllib.evaluation.throughput`).
+    A checkpoint of a multi-agent team (docs/drmas.md) plays each task ``samples`` times (avg@k and
     pass@k; :mod:`hgpo_rllib.evaluation.team`), without baselines; so does a team built from warm
     starts: ``team_config`` (its modules load them) with ``checkpoint`` the warm-start folder
     (``rllib evaluate`` of a team warm-start folder). ``reuse`` names outputs of earlier evaluations:
@@ -124,11 +128,13 @@ def evaluate(
         raise ValueError("samples (k per task, avg@k / pass@k) applies to team checkpoints only")
     config = dict(env_config or {})
     policies: dict[str, Callable[[int], Policy]] = {}
+    throughput = Throughput(batch_size)
     if checkpoint is not None:
         trained = CheckpointPolicy(checkpoint, env_config=config, env=env)
         env = envs.env_name(str(trained.config.env))
         config = trained.env_config
         policies["checkpoint"] = trained.reseed
+        throughput.token_counts = {"checkpoint": lambda: trained.generated_tokens}
     assert env is not None  # checked above: a checkpoint or --env
     envs.env_creator(env)  # an unknown env: one line naming the known ones
     env_name = envs.env_name(env)
@@ -171,6 +177,17 @@ def evaluate(
     players = {name: player(make_policy) for name, make_policy in policies.items()}
     make_env = envs.env_creator(env_name)
     table, lines = play_all(
-        players, facts, make_env, splits, config, seeds, episodes, output, settings, reuse=reuse
+        players,
+        facts,
+        make_env,
+        splits,
+        config,
+        seeds,
+        episodes,
+        output,
+        settings,
+        reuse=reuse,
+        throughput=throughput,
     )
-    return write_tables(Path(output).expanduser(), env_name, lines, seeds, *summarize(table, facts))
+    out_dir = Path(output).expanduser()
+    return write_tables(out_dir, env_name, lines, seeds, *summarize(table, facts), throughput)

@@ -11,6 +11,7 @@ invalid-answer rate.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -32,6 +33,7 @@ from hgpo_rllib.evaluation.policy_loading import (
     check_trained_env,
     load_checkpoint_config,
 )
+from hgpo_rllib.evaluation.throughput import Throughput
 
 
 def team_runner(
@@ -138,6 +140,7 @@ def evaluate_team(
     splits = eval_splits(env_name, facts, split, merged)
     game_config = {k: v for k, v in merged.items() if k not in team_class.team_settings()}
     runners: dict[str | None, Any] = {}
+    throughput = Throughput(batch_size)
 
     def play_split(
         split_config: dict[str, Any], seed: int, tasks: Sequence[int], *_: object
@@ -146,7 +149,9 @@ def evaluate_team(
         key = split_config.get("split")
         if key not in runners:
             trained = None if warm_started else checkpoint  # warm starts: the config's own modules
+            started = time.perf_counter()
             runners[key] = team_runner(config, split_config, trained, batch_size)
+            throughput.exclude(time.perf_counter() - started)  # loading the modules is not play
         return play_team(runners[key], tasks, samples, seed)
 
     settings = {
@@ -170,8 +175,10 @@ def evaluate_team(
             settings,
             game_config,
             reuse,
+            throughput=throughput,
         )
     finally:
         for runner in runners.values():
             runner.stop()
-    return write_tables(Path(output).expanduser(), env_name, lines, seeds, *summarize_team(table))
+    out_dir = Path(output).expanduser()
+    return write_tables(out_dir, env_name, lines, seeds, *summarize_team(table), throughput)

@@ -373,6 +373,18 @@ def test_evaluate_a_checkpoint_and_the_baselines(trained_run: Path, tmp_path: Pa
     episodes = pd.read_csv(out / "episodes.csv")
     assert len(episodes) == 3 * 2 * 6 and episodes.steps.between(1, 10).all()
     assert (out / "summary.md").read_text().count("| checkpoint") == 3  # summary + 2 seed rows
+    played = json.loads((out / "throughput.json").read_text())
+    assert played["batch_size"] == 16 and list(played["policies"]) == ["checkpoint", "expert", "random"]
+    for policy in played["policies"].values():
+        assert policy["episodes"] == 2 * 6
+        assert policy["play_seconds"] > 0 and policy["episodes_per_hour"] > 0  # arithmetic: test_throughput
+    trained, expert = played["policies"]["checkpoint"], played["policies"]["expert"]
+    assert trained["generated_tokens"] >= episodes[episodes.policy == "checkpoint"].steps.sum()  # >= 1 a step
+    assert expert["generated_tokens"] is None and expert["generated_tokens_per_s"] is None
+    assert (
+        "## Played in this run (batch size 16)\n\n- checkpoint: 12 episodes in "
+        in (out / "summary.md").read_text()
+    )
     with pytest.raises(FileExistsError):
         evaluate(checkpoint, env="keychest", seeds=[1], episodes=1, output=out)
 
@@ -417,7 +429,12 @@ def test_evaluate_keeps_finished_seeds_after_a_crash_and_resumes(
         "per_seed.csv",
         "summary.csv",
         "summary.md",
+        "throughput.json",
     ]
+    # The rerun counts only what it played: random's seed 2, not the 9 episodes saved before.
+    assert {
+        p: v["episodes"] for p, v in json.loads((out / "throughput.json").read_text())["policies"].items()
+    } == {"random": 3}
     episodes = pd.read_csv(out / "episodes.csv")
     assert len(episodes) == 2 * 2 * 3
     pd.testing.assert_frame_equal(episodes.iloc[: len(done)], done)  # kept as they were
@@ -458,6 +475,8 @@ def test_evaluate_resumes_an_interrupted_seed_at_its_first_unfinished_game(
     seed_2_tasks = task_seeds(2, 5)
     ((desc, tasks),) = calls  # seed 1 is not played again, nor seed 2's two finished games
     assert desc == "random seed 2 (2 of 5 games saved before)"
+    (played,) = json.loads((out / "throughput.json").read_text())["policies"].values()
+    assert played["episodes"] == 3  # this run's games, not the 2 saved before it nor seed 1's
     assert tasks == [t for t in seed_2_tasks if t not in {game["task_seed"] for game in kept}]
     episodes = pd.read_csv(out / "episodes.csv")
     seed_2 = episodes[episodes.seed == 2]
@@ -468,11 +487,14 @@ def test_evaluate_resumes_an_interrupted_seed_at_its_first_unfinished_game(
     assert not list(out.glob(".games-*"))
 
 
-def test_rllib_evaluate_alfworld_split_has_per_task_columns(tmp_path: Path) -> None:
+def test_rllib_evaluate_alfworld_split_has_per_task_columns(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     out = tmp_path / "eval"
     env_config = {"source": "generated", "max_steps": 50}
     args = _evaluate(out, "--split", "out", "--seeds", "1", "2", env="alfworld", episodes=2)
-    assert cli.main([*args, "--env-config", json.dumps(env_config)]) == 0
+    assert cli.main([*args, "--env-config", json.dumps(env_config), "--batch-size", "3"]) == 0
+    assert "Played in this run (batch size 3):\n- expert: 4 episodes in " in capsys.readouterr().out
     recorded = json.loads((out / "evaluation.json").read_text())
     assert recorded["env_config"] == env_config and recorded["splits"] == ["eval_out_of_distribution"]
     per_seed = pd.read_csv(out / "per_seed.csv")

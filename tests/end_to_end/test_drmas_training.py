@@ -5,6 +5,7 @@ and ``rllib evaluate`` (``slow``)."""
 from __future__ import annotations
 
 import dataclasses
+import json
 from pathlib import Path
 from typing import Any
 
@@ -198,6 +199,8 @@ def test_a_team_starts_from_a_warm_start_per_role(tmp_path: Path) -> None:
     episodes = pd.read_csv(out / "episodes.csv")
     assert len(episodes) == 2 and (episodes["policy"] == "checkpoint").all()
     assert episodes[[f"invalid_rate_{role}" for role in ROLES]].stack().between(0, 1).all()
+    played = json.loads((out / "throughput.json").read_text())["policies"]["checkpoint"]
+    assert played["episodes"] == 2 and played["generated_tokens"] is None  # a team's runner counts none
     assert team_warm_start_config(team / "planner") is None  # one role alone is no team
     with pytest.raises(
         ValueError, match="is no warm start; build it with rllib sft --env keychest_team --output"

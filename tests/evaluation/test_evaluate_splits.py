@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pandas as pd
@@ -84,6 +85,8 @@ def test_an_earlier_evaluation_of_one_split_is_reused_only_with_the_same_setting
     ]
     assert cli.main([*args, "--reuse", str(tmp_path / "out_only")]) == 0
     assert [c["split"] for _, c, _ in played] == ["eval_in_distribution"]  # `out` was copied
+    throughput = json.loads((tmp_path / "both" / "throughput.json").read_text())
+    assert throughput["policies"]["random"]["episodes"] == 3  # the 3 copied took no time here
     both = pd.read_csv(tmp_path / "both" / "episodes.csv")
     earlier = pd.read_csv(tmp_path / "out_only" / "episodes.csv")
     pd.testing.assert_frame_equal(

@@ -502,6 +502,9 @@ def test_a_shipped_warm_start_is_bf16_evaluated_and_used_when_its_recipe_matches
     # Wilson's 95% interval of 0, 1 or 2 games won of 2 (z = 1.96).
     wilson = {0: [0.0, 0.6576], 1: [0.0945, 0.9055], 2: [0.3424, 1.0]}
     assert record["evaluation"]["success_95"] == wilson[record["evaluation"]["won"]]
+    played = json.loads((tmp_path / "eval" / "throughput.json").read_text())["policies"]
+    assert list(played) == ["checkpoint"] and played["checkpoint"]["episodes"] == 2  # its goals per hour
+    assert played["checkpoint"]["generated_tokens"] >= episodes["steps"].sum()
     assert CheckpointPolicy(shipped).module.lm.dtype == torch.float32  # runs load it in their own dtype
     with pytest.raises(FileExistsError, match="shipped already"):
         ship_warm_start(
