@@ -26,6 +26,8 @@ MODEL_DEFAULTS: dict[str, Any] = {
 TINY_LR = 1e-3
 #: The settings of a pretrained base (recorded, and accepted, with one only).
 BASE_SETTINGS = ("lora_rank", "full_finetune", "dtype")
+#: Settings recorded only when they are not their default (the records before them lack them).
+RECORDED_WHEN_SET = ("role", "whole_words", "prompt_turns")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -98,12 +100,10 @@ class SFTSettings:
             del record["model"], record["vocab_size"]
             record["lora"] = lora_settings(self.lora_rank, self.full_finetune)
             record["dtype"] = self.dtype
-        if self.role is None:
-            del record["role"]
-        if not self.whole_words:
-            del record["whole_words"]
-        if self.prompt_turns == ONE_USER_TURN:
-            del record["prompt_turns"]
+        defaults = {f.name: f.default for f in dataclasses.fields(self)}
+        for key in RECORDED_WHEN_SET:
+            if record[key] == defaults[key]:
+                del record[key]
         return record
 
     def check(self) -> None:

@@ -48,7 +48,7 @@ from hgpo_rllib.warm_start.sft_dataset import (
     tokenize_examples,
     won_steps,
 )
-from hgpo_rllib.warm_start.sft_settings import SFTSettings
+from hgpo_rllib.warm_start.sft_settings import RECORDED_WHEN_SET, SFTSettings
 
 if TYPE_CHECKING:
     from hgpo_rllib.warm_start.phases import BuildClock
@@ -69,7 +69,9 @@ def open_run(output: Path, settings: dict[str, Any], reuse_finished: bool = Fals
         saved = read_record(path)
         if saved.get("finished") and not reuse_finished:
             raise FileExistsError(f"{output} already holds a finished warm start; choose a new --output")
-        changed = changed_settings(saved, settings, keys=settings)
+        # A setting recorded only when set counts too when the saved run has it and this one does not.
+        keys = [*settings, *(k for k in RECORDED_WHEN_SET if k in saved and k not in settings)]
+        changed = changed_settings(saved, settings, keys=keys)
         if changed:
             state = "a finished" if saved.get("finished") else "an unfinished"
             raise ValueError(
