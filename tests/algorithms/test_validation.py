@@ -449,6 +449,6 @@ def test_validate_refuses_a_system_turn_for_a_team_env() -> None:
     )
     with pytest.raises(
         ValueError,
-        match=r"prompt_turns='system_user' is invalid: the prompts of 'keychest_team' have no system/user split",
+        match=r"prompt_turns='system_user' is invalid: the prompts of 'keychest_team' have no system/user",
     ):
         config.validate()
