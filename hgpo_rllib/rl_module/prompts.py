@@ -177,12 +177,16 @@ def _token_ids(tokenizer: Any, prompts: Sequence[Rendering]) -> list[list[int]]:
 
 def system_tokens(tokenizer: Any, prompt: Rendering) -> int:
     """How many of the chat-formatted prompt's first tokens come before its user turn's text: the
-    system turn and the user turn's header (0 for a prompt of one user turn)."""
+    system turn and the user turn's header (0 for a prompt of one user turn). A template that rewrites
+    the user's text so that it cannot be found: up to the end of the system turn's text."""
     if isinstance(prompt, str):
         return 0
     chat = chat_prompt(tokenizer, prompt)
-    head = chat[: chat.rindex(prompt[1])] if prompt[1] else chat
-    return len(tokenizer(head, add_special_tokens=False)["input_ids"])
+    system, user = (text.strip() for text in prompt)
+    start = chat.rfind(user) if user else -1
+    if start < 0:  # chat_prompt checked that the system turn's text is there
+        start = chat.index(system) + len(system)
+    return len(tokenizer(chat[:start], add_special_tokens=False)["input_ids"])
 
 
 def _fit(tokenizer: Any, prompt: HistoryPrompt, ids: list[int], limit: int) -> FittedPrompt:
@@ -195,7 +199,7 @@ def _fit(tokenizer: Any, prompt: HistoryPrompt, ids: list[int], limit: int) -> F
     system = system_tokens(tokenizer, prompt.renderings[dropped])
     if system >= limit:
         raise ValueError(
-            f"the system turn alone is {system} tokens, over the prompt budget of {limit}: raise "
+            f"the system turn alone takes {system} tokens of the {limit}-token prompt budget: raise "
             f"max_prompt_tokens or use prompt_turns={ONE_USER_TURN!r}"
         )
     head = max(limit // 2, system)

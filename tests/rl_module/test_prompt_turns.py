@@ -141,6 +141,14 @@ def test_the_tiny_models_chatml_renders_the_two_turns(tiny_tokenizer: Any) -> No
     assert system_tokens(tok, (SYSTEM, USER)) == len(system_turn + piece("<|im_start|>user\n"))
     # One user turn, as before: no system turn at all in plain ChatML.
     assert chat_prompt(tok, USER) == f"<|im_start|>user\n{USER}<|im_end|>\n<|im_start|>assistant\n"
+    # A template that rewrites the user's text: the head ends with the system turn's text.
+    shouting = build_tiny_tokenizer(["go north"], 300)
+    shouting.chat_template = (
+        "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] if m['role'] == 'system' "
+        "else m['content'] | upper }}<|im_end|>\n{% endfor %}"
+    )
+    head = shouting(f"<|im_start|>system\n{SYSTEM}", add_special_tokens=False)["input_ids"]
+    assert system_tokens(shouting, (SYSTEM, USER)) == len(head)
 
 
 def test_a_split_prompt_over_the_budget_drops_records_then_cuts_the_user_turn_only(
@@ -163,7 +171,7 @@ def test_a_split_prompt_over_the_budget_drops_records_then_cuts_the_user_turn_on
     assert cut == FittedPrompt(one[:system] + one[-8:], 1, len(one) - limit)
     assert tok.decode(cut.ids[:system]).endswith(f"{keychest.TAG_INSTRUCTION}<|im_end|>\n<|im_start|>user\n")
     with pytest.raises(
-        ValueError, match=rf"the system turn alone is {system} tokens, over the prompt budget of {system}"
+        ValueError, match=rf"the system turn alone takes {system} tokens of the {system}-token prompt budget"
     ):
         fit_prompts(tok, [prompt], system)
 
