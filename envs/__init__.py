@@ -27,7 +27,7 @@ from envs.common.actions import (
     subgoals_of_blocks,
 )
 from envs.common.facts import DemonstrationCost, EnvFacts, EvaluationFacts, PaperFacts, WarmStartFacts
-from envs.common.prompts import PromptContext, default_prompt
+from envs.common.prompts import PromptContext, PromptTurns, default_prompt, default_prompt_turns
 from envs.common.spaces import TextSpace
 from envs.common.text_env import Observation, TextEnv
 from envs.corpora import get_tokenizer_corpus, get_tokenizer_whole_words
@@ -44,6 +44,7 @@ from envs.registry import (
     env_name,
     get_env_spec,
     get_prompt_renderer,
+    get_prompt_turns_renderer,
     make_env,
     register_all,
     register_with_tune,
@@ -73,6 +74,7 @@ __all__ = [
     "ParsedAction",
     "PlannerExecutorTeam",
     "PromptContext",
+    "PromptTurns",
     "TEAM_ENV_SPECS",
     "TeamTextEnv",
     "TextEnv",
@@ -84,6 +86,7 @@ __all__ = [
     "check_env_config",
     "current_subgoal",
     "default_prompt",
+    "default_prompt_turns",
     "env_class",
     "env_class_path",
     "env_creator",
@@ -91,6 +94,7 @@ __all__ = [
     "env_name",
     "get_env_spec",
     "get_prompt_renderer",
+    "get_prompt_turns_renderer",
     "get_tokenizer_corpus",
     "get_tokenizer_whole_words",
     "make_env",

@@ -5,7 +5,9 @@ An env is named by a built-in name or Gymnasium id (``alfworld``, ``hgpo/WebShop
 user registered with Tune (``ray.tune.registry.register_env(name, creator)``, RLlib's convention) or
 with Gymnasium (``gym.register``), or a ``module:Class`` path (the module may be a ``.py`` file's
 path). A user's env is a :class:`~envs.common.text_env.TextEnv` subclass; its prompt is its class's
-``render_prompt(context)`` if it has one, else :func:`~envs.common.prompts.default_prompt`, and the
+``render_prompt(context)`` if it has one, else :func:`~envs.common.prompts.default_prompt` (split into
+chat turns: its ``render_prompt_turns(context)``, else :func:`~envs.common.prompts.default_prompt_turns`
+for a class without a template of its own), and the
 tiny model's tokenizer text is its class's ``tokenizer_corpus()`` if it has one, else the text of a
 few seeded random episodes (:mod:`envs.corpora`); a path's ``.py`` file is imported by
 :mod:`envs.file_import`. Tune keeps registered creators in the Ray cluster (so every worker of a
@@ -35,7 +37,7 @@ from typing import Any
 import gymnasium as gym
 
 from envs.common.facts import EnvFacts
-from envs.common.prompts import default_prompt
+from envs.common.prompts import PromptTurns, default_prompt, default_prompt_turns
 from envs.common.text_env import TextEnv
 from envs.file_import import load_object, module_file
 
@@ -57,6 +59,9 @@ class EnvSpec:
     #: "module:function" () -> list[str], texts a tiny tokenizer may keep as single tokens (names the
     #: model copies from the page, e.g. WebShop's product ids); None: none.
     tokenizer_whole_words: str | None = None
+    #: "module:function" (PromptContext, **env settings) -> PromptTurns, the template split into chat
+    #: turns; None: the env's prompts have no such split.
+    prompt_turns_renderer: str | None = None
 
 
 ENV_SPECS: dict[str, EnvSpec] = {
@@ -69,6 +74,7 @@ ENV_SPECS: dict[str, EnvSpec] = {
             "envs.alfworld.facts:ALFWORLD_FACTS",
             "envs.alfworld.prompts:render_prompt",
             "envs.alfworld.prompts:tokenizer_corpus",
+            prompt_turns_renderer="envs.alfworld.prompts:render_prompt_turns",
         ),
         EnvSpec(
             "webshop",
@@ -78,6 +84,7 @@ ENV_SPECS: dict[str, EnvSpec] = {
             "envs.webshop.prompts:render_prompt",
             "envs.webshop.prompts:tokenizer_corpus",
             "envs.webshop.prompts:tokenizer_whole_words",
+            prompt_turns_renderer="envs.webshop.prompts:render_prompt_turns",
         ),
         EnvSpec(
             "keychest",
@@ -86,6 +93,7 @@ ENV_SPECS: dict[str, EnvSpec] = {
             "envs.keychest.facts:KEYCHEST_FACTS",
             "envs.keychest.prompts:render_prompt",
             "envs.keychest.prompts:tokenizer_corpus",
+            prompt_turns_renderer="envs.keychest.prompts:render_prompt_turns",
         ),
     )
 }
@@ -260,6 +268,29 @@ def get_prompt_renderer(name_or_id: str, env_config: Mapping[str, Any] | None = 
     if spec is not None:
         return load_object(spec.prompt_renderer)
     return getattr(env_class(name_or_id, env_config), "render_prompt", None) or default_prompt
+
+
+def get_prompt_turns_renderer(
+    name_or_id: str, env_config: Mapping[str, Any] | None = None
+) -> Callable[..., PromptTurns]:
+    """The env's prompt template split into chat turns: ``render(context, **env settings) ->
+    PromptTurns`` (the task and instructions as the system turn); one line for an env without one."""
+    spec = builtin_spec(name_or_id)
+    if spec is not None:
+        if spec.prompt_turns_renderer is None:
+            raise ValueError(
+                f"the prompts of {spec.name!r} have no system/user split (a team's roles prompt in one "
+                "user turn): use prompt_turns='user'"
+            )
+        return load_object(spec.prompt_turns_renderer)
+    cls = env_class(name_or_id, env_config)
+    own = getattr(cls, "render_prompt_turns", None)
+    if own is None and getattr(cls, "render_prompt", None) is not None:
+        raise ValueError(
+            f"{cls.__qualname__} has its own render_prompt but no render_prompt_turns (context) -> "
+            "envs.PromptTurns: give it one to split its prompts into system and user turns"
+        )
+    return own or default_prompt_turns
 
 
 def check_env_config(name_or_id: str, env_config: Mapping[str, Any] | None) -> None:

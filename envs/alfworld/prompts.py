@@ -5,7 +5,9 @@ admissible actions are formatted as the reference's ``build_text_obs`` does: eac
 quotes, ``'help'`` dropped, joined by ``"\\n "`` (a newline and a space). With
 ``answer_format="plan_execute"`` (HiPER) the same text closes with the current subgoal and the
 three-tag rules instead of the think/action instruction
-(:func:`~envs.common.prompts.answer_instruction`).
+(:func:`~envs.common.prompts.answer_instruction`). Split into chat turns
+(:func:`render_prompt_turns`), the with-history template's opening line (with the task) and the
+closing instruction are the system turn; the template's other lines, verbatim, the user turn.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from alfworld.gen.goal_library import gdict
 
 from envs.alfworld.logic import GRAMMARS, TASK_TYPES, grammar_template
 from envs.common.actions import THINK_ACTION
-from envs.common.prompts import PromptContext, answer_instruction, history_fields
+from envs.common.prompts import PromptContext, PromptTurns, answer_instruction, history_fields
 
 # verl-agent's closing instruction; note its space before the first newline ("tags. \n").
 _INSTRUCTION = (
@@ -46,6 +48,9 @@ Your admissible actions of the current situation are: [{admissible_actions}].
 
 ALFWORLD_TEMPLATE_NO_HIS = _SITUATION_NO_HIS + _INSTRUCTION
 ALFWORLD_TEMPLATE = _SITUATION + _INSTRUCTION
+# The chat turns' pieces: the opening line with the task, and the lines after the opening.
+_OPENING, _USER = _SITUATION.strip().split("\n", 1)
+_USER_NO_HIS = _SITUATION_NO_HIS.strip().split("\n", 1)[1]
 
 ADMISSIBLE_SEPARATOR = "\n "
 
@@ -58,20 +63,36 @@ def render_prompt(context: PromptContext, *, answer_format: str = THINK_ACTION) 
     """The prompt for one step; ``context.history`` holds the (observation, command) pairs of all
     earlier steps."""
     c = context
+    instruction = answer_instruction(c, answer_format, _INSTRUCTION)
+    fields = _fields(c)
+    if "action_history" not in fields:
+        return _SITUATION_NO_HIS.format(**fields) + instruction
+    return _SITUATION.format(task_description=c.task, **fields) + instruction
+
+
+def render_prompt_turns(context: PromptContext, *, answer_format: str = THINK_ACTION) -> PromptTurns:
+    """:func:`render_prompt` as chat turns: the opening line with the task and the closing instruction
+    as the system turn (the same at every step), the history, observation and actions as the user turn."""
+    c = context
+    instruction = answer_instruction(c, answer_format, _INSTRUCTION)
+    fields = _fields(c)
+    user = _USER.format(**fields) if "action_history" in fields else _USER_NO_HIS.format(**fields)
+    return PromptTurns(f"{_OPENING.format(task_description=c.task)}\n{instruction.strip()}", user)
+
+
+def _fields(context: PromptContext) -> dict[str, object]:
+    """The template's fields but the task: the current observation, the admissible actions and, after
+    the first step with K > 0, the history's (the no-history template has none)."""
+    c = context
     if c.step != len(c.history):
         raise ValueError(f"history must hold all {c.step} earlier steps, got {len(c.history)}")
-    instruction = answer_instruction(c, answer_format, _INSTRUCTION)
-    admissible = format_admissible(c.admissible_actions)
-    if c.step == 0 or c.history_length <= 0:
-        situation = _SITUATION_NO_HIS.format(current_observation=c.observation, admissible_actions=admissible)
-    else:
-        situation = _SITUATION.format(
-            task_description=c.task,
-            current_observation=c.observation,
-            admissible_actions=admissible,
-            **history_fields(c.history, c.history_length, c.step),
-        )
-    return situation + instruction
+    fields: dict[str, object] = {
+        "current_observation": c.observation,
+        "admissible_actions": format_admissible(c.admissible_actions),
+    }
+    if c.step > 0 and c.history_length > 0:
+        fields.update(history_fields(c.history, c.history_length, c.step))
+    return fields
 
 
 def tokenizer_corpus() -> list[str]:

@@ -4,6 +4,11 @@ The history window shows the last ``history_length`` (observation, action) recor
 absolute step (1-based), exactly as verl-agent's ``SimpleMemory.fetch`` formats them. A template takes
 the env's ``answer_format`` as a keyword argument: the plan-execute format (HiPER, docs/hiper.md)
 closes the prompt with the current subgoal and the three-tag rules (:func:`answer_instruction`).
+
+A template may also come split into chat turns (:class:`PromptTurns`, the option
+``prompt_turns="system_user"`` of docs/models.md): its task and instructions as the system turn, its
+history window, current observation and admissible actions as the user turn. The system turn is then the
+same at every step of an episode, and fitting a prompt to its budget only ever shortens the user turn.
 """
 
 from __future__ import annotations
@@ -11,7 +16,7 @@ from __future__ import annotations
 import inspect
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from envs.common.actions import THINK_ACTION, check_answer_format
 
@@ -43,6 +48,14 @@ class PromptContext:
     #: What the role's teammates said since the last game step, as ``(role, text)`` pairs (a team env's
     #: ``info["team_context"]``); empty for single-agent envs.
     team_context: Sequence[tuple[str, str]] = ()
+
+
+class PromptTurns(NamedTuple):
+    """A prompt as two chat turns: ``system`` holds the task and the instructions, ``user`` the
+    history window, the current observation and the admissible actions."""
+
+    system: str
+    user: str
 
 
 DEFAULT_TEMPLATE_INSTRUCTION = (
@@ -79,7 +92,20 @@ def answer_instruction(context: PromptContext, answer_format: str, think_action:
 def default_prompt(context: PromptContext, *, answer_format: str = THINK_ACTION) -> str:
     """The prompt of an env without its own template: the task, the last K records, the current
     observation and the admissible actions (when the env lists them), in the shape of §5.1's."""
-    lines = [f"Your task is to: {context.task}"]
+    task, situation, instruction = _default_parts(context, answer_format)
+    return "\n".join([task, *situation, instruction])
+
+
+def default_prompt_turns(context: PromptContext, *, answer_format: str = THINK_ACTION) -> PromptTurns:
+    """:func:`default_prompt` as chat turns: its task line and closing instruction as the system turn,
+    the lines between as the user turn."""
+    task, situation, instruction = _default_parts(context, answer_format)
+    return PromptTurns(f"{task}\n{instruction}", "\n".join(situation))
+
+
+def _default_parts(context: PromptContext, answer_format: str) -> tuple[str, list[str], str]:
+    """:func:`default_prompt`'s task line, the lines of its situation, and its closing instruction."""
+    lines = []
     records, shown = format_history(context.history, context.history_length)
     if context.step > 0 and shown:
         lines += [
@@ -93,8 +119,8 @@ def default_prompt(context: PromptContext, *, answer_format: str = THINK_ACTION)
     if context.admissible_actions:
         actions = ", ".join(f"'{action}'" for action in context.admissible_actions)
         lines.append(f"Your admissible actions of the current situation are: [{actions}].")
-    lines.append(answer_instruction(context, answer_format, DEFAULT_TEMPLATE_INSTRUCTION))
-    return "\n".join(lines)
+    instruction = answer_instruction(context, answer_format, DEFAULT_TEMPLATE_INSTRUCTION)
+    return f"Your task is to: {context.task}", lines, instruction
 
 
 def format_history(history: Sequence[HistoryRecord], history_length: int) -> tuple[str, int]:

@@ -13,7 +13,9 @@ What verl-agent feeds the templates, reproduced by :func:`render_prompt`:
   characters; the HGPO recipe removed that fallback (docs/hgpo_algorithm.md §5.1), and so do we: the
   model's ``max_prompt_tokens`` budget bounds the length instead (the oldest records go first);
 * with ``answer_format="plan_execute"`` (HiPER) the same text closes with the current subgoal and the
-  three-tag rules instead of the think/action instruction (:func:`~envs.common.prompts.answer_instruction`).
+  three-tag rules instead of the think/action instruction (:func:`~envs.common.prompts.answer_instruction`);
+* split into chat turns (:func:`render_prompt_turns`), the with-history template's opening and task
+  lines and the closing instruction are the system turn, its other lines, verbatim, the user turn.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from __future__ import annotations
 import os
 
 from envs.common.actions import THINK_ACTION
-from envs.common.prompts import PromptContext, answer_instruction, history_fields
+from envs.common.prompts import PromptContext, PromptTurns, answer_instruction, history_fields
 from envs.webshop import pages
 
 # The templates' text before their closing instruction, and the instruction.
@@ -55,6 +57,9 @@ Once you've finished your reasoning, you should choose an admissible action for 
 
 WEBSHOP_TEMPLATE_NO_HIS = _SITUATION_NO_HIS + _INSTRUCTION
 WEBSHOP_TEMPLATE = _SITUATION + _INSTRUCTION
+# The chat turns' pieces: the opening and task lines, and the lines after them.
+_OPENING, _TASK, _USER = _SITUATION.strip().split("\n", 2)
+_USER_NO_HIS = _SITUATION_NO_HIS.strip().split("\n", 2)[2]
 
 
 def format_observation(observation: str, task: str) -> str:
@@ -70,21 +75,34 @@ def render_prompt(context: PromptContext, *, answer_format: str = THINK_ACTION) 
     earlier step."""
     c = context
     instruction = answer_instruction(c, answer_format, _INSTRUCTION)
-    actions = "\n".join(f"'{action}'," for action in c.admissible_actions)
-    current = format_observation(c.observation, c.task)
+    fields = _fields(c)
+    template = _SITUATION if "action_history" in fields else _SITUATION_NO_HIS
+    return template.format(task_description=c.task, **fields) + instruction
+
+
+def render_prompt_turns(context: PromptContext, *, answer_format: str = THINK_ACTION) -> PromptTurns:
+    """:func:`render_prompt` as chat turns: the opening and task lines and the closing instruction as
+    the system turn (the same at every step), the history, page and actions as the user turn."""
+    c = context
+    instruction = answer_instruction(c, answer_format, _INSTRUCTION)
+    fields = _fields(c)
+    user = (_USER if "action_history" in fields else _USER_NO_HIS).format(**fields)
+    system = f"{_OPENING}\n{_TASK.format(task_description=c.task)}\n{instruction.strip()}"
+    return PromptTurns(system, user)
+
+
+def _fields(context: PromptContext) -> dict[str, object]:
+    """The template's fields but the task: the current page, the admissible actions and, after the
+    first step with K > 0, the history's (the no-history template has none)."""
+    c = context
+    fields: dict[str, object] = {
+        "current_observation": format_observation(c.observation, c.task),
+        "available_actions": "\n".join(f"'{action}'," for action in c.admissible_actions),
+    }
     if c.step > 0 and c.history_length > 0:
         records = [(format_observation(obs, c.task), command) for obs, command in c.history]
-        situation = _SITUATION.format(
-            task_description=c.task,
-            current_observation=current,
-            available_actions=actions,
-            **history_fields(records, c.history_length, c.step),
-        )
-    else:
-        situation = _SITUATION_NO_HIS.format(
-            task_description=c.task, current_observation=current, available_actions=actions
-        )
-    return situation + instruction
+        fields.update(history_fields(records, c.history_length, c.step))
+    return fields
 
 
 def tokenizer_corpus(data_dir: str | os.PathLike[str] | None = None, num_episodes: int = 20) -> list[str]:

@@ -52,7 +52,7 @@ def model_errors(config: Any) -> list[str]:
             positions = read_model_config(model_dir).get("max_position_embeddings", MAX_TOKENS)
         except (FileNotFoundError, ValueError) as exc:
             return [str(exc)]
-        broken = weight_file_errors(model_dir) or tokenizer_errors(model_dir)
+        broken = weight_file_errors(model_dir) or tokenizer_errors(model_dir, config.prompt_turns)
         if broken:
             return broken
     tokens = config.max_prompt_tokens + config.max_new_tokens

@@ -67,6 +67,7 @@ from hgpo_rllib.errors import error_line
 from hgpo_rllib.progress import LEARNING, PROGRESS_KWARG, IterationProgress
 from hgpo_rllib.rl_module.config import ALGORITHM_OWNED_KEYS, TINY_PRESET
 from hgpo_rllib.rl_module.llm_rl_module import LLMRLModule
+from hgpo_rllib.rl_module.prompts import ONE_USER_TURN
 
 
 class TextAgentConfig(AlgorithmConfig):
@@ -127,6 +128,7 @@ class TextAgentConfig(AlgorithmConfig):
         self.learner_offload = False
         self.learner_matmul_gflops = None
         # Generation.
+        self.prompt_turns = ONE_USER_TURN
         self.max_prompt_tokens = 4096
         self.max_new_tokens = 512
         self.min_new_tokens = 0
@@ -170,6 +172,7 @@ class TextAgentConfig(AlgorithmConfig):
         async_sampling: bool = NotProvided,
         behaviour_weight_cap: float = NotProvided,
         share_prompt_prefixes: bool = NotProvided,
+        prompt_turns: str = NotProvided,
         max_prompt_tokens: int = NotProvided,
         max_new_tokens: int = NotProvided,
         min_new_tokens: int = NotProvided,
@@ -219,6 +222,11 @@ class TextAgentConfig(AlgorithmConfig):
                 pass over a micro-batch, computes every prompt prefix its rows share once (prefix
                 trees with a tree attention mask, :mod:`hgpo_rllib.rl_module.prefix_sharing`); the
                 log-probs and gradients equal the unshared pass's (default False).
+            prompt_turns: How a prompt reaches the model's chat template: "user" (default: the env's
+                template as one user turn, the paper's templates verbatim) or "system_user" (its task
+                and instructions as the system turn, the same at every step, and the history, current
+                observation and admissible actions as the user turn; docs/models.md). A prompt over
+                the budget shortens its user turn only.
             max_prompt_tokens: Prompt budget in tokens (default 4096; at most the model's context
                 less ``max_new_tokens``); a longer prompt leaves out its oldest history records first
                 (:mod:`hgpo_rllib.rl_module.prompts`).
@@ -362,7 +370,7 @@ class TextAgentConfig(AlgorithmConfig):
 
     def prompt_connector(self) -> HistoryWindowPrompt:
         """The env's prompt template with this config's history window and env settings."""
-        return prompt_connector(self.env, self.env_config, self.history_length)
+        return prompt_connector(self.env, self.env_config, self.history_length, self.prompt_turns)
 
     @override(AlgorithmConfig)
     def build_env_to_module_connector(self, env: Any = None, spaces: Any = None, device: Any = None) -> Any:

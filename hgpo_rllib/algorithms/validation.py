@@ -22,6 +22,7 @@ from hgpo_rllib.checks import is_bool, is_int, is_lr, is_number
 from hgpo_rllib.env_runner.grouped_env_runner import GroupedEnvRunner
 from hgpo_rllib.env_runner.grouped_multi_agent_env_runner import GroupedMultiAgentEnvRunner
 from hgpo_rllib.rl_module.config import ALGORITHM_OWNED_KEYS, TINY_PRESET
+from hgpo_rllib.rl_module.prompts import PROMPT_TURNS, SYSTEM_AND_USER
 
 LEARNER_SHARDING = ("none", "fsdp")
 WEIGHT_TRANSFERS = ("engine_dtype", "float32_state")
@@ -221,6 +222,7 @@ def text_agent_errors(config: Any) -> list[str]:
     )
     for name in ("max_prompt_tokens", "max_new_tokens"):
         need(is_int(getattr(c, name)) and getattr(c, name) >= 1, name, "an int >= 1")
+    need(c.prompt_turns in PROMPT_TURNS, "prompt_turns", f"one of {PROMPT_TURNS}")
     need(
         is_int(c.min_new_tokens)
         and c.min_new_tokens >= 0
@@ -248,6 +250,7 @@ def text_agent_errors(config: Any) -> list[str]:
             errors.add(f"env_config={dict(c.env_config)!r} is invalid for {c.envs_name()}: {exc}")
         else:
             _multi_agent_errors(errors)
+            _prompt_turns_errors(errors)
     vocabulary = c.user_model_config().get("action_vocabulary") or ()
     if (
         isinstance(c.env_config, Mapping)
@@ -279,6 +282,16 @@ def text_agent_errors(config: Any) -> list[str]:
     else:
         errors.messages += model_errors(c)
     return errors.messages
+
+
+def _prompt_turns_errors(errors: SettingErrors) -> None:
+    """A system/user split needs the env's template split into turns (a team's is not)."""
+    c = errors.config
+    if c.prompt_turns == SYSTEM_AND_USER:
+        try:
+            envs.get_prompt_turns_renderer(c.envs_name(), c.env_config)
+        except ValueError as exc:
+            errors.add(f"prompt_turns={c.prompt_turns!r} is invalid: {exc}")
 
 
 def _sharding_errors(errors: SettingErrors) -> None:

@@ -10,6 +10,7 @@ from typing import Any
 import envs
 from hgpo_rllib.cli.args import count, json_dict
 from hgpo_rllib.rl_module.models import TORCH_DTYPES
+from hgpo_rllib.rl_module.prompts import PROMPT_TURNS
 from hgpo_rllib.warm_start.cache import build_phases
 from hgpo_rllib.warm_start.dagger import DaggerSettings, train_dagger
 from hgpo_rllib.warm_start.pretrained import DEFAULT_LORA_RANK, FULL_FINETUNE_LR, LORA_LR
@@ -50,6 +51,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=_SFT["history_length"],
         help="K of the prompt (as in RL)",
     )
+    parser.add_argument(
+        "--prompt-turns",
+        choices=PROMPT_TURNS,
+        default=_SFT["prompt_turns"],
+        help="user: the env's template as one user turn (the paper's, verbatim); system_user: its task "
+        "and instructions as the chat template's system turn, the history and observation as the user "
+        "turn (as RL's .training(prompt_turns=...); docs/models.md)",
+    )
     parser.add_argument("--epochs", type=float, default=_SFT["epochs"])
     parser.add_argument("--batch-size", type=count(1), default=_SFT["batch_size"])
     parser.add_argument(
@@ -65,6 +74,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "to read its prompt: the history and admissible actions repeat observed text)",
     )
     parser.add_argument("--max-minutes", type=float, help="stop training after this many minutes")
+    parser.add_argument(
+        "--gradient-checkpointing",
+        action="store_true",
+        help="recompute each layer's activations in the backward pass instead of keeping them: less "
+        "memory for a slower step, the same result up to float rounding (not part of the warm start's "
+        "settings; docs/models.md)",
+    )
     parser.add_argument("--max-prompt-tokens", type=count(1), default=_SFT["max_prompt_tokens"])
     parser.add_argument(
         "--max-new-tokens",
@@ -160,7 +176,12 @@ def run(args: argparse.Namespace) -> int:
     clock = build_phases(
         SFTSettings(**settings), DaggerSettings(**dagger) if args.dagger_rounds else None, args.workers
     )
-    runtime = {"max_minutes": args.max_minutes, "save_steps": args.save_steps, "clock": clock}
+    runtime = {
+        "max_minutes": args.max_minutes,
+        "save_steps": args.save_steps,
+        "gradient_checkpointing": args.gradient_checkpointing,
+        "clock": clock,
+    }
     out = train_warm_start(
         args.output, workers=args.workers, reuse_finished=args.dagger_rounds > 0, **runtime, **settings
     )

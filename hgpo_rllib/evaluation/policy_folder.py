@@ -29,19 +29,24 @@ from hgpo_rllib.evaluation.rollout import new_episode
 from hgpo_rllib.rl_module.config import TINY_PRESET
 from hgpo_rllib.rl_module.gguf_export import GGUF_TYPES, base_gguf, write_gguf
 from hgpo_rllib.rl_module.model_sources import SOURCE_RECORD, local_model_dir
+from hgpo_rllib.rl_module.prompts import ONE_USER_TURN
 from hgpo_rllib.run_records import write_record
 
 
 def policy_record(env: str, settings: dict[str, Any]) -> dict[str, Any]:
     """The :data:`POLICY_RECORD` of a policy trained on ``env`` with the play ``settings`` (without an
-    ``eval_temperature``, the algorithm's default applies when it is loaded)."""
+    ``eval_temperature``, the algorithm's default applies when it is loaded; ``prompt_turns`` is
+    recorded only when it is not one user turn, as records before it had none)."""
     temperature = {"eval_temperature": settings["eval_temperature"]} if "eval_temperature" in settings else {}
+    turns = settings.get("prompt_turns", ONE_USER_TURN)
+    prompt_turns = {} if turns == ONE_USER_TURN else {"prompt_turns": turns}
     return {
         "format": POLICY_FORMAT,
         "env": envs.env_name(env),
         "env_class": envs.env_class_path(env, settings["env_config"]),
         "env_config": dict(settings["env_config"]),
         "history_length": settings["history_length"],
+        **prompt_turns,
         "max_prompt_tokens": settings["max_prompt_tokens"],
         "max_new_tokens": settings["max_new_tokens"],
         **temperature,
@@ -76,6 +81,7 @@ def export_policy(
     settings = {
         "env_config": dict(config.env_config),
         "history_length": config.history_length,
+        "prompt_turns": config.prompt_turns,
         "max_prompt_tokens": config.max_prompt_tokens,
         "max_new_tokens": config.max_new_tokens,
         "eval_temperature": config.eval_temperature,

@@ -28,6 +28,7 @@ from hgpo_rllib.algorithms.text_agent import TextAgentConfig
 from hgpo_rllib.columns import ACTION_TEXT, RESP_MASK
 from hgpo_rllib.evaluation.rollout import EpisodeSlot
 from hgpo_rllib.rl_module.llm_rl_module import LLMRLModule
+from hgpo_rllib.rl_module.prompts import ONE_USER_TURN
 from hgpo_rllib.run_records import read_record
 from hgpo_rllib.warm_start.format import (
     PLAY_SETTINGS,
@@ -117,6 +118,7 @@ def config_for_warm_start(
         .rl_module(model_config={"model": str(path)})
         .training(
             history_length=settings["history_length"],
+            prompt_turns=settings.get("prompt_turns", ONE_USER_TURN),
             max_prompt_tokens=settings["max_prompt_tokens"],
             max_new_tokens=settings["max_new_tokens"],
             **temperature,

@@ -11,7 +11,7 @@ import abc
 from collections.abc import Sequence
 from typing import Any
 
-from hgpo_rllib.rl_module.prompts import HistoryPrompt
+from hgpo_rllib.rl_module.prompts import HistoryPrompt, Rendering
 
 
 class TokenPolicyAPI(abc.ABC):
@@ -33,7 +33,7 @@ class TokenPolicyAPI(abc.ABC):
         """The texts generation is restricted to (one token each with the tiny model), or None."""
 
     @abc.abstractmethod
-    def encode_prompts(self, prompts: Sequence[HistoryPrompt | str]) -> dict[str, Any]:
+    def encode_prompts(self, prompts: Sequence[HistoryPrompt | Rendering]) -> dict[str, Any]:
         """Rendered prompts -> ``prompt_ids`` / ``prompt_mask`` (the model's chat format, fitted to the
         prompt budget by :func:`~hgpo_rllib.rl_module.prompts.fit_prompts`, left-padded) and
         ``prompt_cut`` (which prompts did not fit whole)."""

@@ -50,7 +50,13 @@ from hgpo_rllib.rl_module.lora import (
 )
 from hgpo_rllib.rl_module.models import TORCH_DTYPES, load_lm, resolve_inference_backend
 from hgpo_rllib.rl_module.prefix_sharing import PrefixPacking, attention_pair_cost, pack_shared_prefixes
-from hgpo_rllib.rl_module.prompts import HistoryPrompt, fit_prompts, model_context_length, prompt_token_limit
+from hgpo_rllib.rl_module.prompts import (
+    HistoryPrompt,
+    Rendering,
+    fit_prompts,
+    model_context_length,
+    prompt_token_limit,
+)
 
 
 class WeightGatherer(Protocol):
@@ -198,10 +204,10 @@ class LLMRLModule(TorchRLModule, InferenceOnlyAPI, TokenPolicyAPI):
         context = model_context_length(self.lm.config)
         return prompt_token_limit(cfg.max_prompt_tokens, cfg.max_new_tokens, context)
 
-    def encode_prompts(self, prompts: Sequence[HistoryPrompt | str]) -> dict[str, torch.Tensor]:
-        """Chat-format (single user turn), fit to the prompt budget (fewer history records first:
-        :mod:`~hgpo_rllib.rl_module.prompts`), left-pad; ``prompt_cut`` flags the prompts that did
-        not fit whole."""
+    def encode_prompts(self, prompts: Sequence[HistoryPrompt | Rendering]) -> dict[str, torch.Tensor]:
+        """Chat-format (one user turn, or a system and a user turn), fit to the prompt budget (fewer
+        history records first: :mod:`~hgpo_rllib.rl_module.prompts`), left-pad; ``prompt_cut`` flags
+        the prompts that did not fit whole."""
         fitted = fit_prompts(self.tokenizer, prompts, self.prompt_token_limit)
         rows = [f.ids for f in fitted]
         width = max((len(r) for r in rows), default=0)

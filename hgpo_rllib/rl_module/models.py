@@ -16,7 +16,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, P
 
 from hgpo_rllib.rl_module.config import INFERENCE_BACKENDS, TINY_PRESET, LLMModuleConfig, read_model_config
 from hgpo_rllib.rl_module.model_sources import local_model_dir
-from hgpo_rllib.rl_module.prompts import chat_prompt
+from hgpo_rllib.rl_module.prompts import ONE_USER_TURN, Rendering, chat_prompt
 from hgpo_rllib.rl_module.tokenizer import build_tiny_model, build_tiny_tokenizer
 from hgpo_rllib.run_records import read_record
 
@@ -137,14 +137,16 @@ def load_tokenizer(path: Path) -> PreTrainedTokenizerBase:
         raise ValueError(f"{path}: its tokenizer cannot be loaded {cause}") from None
 
 
-def tokenizer_errors(path: Path) -> list[str]:
+def tokenizer_errors(path: Path, prompt_turns: str = ONE_USER_TURN) -> list[str]:
     """The tokenizer and chat template of the model directory ``path`` as the runners will use them:
-    loaded, and a user turn rendered, so that validate() names a broken one in one line. A directory
-    without tokenizer files is left to the load (validate()'s own tests use config-only folders)."""
+    loaded, and a user turn (or with ``prompt_turns="system_user"`` a system and a user turn)
+    rendered, so that validate() names a broken one in one line. A directory without tokenizer files
+    is left to the load (validate()'s own tests use config-only folders)."""
     if not any((path / name).is_file() for name in TOKENIZER_FILES):
         return []
+    probe: Rendering = "a user turn" if prompt_turns == ONE_USER_TURN else ("a system turn", "a user turn")
     try:
-        chat_prompt(load_tokenizer(path), "a user turn")
+        chat_prompt(load_tokenizer(path), probe)
     except ValueError as exc:
         return [" ".join(str(exc).split())]
     return []

@@ -4,7 +4,9 @@ A recipe is the keyword arguments of :func:`~hgpo_rllib.warm_start.trainer.train
 optionally, ``dagger``: those of :func:`~hgpo_rllib.warm_start.dagger.train_dagger`. Its directory is
 named after the digest of the recipe without ``dagger`` and of its env's demonstration format, so recipes
 that differ only in their DAgger rounds share the warm start they start from, and a change of the
-demonstrators' texts builds a new one instead of reusing one trained on the old texts.
+demonstrators' texts builds a new one instead of reusing one trained on the old texts. How a build runs
+(``gradient_checkpointing``) is no part of the name, and ``prompt_turns`` is only when it is not one user
+turn (:func:`recipe_identity`), so the recipes written before them keep their digests.
 
 The package ships the CPU main job's warm start (:data:`SHIPPED_DIR`), so that run learns within
 minutes of the install instead of after a 2-hour build; a run uses it when its recipe's directory
@@ -21,6 +23,7 @@ from typing import Any
 
 import envs
 from hgpo_rllib.rl_module.model_sources import local_model_dir, model_parameters, model_sha256
+from hgpo_rllib.rl_module.prompts import ONE_USER_TURN, check_prompt_turns
 from hgpo_rllib.run_records import read_record
 from hgpo_rllib.warm_start.dagger import DaggerSettings, train_dagger
 from hgpo_rllib.warm_start.format import SFT_CONFIG
@@ -41,6 +44,8 @@ DEFAULT_CACHE_DIR = Path("~/.cache/hgpo_rllib")
 SHIPPED_DIR = Path(__file__).parent / "shipped"
 #: What a shipped warm start is: its recipe, how it was built, and its measured evaluation.
 SHIPPED_RECORD = "hgpo_shipped.json"
+#: Recipe keys that say how a build runs, not what it makes (the same weights up to float rounding).
+BUILD_ONLY_KEYS = ("gradient_checkpointing",)
 
 
 def warm_start_recipe(
@@ -48,12 +53,14 @@ def warm_start_recipe(
     history_length: int | None = None,
     answer_format: str | None = None,
     base: str | None = None,
+    prompt_turns: str = ONE_USER_TURN,
 ) -> dict[str, Any]:
     """The env's own recipe (``WarmStartFacts.recipe``: ALFWorld's CPU main job, WebShop's K = 4), or
     with ``base`` its recipe for that pretrained base (``WarmStartFacts.base_recipes``), for a prompt
-    window of ``history_length`` (default: the recipe's) and an answer format (``"plan_execute"``:
-    HiPER's, docs/hiper.md): prompts and answers differ with both. The defaults give the recipe
-    itself, with its digest."""
+    window of ``history_length`` (default: the recipe's), an answer format (``"plan_execute"``:
+    HiPER's, docs/hiper.md) and ``prompt_turns`` (``"system_user"``: the task and instructions as a
+    system turn): prompts and answers differ with each. The defaults give the recipe itself, with its
+    digest."""
     facts = envs.env_facts(env).warm_start
     own = facts.recipe if base is None else facts.base_recipes.get(base)
     if own is None:
@@ -67,12 +74,23 @@ def warm_start_recipe(
         recipe["history_length"] = history_length
     if answer_format is not None:
         recipe["env_config"] = {**recipe.get("env_config", {}), "answer_format": answer_format}
+    if check_prompt_turns(prompt_turns) != ONE_USER_TURN:
+        recipe["prompt_turns"] = prompt_turns
     return recipe
+
+
+def recipe_identity(recipe: dict[str, Any]) -> dict[str, Any]:
+    """What names the recipe's warm start: the recipe without :data:`BUILD_ONLY_KEYS`, and without
+    ``prompt_turns`` when it is one user turn (the default every recipe before it meant)."""
+    identity = {k: v for k, v in recipe.items() if k not in BUILD_ONLY_KEYS}
+    if identity.get("prompt_turns") == ONE_USER_TURN:
+        del identity["prompt_turns"]
+    return identity
 
 
 def recipe_record(recipe: dict[str, Any]) -> dict[str, Any]:
     """The settings record the warm start of ``recipe`` has once built (what RL needs to prompt like it)."""
-    return SFTSettings(**{k: v for k, v in recipe.items() if k != "dagger"}).record()
+    return SFTSettings(**{k: v for k, v in recipe_identity(recipe).items() if k != "dagger"}).record()
 
 
 def demonstration_format(env: str) -> int:
@@ -83,7 +101,7 @@ def demonstration_format(env: str) -> int:
 def recipe_directory(recipe: dict[str, Any]) -> Path:
     """The recipe's finished warm start's path inside a cache (its last DAgger round, if any); a
     pretrained base's is named after the base's sha256 too (another GGUF file is another base)."""
-    recipe = dict(recipe)
+    recipe = recipe_identity(recipe)
     dagger = recipe.pop("dagger", None)
     identity: list[Any] = [demonstration_format(recipe["env"]), recipe]
     if recipe.get("base") is not None:  # a pretrained base's adapter: of these very weights
@@ -110,7 +128,9 @@ def shipped_warm_start(recipe: dict[str, Any], shipped_dir: Path | None = None) 
     if not (record.is_file() and is_finished(path)):
         return None
     shipped = read_record(record)
-    same = json.dumps(shipped["recipe"], sort_keys=True) == json.dumps(recipe, sort_keys=True)
+    same = json.dumps(recipe_identity(shipped["recipe"]), sort_keys=True) == json.dumps(
+        recipe_identity(recipe), sort_keys=True
+    )
     return path if same and shipped["demonstration_format"] == demonstration_format(recipe["env"]) else None
 
 
@@ -138,13 +158,14 @@ def build_warm_start(
         return found
     recipe = dict(recipe)
     dagger = recipe.pop("dagger", None)
+    run = {key: recipe.pop(key) for key in BUILD_ONLY_KEYS if key in recipe}
     base = final.parent if dagger else final
     workers = os.cpu_count() or 1
     clock = build_phases(SFTSettings(**recipe), DaggerSettings(**dagger) if dagger else None, workers)
     print(f"Building the warm start {final} (first use only; interrupted builds resume) ...", flush=True)
     if not is_finished(base):
-        train_warm_start(base, workers=workers, clock=clock, **recipe)
-    return train_dagger(base, reuse_finished=True, clock=clock, **dagger) if dagger else base
+        train_warm_start(base, workers=workers, clock=clock, **run, **recipe)
+    return train_dagger(base, reuse_finished=True, clock=clock, **run, **dagger) if dagger else base
 
 
 def build_phases(sft: SFTSettings, dagger: DaggerSettings | None, workers: int = 1) -> BuildClock:

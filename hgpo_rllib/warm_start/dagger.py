@@ -21,7 +21,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from hgpo_rllib.evaluation.policy_loading import CheckpointPolicy
 from hgpo_rllib.evaluation.rollout import EpisodeSlot, play, read_played_episodes, task_seeds
-from hgpo_rllib.rl_module.prompts import model_context_length, prompt_token_limit
+from hgpo_rllib.rl_module.prompts import ONE_USER_TURN, model_context_length, prompt_token_limit
 from hgpo_rllib.run_records import exclusive_directory, read_record, write_atomically
 from hgpo_rllib.warm_start.demonstrations import (
     demonstrated_response,
@@ -78,7 +78,7 @@ def collect_dagger_states(model_dir: Path, path: Path, seeds: Sequence[int]) -> 
         env_name, env_config, k = settings["env"], settings["env_config"], settings["history_length"]
         policy = CheckpointPolicy(model_dir).reseed(settings["seed"] + len(games))
         demonstrator = make_demonstrator(env_name, settings["demonstrator"], k, env_config)
-        render = prompt_renderer(env_name, env_config, k)
+        render = prompt_renderer(env_name, env_config, k, settings.get("prompt_turns", ONE_USER_TURN))
         steps: dict[int, list[dict[str, str]]] = {}
 
         def labelled(slots: list[EpisodeSlot]) -> list[str]:
@@ -119,6 +119,7 @@ def train_dagger(
     *,
     max_minutes: float | None = None,
     save_steps: int = 200,
+    gradient_checkpointing: bool = False,
     reuse_finished: bool = False,
     clock: BuildClock | None = None,
     **settings: Any,
@@ -127,7 +128,8 @@ def train_dagger(
     :class:`DaggerSettings`): in round r the latest model plays ``episodes`` new training tasks, the
     demonstrator labels the states it reached, and the model is fine-tuned for ``epochs`` on every
     round's states so far plus as many demonstration steps. Round r is the model directory
-    ``base/dagger-DIGEST-r``; returns the last. ``clock`` announces each round's two phases."""
+    ``base/dagger-DIGEST-r``; returns the last. ``clock`` announces each round's two phases;
+    ``gradient_checkpointing``: as :func:`~hgpo_rllib.warm_start.trainer.fit` (not recorded)."""
     dagger = DaggerSettings(**settings)
     dagger.check()
     base = Path(base).expanduser()
@@ -153,6 +155,8 @@ def train_dagger(
             "train_on_prompt",
         )
     }
+    if "prompt_turns" in base_settings:  # recorded only when not one user turn
+        kept["prompt_turns"] = base_settings["prompt_turns"]
     demonstrations = [
         step
         for line in (base / DEMONSTRATIONS).read_text().splitlines()
@@ -168,6 +172,7 @@ def train_dagger(
             first_task=base_settings["episodes"],  # the first task after the demonstrations'
             max_minutes=max_minutes,
             save_steps=save_steps,
+            gradient_checkpointing=gradient_checkpointing,
             reuse_finished=reuse_finished,
             clock=clock,
         )
@@ -182,6 +187,7 @@ def _play_and_train_rounds(
     first_task: int,
     max_minutes: float | None,
     save_steps: int,
+    gradient_checkpointing: bool,
     reuse_finished: bool,
     clock: BuildClock | None,
 ) -> Path:
@@ -226,6 +232,7 @@ def _play_and_train_rounds(
                 seed=kept["seed"],
                 save_steps=save_steps,
                 max_minutes=max_minutes,
+                gradient_checkpointing=gradient_checkpointing,
             )
             write_run_record(
                 out,

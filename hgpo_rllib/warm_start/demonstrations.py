@@ -34,7 +34,7 @@ from envs.common.team_env import ALL, TeamTextEnv
 from envs.file_import import load_object
 from hgpo_rllib.connectors.env_to_module.history_window import prompt_connector
 from hgpo_rllib.evaluation.rollout import EpisodeSlot, new_episode, read_played_episodes, task_seeds
-from hgpo_rllib.rl_module.prompts import HistoryPrompt
+from hgpo_rllib.rl_module.prompts import ONE_USER_TURN, HistoryPrompt
 from hgpo_rllib.warm_start.format import plan_execute_text, response_text
 
 
@@ -112,10 +112,10 @@ def make_demonstrator(
 
 
 def prompt_renderer(
-    env_name: str, env_config: dict[str, Any], history_length: int
+    env_name: str, env_config: dict[str, Any], history_length: int, prompt_turns: str = ONE_USER_TURN
 ) -> Callable[[Any], HistoryPrompt]:
     """episode -> prompt, through the same connector settings RL builds from this config."""
-    return prompt_connector(env_name, env_config, history_length).prompt
+    return prompt_connector(env_name, env_config, history_length, prompt_turns).prompt
 
 
 #: A demonstration step's key for its prompt's renderings with 1, 2, ... fewer history records.
@@ -123,7 +123,8 @@ FEWER_RECORDS = "prompt_fewer_records"
 
 
 def prompt_fields(prompt: HistoryPrompt) -> dict[str, Any]:
-    """How a demonstration step stores its prompt (:func:`step_prompt` reads it back)."""
+    """How a demonstration step stores its prompt (:func:`step_prompt` reads it back); a prompt split
+    into turns is stored as [system, user] lists."""
     return {"prompt": prompt.renderings[0], FEWER_RECORDS: list(prompt.renderings[1:])}
 
 
@@ -132,7 +133,8 @@ def step_prompt(step: dict[str, Any]) -> HistoryPrompt | None:
     (only its whole prompt is known)."""
     if FEWER_RECORDS not in step:
         return None
-    return HistoryPrompt((step["prompt"], *step[FEWER_RECORDS]))
+    renderings = (step["prompt"], *step[FEWER_RECORDS])
+    return HistoryPrompt(tuple(r if isinstance(r, str) else tuple(r) for r in renderings))
 
 
 def _seen(episode: Any) -> tuple[list[str], list[str], Sequence[str]]:
@@ -222,13 +224,15 @@ def play_team_demonstration(
 _worker: dict[str, Any] = {}
 
 
-def _start_worker(env_name: str, env_config: dict[str, Any], history_length: int, demonstrator: str) -> None:
+def _start_worker(
+    env_name: str, env_config: dict[str, Any], history_length: int, prompt_turns: str, demonstrator: str
+) -> None:
     """Each collecting process plays with its own env and demonstrator. Ctrl-C is the parent's to
     handle (it saves what has finished and prints how to resume): the workers ignore it, instead of
     each printing a KeyboardInterrupt traceback."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     _worker["env"] = envs.make_env(env_name, env_config)
-    _worker["render"] = prompt_renderer(env_name, env_config, history_length)
+    _worker["render"] = prompt_renderer(env_name, env_config, history_length, prompt_turns)
     if not isinstance(_worker["env"], TeamTextEnv):
         _worker["actor"] = make_demonstrator(env_name, demonstrator, history_length, env_config)
     elif demonstrator != "expert":
@@ -251,13 +255,14 @@ def collect_demonstrations(
     demonstrator: str,
     seed: int,
     workers: int = 1,
+    prompt_turns: str = ONE_USER_TURN,
 ) -> list[dict[str, Any]]:
     """Play ``episodes`` tasks in ``workers`` processes, appending each finished one to ``path`` (JSON
     lines); tasks already there are not played again. Returns the records in task order."""
     seeds = task_seeds(seed, episodes)
     done = read_played_episodes(path)
     todo = [s for s in seeds if s not in done]
-    init = (env_name, env_config, history_length, demonstrator)
+    init = (env_name, env_config, history_length, prompt_turns, demonstrator)
     pool = ProcessPoolExecutor(max_workers=workers, initializer=_start_worker, initargs=init)
     try:
         with (

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from hgpo_rllib.checks import is_int, is_number
+from hgpo_rllib.rl_module.prompts import PROMPT_TURNS
 from hgpo_rllib.run_records import read_record
 
 SFT_CONFIG = "hgpo_sft.json"
@@ -27,6 +28,7 @@ PLAY_SETTING_TYPES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "env_class": (lambda v: v is None or (isinstance(v, str) and v != ""), "a 'module:Class' string or null"),
     "env_config": (lambda v: isinstance(v, dict), "a JSON object"),
     "history_length": (lambda v: is_int(v) and v >= 0, "an int >= 0"),
+    "prompt_turns": (lambda v: v in PROMPT_TURNS, f"one of {PROMPT_TURNS}"),
     "max_prompt_tokens": (lambda v: is_int(v) and v >= 1, "an int >= 1"),
     "max_new_tokens": (lambda v: is_int(v) and v >= 1, "an int >= 1"),
     "eval_temperature": (lambda v: is_number(v) and v >= 0, "a number >= 0"),

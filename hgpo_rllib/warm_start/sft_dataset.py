@@ -9,7 +9,7 @@ from typing import Any
 import torch
 
 import envs
-from hgpo_rllib.rl_module.prompts import fit_prompts, prompt_token_limit
+from hgpo_rllib.rl_module.prompts import fit_prompts, prompt_token_limit, rendering_text
 from hgpo_rllib.rl_module.tokenizer import build_tiny_tokenizer
 from hgpo_rllib.warm_start.demonstrations import FEWER_RECORDS, step_prompt
 from hgpo_rllib.warm_start.sft_settings import SFTSettings
@@ -139,7 +139,8 @@ def demonstration_examples(
     """The from-scratch tokenizer, trained on the env's text and the demonstrations, and the examples
     of the won episodes' steps."""
     steps = won_steps(records, sft, record)
-    corpus = [*envs.get_tokenizer_corpus(record["env"]), *(s["prompt"] + s["response"] for s in steps)]
+    played = (rendering_text(s["prompt"]) + s["response"] for s in steps)
+    corpus = [*envs.get_tokenizer_corpus(record["env"]), *played]
     whole_words = envs.get_tokenizer_whole_words(record["env"]) if record.get("whole_words") else ()
     tokenizer = build_tiny_tokenizer(corpus, sft.vocab_size, whole_words)
     limit = sft_prompt_limit(sft.max_prompt_tokens, sft.max_new_tokens, record["model"])

@@ -9,6 +9,7 @@ from typing import Any
 
 import envs
 from hgpo_rllib.rl_module.models import TORCH_DTYPES
+from hgpo_rllib.rl_module.prompts import ONE_USER_TURN, SYSTEM_AND_USER, check_prompt_turns
 from hgpo_rllib.warm_start.pretrained import based_lr, lora_settings
 
 #: The from-scratch model: 4 layers, hidden 256 (about 3.7M parameters with a 2k vocabulary), sized
@@ -25,6 +26,8 @@ MODEL_DEFAULTS: dict[str, Any] = {
 TINY_LR = 1e-3
 #: The settings of a pretrained base (recorded, and accepted, with one only).
 BASE_SETTINGS = ("lora_rank", "full_finetune", "dtype")
+#: Settings recorded only when they are not their default (the records before them lack them).
+RECORDED_WHEN_SET = ("role", "whole_words", "prompt_turns")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -36,6 +39,9 @@ class SFTSettings:
     episodes: int
     env_config: dict[str, Any] = dataclasses.field(default_factory=dict)
     history_length: int = 2
+    #: How the prompt reaches the chat template: one user turn, or a system and a user turn
+    #: (:data:`~hgpo_rllib.rl_module.prompts.PROMPT_TURNS`); recorded only when it is the latter.
+    prompt_turns: str = ONE_USER_TURN
     #: "expert" (any env) or "searcher" (where the env has one); None: the env's
     #: (``WarmStartFacts.demonstrator``: ALFWorld's searcher, else the expert).
     demonstrator: str | None = None
@@ -72,9 +78,9 @@ class SFTSettings:
         return TINY_LR if self.base is None else based_lr(self.full_finetune)
 
     def record(self) -> dict[str, Any]:
-        """The settings as the output directory records them (defaults filled in; ``role`` and
-        ``whole_words`` only when set, and a base's settings only with a base, so the warm starts
-        recorded before them still match)."""
+        """The settings as the output directory records them (defaults filled in; ``role``,
+        ``whole_words`` and ``prompt_turns`` only when set, and a base's settings only with a base, so
+        the warm starts recorded before them still match)."""
         env_name = envs.get_env_spec(self.env).name
         # The env's demonstration settings: training tasks and the paper's step limits.
         facts = envs.env_facts(env_name, self.env_config).warm_start
@@ -94,10 +100,10 @@ class SFTSettings:
             del record["model"], record["vocab_size"]
             record["lora"] = lora_settings(self.lora_rank, self.full_finetune)
             record["dtype"] = self.dtype
-        if self.role is None:
-            del record["role"]
-        if not self.whole_words:
-            del record["whole_words"]
+        defaults = {f.name: f.default for f in dataclasses.fields(self)}
+        for key in RECORDED_WHEN_SET:
+            if record[key] == defaults[key]:
+                del record[key]
         return record
 
     def check(self) -> None:
@@ -138,6 +144,8 @@ class SFTSettings:
                 raise ValueError(f"--lora-rank must be >= 1, got {self.lora_rank}")
             if self.dtype not in TORCH_DTYPES:
                 raise ValueError(f"--dtype {self.dtype!r} is invalid: expected one of {sorted(TORCH_DTYPES)}")
+        if check_prompt_turns(self.prompt_turns) == SYSTEM_AND_USER:
+            envs.get_prompt_turns_renderer(self.env, self.env_config)  # a team's prompts: one line
         roles = getattr(envs.env_class(self.env, self.env_config), "ROLES", None)
         if self.role is not None and self.role not in (roles or ()):
             where = f"one of {', '.join(roles)}" if roles else f"none: {self.env!r} is not a team env"

@@ -48,7 +48,7 @@ from hgpo_rllib.warm_start.sft_dataset import (
     tokenize_examples,
     won_steps,
 )
-from hgpo_rllib.warm_start.sft_settings import SFTSettings
+from hgpo_rllib.warm_start.sft_settings import RECORDED_WHEN_SET, SFTSettings
 
 if TYPE_CHECKING:
     from hgpo_rllib.warm_start.phases import BuildClock
@@ -69,7 +69,9 @@ def open_run(output: Path, settings: dict[str, Any], reuse_finished: bool = Fals
         saved = read_record(path)
         if saved.get("finished") and not reuse_finished:
             raise FileExistsError(f"{output} already holds a finished warm start; choose a new --output")
-        changed = changed_settings(saved, settings, keys=settings)
+        # A setting recorded only when set counts too when the saved run has it and this one does not.
+        keys = [*settings, *(k for k in RECORDED_WHEN_SET if k in saved and k not in settings)]
+        changed = changed_settings(saved, settings, keys=keys)
         if changed:
             state = "a finished" if saved.get("finished") else "an unfinished"
             raise ValueError(
@@ -150,9 +152,13 @@ def fit(
     seed: int,
     save_steps: int,
     max_minutes: float | None,
+    gradient_checkpointing: bool = False,
 ) -> dict[str, Any]:
     """Train ``lm`` on ``examples`` with transformers' ``Trainer`` (resuming from ``out/checkpoints``
-    if a run was interrupted), save model and tokenizer to ``out``; returns the run's summary."""
+    if a run was interrupted), save model and tokenizer to ``out``; returns the run's summary.
+    ``gradient_checkpointing`` recomputes each decoder layer's activations in the backward pass
+    (non-reentrant, so LoRA's frozen base passes gradients on; transformers makes the embeddings'
+    output require grad): less memory, the same gradients up to float rounding."""
 
     tokenizer.padding_side = "right"  # positions 0.. for every row while training
     args = TrainingArguments(
@@ -173,6 +179,8 @@ def fit(
         # Batches of similar lengths: a batch is padded to its longest example, and WebShop's K = 4
         # prompts range from a few hundred to thousands of tokens.
         train_sampling_strategy="group_by_length",
+        gradient_checkpointing=gradient_checkpointing,
+        gradient_checkpointing_kwargs={"use_reentrant": False} if gradient_checkpointing else None,
     )
     ctrl_c = _SaveOnCtrlC()
     trainer = Trainer(
@@ -232,6 +240,7 @@ def train_warm_start(
     *,
     max_minutes: float | None = None,
     save_steps: int = 200,
+    gradient_checkpointing: bool = False,
     workers: int = 1,
     reuse_finished: bool = False,
     clock: BuildClock | None = None,
@@ -242,6 +251,8 @@ def train_warm_start(
     ``settings`` are the fields of :class:`SFTSettings`. With ``reuse_finished``, a finished run of
     the same settings in ``output`` is kept as it is; ``max_minutes`` stops training early (the
     directory is usable but unfinished: rerunning trains on). ``clock`` announces the phases.
+    ``gradient_checkpointing`` (:func:`fit`) is how the fit runs, not what it makes: it is not recorded,
+    and a run resumes with or without it.
     """
 
     sft = SFTSettings(**settings)
@@ -265,6 +276,7 @@ def train_warm_start(
                 workers=workers,
                 save_steps=save_steps,
                 max_minutes=max_minutes,
+                gradient_checkpointing=gradient_checkpointing,
                 clock=clock,
             )
     return out
@@ -278,6 +290,7 @@ def _train(
     workers: int,
     save_steps: int,
     max_minutes: float | None,
+    gradient_checkpointing: bool,
     clock: BuildClock | None,
 ) -> None:
     """Collect the demonstrations, train, and record the summary (the body of :func:`train_warm_start`)."""
@@ -313,6 +326,7 @@ def _train(
         seed=sft.seed,
         save_steps=save_steps,
         max_minutes=max_minutes,
+        gradient_checkpointing=gradient_checkpointing,
     )
     if record.get("lora") is not None:
         write_adapter_record(out, record)
@@ -330,6 +344,7 @@ def play_demonstrations(
         record["env_config"],
         episodes=sft.episodes,
         history_length=sft.history_length,
+        prompt_turns=sft.prompt_turns,
         demonstrator=record["demonstrator"],
         seed=sft.seed,
         workers=workers,

@@ -70,6 +70,7 @@ BAD_SETTINGS = [
     ({"minibatches_per_module": 0}, "minibatches_per_module"),
     ({"num_epochs": 0}, "num_epochs"),
     ({"max_prompt_tokens": 0}, "max_prompt_tokens"),
+    ({"prompt_turns": "system"}, "prompt_turns"),
     ({"max_new_tokens": 2.5}, "max_new_tokens"),
     ({"min_new_tokens": -1}, "min_new_tokens"),
     ({"min_new_tokens": 513}, "min_new_tokens"),  # above max_new_tokens
@@ -405,3 +406,49 @@ def test_validate_names_a_broken_tokenizer_or_chat_template_in_one_line(tmp_path
         config.validate()
     # One line naming the file (RLlib adds its own line on how to skip validation).
     assert str(model / file) in str(raised.value).splitlines()[0]
+
+
+#: Chat templates that cannot take the task and instructions as a system turn, and what the line says.
+NO_SYSTEM_ROLE = {
+    # Gemma's kind: refuses a system message.
+    "refuses": (
+        "{% for m in messages %}{% if m['role'] == 'system' %}{{ raise_exception('System role not "
+        "supported') }}{% endif %}{{ m['content'] }}{% endfor %}",
+        r"chat_template\.jinja: the chat template cannot render a system and a user turn \(TemplateError: "
+        "System role not supported",
+    ),
+    # Drops it silently.
+    "drops": (
+        "{% for m in messages %}{% if m['role'] != 'system' %}{{ m['content'] }}{% endif %}{% endfor %}",
+        r"chat_template\.jinja: the chat template drops the system turn: prompt_turns='system_user' needs",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(NO_SYSTEM_ROLE))
+def test_validate_refuses_a_system_turn_the_chat_template_cannot_hold(tmp_path: Any, case: str) -> None:
+    """prompt_turns='system_user' with a template without a system role is one line in the driver; the
+    same model prompts in one user turn (the default)."""
+    model = _model_dir_with_a_tokenizer(tmp_path)
+    template, message = NO_SYSTEM_ROLE[case]
+    (model / "chat_template.jinja").write_text(template)
+    config = _valid_config().rl_module(model_config={"model": str(model)})
+    config.validate()
+    with pytest.raises(ValueError, match=message) as raised:
+        config.training(prompt_turns="system_user").validate()
+    assert str(model / "chat_template.jinja") in str(raised.value).splitlines()[0]
+
+
+def test_validate_refuses_a_system_turn_for_a_team_env() -> None:
+    """A team's role prompts have no system/user split: one line naming the env."""
+    config = (
+        HGPOConfig()
+        .environment("keychest_team")
+        .multi_agent(policies={"shared"}, policy_mapping_fn=lambda agent_id, episode, **kw: "shared")
+        .training(prompt_turns="system_user")
+    )
+    with pytest.raises(
+        ValueError,
+        match=r"prompt_turns='system_user' is invalid: the prompts of 'keychest_team' have no system/user",
+    ):
+        config.validate()

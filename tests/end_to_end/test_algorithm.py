@@ -198,6 +198,27 @@ def test_grouped_runner_samples_whole_groups_in_lock_step() -> None:
 
     with pytest.raises(ValueError, match="multiple of group_size"):
         runner.sample(num_episodes=GROUP_SIZE + 1)
+
+
+def test_a_runner_with_system_turns_samples_prompts_that_open_with_the_task_as_a_system_turn() -> None:
+    """prompt_turns='system_user' through RLlib's pipeline: every step's prompt ids, as the episode
+    keeps them for the learner, are the system turn (the same at every step), then the user turn."""
+    from envs.keychest.env import TASK
+
+    runner = GroupedEnvRunner(
+        config=keychest_config(remote_runners=0, prompt_turns="system_user"), worker_index=1
+    )
+    episodes = runner.sample(num_episodes=GROUP_SIZE)
+    tokenizer = runner.module.tokenizer
+    opening = f"<|im_start|>system\nTask: {TASK}<|im_end|>\n<|im_start|>user\n"
+    steps = 0
+    for episode in episodes:
+        for step, ids in enumerate(episode.get_extra_model_outputs(PROMPT_IDS)):
+            text = tokenizer.decode([i for i in ids.tolist() if i != tokenizer.pad_token_id])
+            assert text.startswith(opening) and text.endswith("<|im_end|>\n<|im_start|>assistant\n"), text
+            assert text[len(opening) :].startswith("History:\n" if step else "Now: "), text  # K = 2
+            steps += 1
+    assert steps > len(episodes)  # some steps show history
     with pytest.raises(ValueError, match="num_episodes"):
         runner.sample(num_timesteps=10)
     runner.stop()

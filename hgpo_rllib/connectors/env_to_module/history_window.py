@@ -13,7 +13,9 @@ The module gets each step's prompt as a :class:`~hgpo_rllib.rl_module.prompts.Hi
 template's text with the window, then with one, two, ... fewer of the oldest shown records (down to
 one). ``TokenPolicyAPI.encode_prompts`` takes the first that fits the prompt budget after the
 model's chat template (a prompt over it loses its oldest whole records first, never the task or the
-template's opening), left-pads the batch and says which prompts were cut (``prompt_cut``).
+template's opening), left-pads the batch and says which prompts were cut (``prompt_cut``). With
+``prompt_turns="system_user"`` each rendering is the template's (system, user) turns
+(``envs.get_prompt_turns_renderer``): the task and instructions, then the window and the observation.
 """
 
 from __future__ import annotations
@@ -31,9 +33,9 @@ from envs.common.actions import current_subgoal
 from envs.common.prompts import PromptContext, prompt_settings
 from hgpo_rllib.columns import ALLOWED_IDS
 from hgpo_rllib.rl_module.apis import TokenPolicyAPI
-from hgpo_rllib.rl_module.prompts import HistoryPrompt
+from hgpo_rllib.rl_module.prompts import ONE_USER_TURN, HistoryPrompt, Rendering, check_prompt_turns
 
-PromptRenderer = Callable[..., str]
+PromptRenderer = Callable[..., Rendering]
 
 
 def episode_context(episode: SingleAgentEpisode, history_length: int) -> PromptContext:
@@ -86,8 +88,8 @@ def episode_prompt_text(
     render_prompt: PromptRenderer,
     history_length: int,
     render_kwargs: Mapping[str, Any] | None = None,
-) -> str:
-    """The prompt text for the episode's next action, with the whole history window."""
+) -> Rendering:
+    """The prompt text (or its turns) for the episode's next action, with the whole history window."""
     return render_prompt(episode_context(episode, history_length), **(render_kwargs or {}))
 
 
@@ -116,7 +118,7 @@ class HistoryWindowPrompt(ConnectorV2):
         """The episode's next prompt, with its renderings of fewer records (before the chat template)."""
         return episode_prompt(episode, self.render_prompt, self.history_length, self.render_kwargs)
 
-    def prompt_text(self, episode: SingleAgentEpisode) -> str:
+    def prompt_text(self, episode: SingleAgentEpisode) -> Rendering:
         """The rendered prompt of the episode's next step (before the chat template)."""
         return episode_prompt_text(episode, self.render_prompt, self.history_length, self.render_kwargs)
 
@@ -139,11 +141,17 @@ class HistoryWindowPrompt(ConnectorV2):
         return batch
 
 
-def prompt_connector(env: str, env_config: Mapping[str, Any], history_length: int) -> HistoryWindowPrompt:
-    """The env's own prompt template with the history window K. ``env_config`` entries that the
-    template also takes as keyword arguments (e.g. KeyChest's ``require_tags``) are passed on, so
-    prompt and env agree."""
-    render = envs.get_prompt_renderer(env, env_config)
+def prompt_connector(
+    env: str, env_config: Mapping[str, Any], history_length: int, prompt_turns: str = ONE_USER_TURN
+) -> HistoryWindowPrompt:
+    """The env's own prompt template with the history window K, as one text or, with ``prompt_turns=
+    "system_user"``, split into a system and a user turn. ``env_config`` entries that the template
+    also takes as keyword arguments (e.g. KeyChest's ``require_tags``) are passed on, so prompt and
+    env agree."""
+    if check_prompt_turns(prompt_turns) == ONE_USER_TURN:
+        render = envs.get_prompt_renderer(env, env_config)
+    else:
+        render = envs.get_prompt_turns_renderer(env, env_config)
     return HistoryWindowPrompt(
         render_prompt=render,
         history_length=history_length,
