@@ -1,59 +1,94 @@
-"""Where an HGPO iteration spends its time: sampling, advantage connector, update (CPU); and the
-learner's shared-prompt path against the unshared one, in one run.
+"""Where an HGPO iteration spends its time: sampling, advantage connector, the learner's passes (CPU);
+and the learner's levers against each other, one variant after the other in one run.
 
 Why: the paper reports that HGPO's grouping adds well under a second to iterations of minutes
 (docs/hgpo_algorithm.md §6); here the advantage connector (estimator + token batch) must stay below 1% of
-an iteration. The learner update dominates: ``--paths both`` measures it with and without
-``share_prompt_prefixes`` (each distinct prompt prefix computed once per micro-batch, docs/throughput.md)
-on the same machine, one after the other, and reports how much the batches share. The phases come from
-the algorithm's unsmoothed per-iteration timers (``iteration_seconds``) and the learner connector's own
-timers, averaged over the measured iterations after one warm-up iteration. It profiles any experiment
-file's config.
+an iteration. The learner update dominates, and ``--variants`` measures its levers on the same machine,
+one after the other (docs/throughput.md): rows as they come (``plain``), sorted by length inside each
+minibatch (``buckets``, the default), shared prompt prefixes computed once (``shared``), and, with two
+epochs, the old-log-prob pass on every update (``recompute``) against the sampler's log-probs where they
+matched (``auto``). Per variant: the phases' seconds (the algorithm's unsmoothed ``iteration_seconds``
+and the learner connector's timers), what the passes computed (FLOPs, tokens per real token, padding)
+and whether the old log-probs were the sampler's, averaged over the measured iterations after warm-up
+ones. It profiles any experiment file's config (``--model``, ``-k``: the file's settings; ``--config``:
+settings merged into its config) and records the CPU and the load before and after.
 
 Run: ``python benchmarks/iteration_profile.py [--experiment tuned_examples/hgpo_alfworld.py]
-[--iterations 3] [--paths old|new|both]`` (default: the KeyChest tuned example, the unshared path);
-the table is kept in ``docs/results/iteration_profile_<experiment>.md``.
+[--model smollm2-135m-instruct] [-k 2] [--iterations 3] [--variants plain buckets shared recompute
+auto]`` (default: the KeyChest tuned example as configured); the table is kept in
+``docs/results/iteration_profile_<experiment>[_<model>][_<variants>].md``.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 from collections import defaultdict
 from pathlib import Path
+from typing import Any
 
 import ray
+from machine import cpu_line, uptime
+from results_file import RESULTS_DIR, write_result  # benchmarks/ is on sys.path as a script
 
 from hgpo_rllib import HGPOConfig
-from hgpo_rllib.experiments.experiment_file import load_experiment_file
+from hgpo_rllib.cli.args import count, json_dict
+from hgpo_rllib.experiments.experiment_file import apply_config_overrides, load_experiment_file
 
 KEYCHEST = Path(__file__).resolve().parents[1] / "tuned_examples" / "hgpo_keychest.py"
-#: The learner's two paths: rows as they are, or shared prompt prefixes computed once.
-PATHS = {"old": False, "new": True}
-#: Learner metrics reported as means over the measured iterations (prompt_sharing.sharing_stats).
-SHARING = (
+#: Training settings of each variant, over the experiment's own ("default": none).
+VARIANTS: dict[str, dict[str, Any]] = {
+    "default": {},
+    "plain": {"share_prompt_prefixes": False, "length_buckets": False},
+    "buckets": {"share_prompt_prefixes": False, "length_buckets": True},
+    "shared": {"share_prompt_prefixes": True},
+    "recompute": {"num_epochs": 2, "recompute_old_logp": True},
+    "auto": {"num_epochs": 2, "recompute_old_logp": "auto"},
+}
+#: Learner metrics reported as means over the measured iterations (prompt_sharing.sharing_stats, the
+#: FLOP meter, the old-log-prob pass, the loss).
+LEARNER = (
+    "num_row_tokens",
+    "learner_flops",
     "duplicate_prompt_row_frac",
-    "long_shared_prefix_row_frac",
     "prompt_tokens_shareable_frac",
     "learner_tokens_computed_frac",
     "learner_padding_frac",
+    "old_logp_from_sampler",
+    "logp_gap_vs_sampler",
+    "num_optimizer_steps",
+)
+#: (label, key) of the phase rows, in seconds.
+PHASES = (
+    ("sampling (grouped rollouts)", "sampling"),
+    ("learner update, total", "learner update"),
+    ("  advantage connector", "advantage connector"),
+    ("    of which the estimator", "estimator (part of it)"),
+    ("  old log-probs (no grad)", "old log-probs"),
+    ("  reference log-probs (no grad)", "reference log-probs"),
+    ("  forward/backward/optimiser", "rest"),
+    ("weight sync", "weight sync"),
+    ("iteration (wall)", "iteration"),
 )
 
 
-def build_config(args: argparse.Namespace, shared: bool) -> HGPOConfig:
-    return (
-        load_experiment_file(args.experiment)
-        .config.copy(copy_frozen=False)
-        .training(share_prompt_prefixes=shared)
-    )
+def build_config(args: argparse.Namespace, variant: str) -> HGPOConfig:
+    """The experiment file's config with ``args``' settings and ``--config``, then the variant's."""
+    settings = {"model": args.model, "history_length": args.history_length}
+    given = {name: value for name, value in settings.items() if value is not None}
+    config = load_experiment_file(args.experiment, given).config.copy(copy_frozen=False)
+    apply_config_overrides(config, args.config or {})
+    return config.training(**VARIANTS[variant])
 
 
-def profile(args: argparse.Namespace, shared: bool) -> dict[str, float]:
-    """Mean seconds per phase (and sharing fractions) over ``args.iterations`` iterations (after one
-    warm-up)."""
-    algo = build_config(args, shared).build_algo()
+def profile(args: argparse.Namespace, variant: str) -> dict[str, float]:
+    """Mean seconds per phase and learner metrics over ``args.iterations`` iterations after
+    ``args.warmup`` ones (first generate/forward calls, lazy imports; ``auto``'s first pass)."""
+    algo = build_config(args, variant).build_algo()
     totals: dict[str, float] = defaultdict(float)
     try:
-        algo.train()  # warm-up: first generate/forward calls, lazy imports
+        for _ in range(args.warmup):
+            algo.train()
         for _ in range(args.iterations):
             result = algo.train()
             phases, learner = result["iteration_seconds"], result["learners"]["default_policy"]
@@ -62,51 +97,39 @@ def profile(args: argparse.Namespace, shared: bool) -> dict[str, float]:
             totals["learner update"] += phases["learner_update"]
             totals["advantage connector"] += learner["advantage_connector_s"]
             totals["estimator (part of it)"] += learner["advantage_estimator_s"]
-            totals["old log-probs"] += learner.get("old_logp_s", 0.0)
-            totals["reference log-probs"] += learner.get("reference_logp_s", 0.0)
+            for name, key in (("old log-probs", "old_logp_s"), ("reference log-probs", "reference_logp_s")):
+                seconds = learner.get(key, 0.0)
+                totals[name] += 0.0 if math.isnan(seconds) else seconds  # NaN: the pass did not run
             totals["weight sync"] += phases["weight_sync"]
             totals["step rows"] += learner["num_step_rows"]
-            for name in SHARING:
+            for name in LEARNER:
                 totals[name] += learner.get(name, float("nan"))
     finally:
         algo.stop()
-    return {k: v / args.iterations for k, v in totals.items()}
+    means = {k: v / args.iterations for k, v in totals.items()}
+    means["rest"] = means["learner update"] - sum(
+        means[k] for k in ("advantage connector", "old log-probs", "reference log-probs")
+    )
+    return means
 
 
 def print_table(runs: dict[str, dict[str, float]]) -> str:
-    """One column per path (and their ratio when both ran)."""
+    """One column per variant: seconds, share of the iteration and the ratio to the first variant."""
     names = list(runs)
-    rows = [
-        ("sampling (grouped rollouts)", "sampling"),
-        ("learner update, total", "learner update"),
-        ("  advantage connector", "advantage connector"),
-        ("    of which the estimator", "estimator (part of it)"),
-        ("  old log-probs (no grad)", "old log-probs"),
-        ("  reference log-probs (no grad)", "reference log-probs"),
-        ("  forward/backward/optimiser", "rest"),
-        ("weight sync", "weight sync"),
-        ("iteration (wall)", "iteration"),
-    ]
-    for means in runs.values():
-        means["rest"] = (
-            means["learner update"]
-            - means["advantage connector"]
-            - means["old log-probs"]
-            - means["reference log-probs"]
-        )
-    header = "| phase | " + " | ".join(f"{n} path: seconds | share" for n in names)
-    ratio = len(names) == 2
-    lines = [header + (" | new / old |" if ratio else " |")]
-    lines.append("|---|" + "---:|---:|" * len(names) + ("---:|" if ratio else ""))
-    for label, key in rows:
-        cells = [f"{runs[n][key]:.4f} | {100 * runs[n][key] / runs[n]['iteration']:.3f}%" for n in names]
-        last = f" {runs['new'][key] / runs['old'][key]:.3f} |" if ratio and runs["old"][key] else ""
-        lines.append(f"| {label} | " + " | ".join(cells) + " |" + (last or (" - |" if ratio else "")))
-    lines += ["", "| learner batch (mean per iteration) | " + " | ".join(f"{n} path" for n in names) + " |"]
-    lines.append("|---|" + "---:|" * len(names))
-    for name in ("step rows", *SHARING):
-        lines.append(f"| {name} | " + " | ".join(f"{runs[n][name]:.3f}" for n in names) + " |")
     first = runs[names[0]]
+    lines = ["| phase | " + " | ".join(f"{n}: s (share, x {names[0]})" for n in names) + " |"]
+    lines.append("|---|" + "---:|" * len(names))
+    for label, key in PHASES:
+        cells = []
+        for name in names:
+            value = runs[name][key]
+            ratio = f", {value / first[key]:.3f}x" if first[key] and name != names[0] else ""
+            cells.append(f"{value:.4f} ({100 * value / runs[name]['iteration']:.2f}%{ratio})")
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    lines += ["", "| learner batch (mean per iteration) | " + " | ".join(names) + " |"]
+    lines.append("|---|" + "---:|" * len(names))
+    for key in ("step rows", *LEARNER):
+        lines.append(f"| {key} | " + " | ".join(f"{runs[n][key]:.6g}" for n in names) + " |")
     share = 100 * first["advantage connector"] / first["iteration"]
     lines += [
         "",
@@ -117,30 +140,54 @@ def print_table(runs: dict[str, dict[str, float]]) -> str:
     return table
 
 
-def main() -> None:
+def result_name(args: argparse.Namespace) -> str:
+    """``iteration_profile_<experiment>[_<model>][_<variants>]`` (the KeyChest default: no suffix)."""
+    parts = [Path(args.experiment).stem]
+    if args.model:
+        parts.append(Path(args.model).name)
+    if args.variants != ["default"]:
+        parts += args.variants
+    return "_".join(["iteration_profile", *parts])
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--experiment", default=str(KEYCHEST), help="experiment file defining `config`")
-    parser.add_argument("--iterations", type=int, default=3)
+    parser.add_argument("--model", help="the experiment file's --model (e.g. smollm2-135m-instruct)")
+    parser.add_argument("-k", "--history-length", type=count(0), help="the experiment file's -k")
+    parser.add_argument("--config", type=json_dict, help="settings merged into the file's config, as JSON")
+    parser.add_argument("--iterations", type=count(1), default=3, help="measured iterations per variant")
+    parser.add_argument("--warmup", type=count(0), default=1, help="iterations before the measured ones")
     parser.add_argument(
-        "--paths",
-        choices=["old", "new", "both"],
-        default="old",
-        help="the learner's unshared rows (old), shared prompt prefixes (new), or both in turn",
+        "--variants",
+        nargs="+",
+        choices=list(VARIANTS),
+        default=["default"],
+        help="learner variants, run one after the other: "
+        + "; ".join(f"{k} {v}" for k, v in VARIANTS.items()),
     )
-    args = parser.parse_args()
-    names = list(PATHS) if args.paths == "both" else [args.paths]
+    parser.add_argument("--output", type=Path, help="folder of the result file (default docs/results)")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> dict[str, dict[str, float]]:
+    args = parse_args(argv)
+    before = uptime()
     ray.init(num_cpus=4, include_dashboard=False)
     try:
-        table = print_table({name: profile(args, PATHS[name]) for name in names})
+        runs = {name: profile(args, name) for name in args.variants}
     finally:
         ray.shutdown()
-    from results_file import write_result  # benchmarks/ is on sys.path when run as a script
-
-    experiment = Path(args.experiment).stem
-    paths = "old and new paths" if args.paths == "both" else f"{args.paths} path"
-    title = f"Iteration profile of {experiment} ({args.iterations} iterations after a warm-up, {paths})"
-    suffix = "" if args.paths == "old" else f"_{args.paths}_paths"
-    write_result(f"iteration_profile_{experiment}{suffix}", title, table)
+    table = print_table(runs)
+    machine = f"CPU: {cpu_line()}\n\n`uptime` before: {before}\n\n`uptime` after: {uptime()}\n\n"
+    title = (
+        f"Iteration profile of {Path(args.experiment).stem}"
+        f"{f' with {args.model}' if args.model else ''} ({args.iterations} iterations after "
+        f"{args.warmup} warm-up, variants: {', '.join(args.variants)})"
+    )
+    variants = "\n".join(f"- `{name}`: {VARIANTS[name] or 'the experiment as configured'}" for name in runs)
+    write_result(result_name(args), title, f"{machine}{variants}\n\n{table}", args.output or RESULTS_DIR)
+    return runs
 
 
 if __name__ == "__main__":

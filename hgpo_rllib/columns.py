@@ -97,6 +97,12 @@ GRAD_NORM_MAX_KEY = "grad_norm_max"
 #: the learner must reproduce the sampler's log-probs, so this checks weight sync and token alignment
 #: (with ``async_sampling`` it also measures the one version of lag between the two).
 LOGP_GAP_KEY = "logp_gap_vs_sampler"
+#: With ``recompute_old_logp="auto"``: 1 where this update's old log-probs were the sampler's (the last
+#: gap was within ``old_logp_gap_threshold``, no old-log-prob pass), 0 where the learner's own.
+OLD_LOGP_FROM_SAMPLER_KEY = "old_logp_from_sampler"
+#: Padding in the inputs of the learner's passes (old log-probs, reference, training): 1 - real tokens
+#: computed / input positions, over the update.
+LEARNER_PADDING_FRAC = "learner_padding_frac"
 NUM_OPTIMIZER_STEPS = "num_optimizer_steps"
 #: Learner metric (multi-agent, several learners): minibatches in which this learner had no rows of the
 #: module and ran idle rows to join the others' gradient all-reduce (averaged over learners).

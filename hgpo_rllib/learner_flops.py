@@ -46,17 +46,31 @@ class PassTokens:
     tokens: int = 0  # tokens the backbone computes (padding excluded, a shared prefix once)
     pairs: int = 0  # attention (query, key) pairs over those tokens (causal: depth + 1 each)
     scored: int = 0  # tokens the LM head scores
+    positions: int = 0  # positions of the backbone's input, padding included (no FLOPs counted)
 
     def __add__(self, other: PassTokens) -> PassTokens:
-        return PassTokens(self.tokens + other.tokens, self.pairs + other.pairs, self.scored + other.scored)
+        return PassTokens(
+            *(a + b for a, b in zip(dataclasses.astuple(self), dataclasses.astuple(other), strict=True))
+        )
 
 
 def row_pass_tokens(prompt_mask: np.ndarray, resp_mask: np.ndarray) -> PassTokens:
     """The plain (unshared) pass over token rows: each row's real prompt and response tokens, each
-    attending over itself and the row's tokens before it (``L (L + 1) / 2`` pairs for ``L`` tokens)."""
-    scored = np.asarray(resp_mask).sum(axis=1).astype(np.int64)
-    lengths = np.asarray(prompt_mask).sum(axis=1).astype(np.int64) + scored
-    return PassTokens(int(lengths.sum()), int((lengths * (lengths + 1) // 2).sum()), int(scored.sum()))
+    attending over itself and the row's tokens before it (``L (L + 1) / 2`` pairs for ``L`` tokens),
+    in an input without the columns that are padding in every row (``hidden_states.row_states``)."""
+    prompt_mask, resp_mask = np.asarray(prompt_mask), np.asarray(resp_mask)
+    scored = resp_mask.sum(axis=1).astype(np.int64)
+    lengths = prompt_mask.sum(axis=1).astype(np.int64) + scored
+    prompt_used, resp_used = np.flatnonzero(prompt_mask.any(axis=0)), np.flatnonzero(resp_mask.any(axis=0))
+    width = (prompt_mask.shape[1] - prompt_used[0] if prompt_used.size else 0) + (
+        resp_used[-1] + 1 if resp_used.size else 0
+    )
+    return PassTokens(
+        int(lengths.sum()),
+        int((lengths * (lengths + 1) // 2).sum()),
+        int(scored.sum()),
+        len(lengths) * int(width),
+    )
 
 
 def tree_pairs(lengths: Iterable[int], shared: Iterable[int]) -> int:

@@ -395,6 +395,10 @@ LONG_MODULES = {
         "RLlib drives whole (their checkpoint housekeeping is algorithms/checkpoints.py)"
     ),
     "hgpo_rllib/rl_module/llm_rl_module.py": "LLMRLModule: one RLModule class (checkpoints name its path)",
+    "hgpo_rllib/algorithms/torch/text_agent_torch_learner.py": (
+        "TextAgentTorchLearner: one Learner class RLlib drives whole (its micro-batched update, loss and "
+        "metrics; FSDP and the FLOP meter are modules of their own)"
+    ),
     "hgpo_rllib/advantages/hae.py": "HiPER's hierarchical advantage estimation: one estimator's maths",
     "hgpo_rllib/cli/train.py": "`rllib train file`: its options, its Tune run and the status it reports",
 }

@@ -111,10 +111,12 @@ class TextAgentConfig(AlgorithmConfig):
         self.kl_coeff = 0.01
         self.entropy_coeff = 0.001
         self.weight_decay = 0.01
-        self.recompute_old_logp = True
+        self.recompute_old_logp: bool | str = True
+        self.old_logp_gap_threshold = 1e-4
         self.async_sampling = False
         self.behaviour_weight_cap = 2.0
         self.share_prompt_prefixes = False
+        self.length_buckets = True
         self.weight_transfer = "engine_dtype"
         self.lr = 1e-6
         self.grad_clip = 1.0
@@ -168,10 +170,12 @@ class TextAgentConfig(AlgorithmConfig):
         weight_decay: float = NotProvided,
         micro_batch_size: int | None = NotProvided,
         minibatches_per_module: int | None = NotProvided,
-        recompute_old_logp: bool = NotProvided,
+        recompute_old_logp: bool | str = NotProvided,
+        old_logp_gap_threshold: float = NotProvided,
         async_sampling: bool = NotProvided,
         behaviour_weight_cap: float = NotProvided,
         share_prompt_prefixes: bool = NotProvided,
+        length_buckets: bool = NotProvided,
         prompt_turns: str = NotProvided,
         max_prompt_tokens: int = NotProvided,
         max_new_tokens: int = NotProvided,
@@ -199,7 +203,8 @@ class TextAgentConfig(AlgorithmConfig):
             weight_decay: AdamW weight decay (default 0.01).
             micro_batch_size: Rows per forward/backward pass (default 16); a minibatch is
                 processed in such passes with gradient accumulation (exact token mean); also the
-                chunk size of the reference and old log-prob passes. None = the whole minibatch at once.
+                chunk size of the reference and old log-prob passes. None = the whole minibatch at
+                once. Each pass's input leaves out the columns that are padding in all its rows.
             minibatches_per_module: Optimiser steps per epoch of every module, each on a near-equal
                 share of its own rows, whatever their number (Dr. MAS's adaptive mini-batch,
                 ``ppo_mini_update_num``: 1 for math, 5 for search); default None: minibatches of
@@ -208,7 +213,16 @@ class TextAgentConfig(AlgorithmConfig):
             recompute_old_logp: The PPO ratio's old log-probs are the learner's own, computed on the
                 whole batch before the update (default True, as verl); False uses the sampler's,
                 which differ slightly with vLLM or bf16 and so clip spuriously. The sampler's are
-                compared with the learner's in ``logp_gap_vs_sampler`` either way.
+                compared with the learner's in ``logp_gap_vs_sampler`` either way (its first
+                minibatch, mean absolute per token). "auto": the sampler's where they matched in
+                the last update (that gap at most ``old_logp_gap_threshold``), saving the no-grad
+                pass over the batch; the learner's on the first update and wherever the gap was
+                larger. Each update reports which (``old_logp_from_sampler``, 1 = the sampler's);
+                several learners decide by the largest gap any of them measured, so all alike. Not
+                with ``async_sampling``. An update of one optimiser step never runs the pass.
+            old_logp_gap_threshold: With ``recompute_old_logp="auto"``: the largest
+                ``logp_gap_vs_sampler`` at which the sampler's log-probs stand for the old policy's
+                (default 1e-4; float32 HF sampling measures ~3e-6 on SmolLM2-135M, bf16 or vLLM ~0.04).
             async_sampling: Overlapped sampling (default False): the env runners sample the next
                 iteration's groups (whole groups, with the weights of one version before) while the
                 learner trains on this iteration's, and the weight sync follows both. The loss
@@ -222,6 +236,12 @@ class TextAgentConfig(AlgorithmConfig):
                 pass over a micro-batch, computes every prompt prefix its rows share once (prefix
                 trees with a tree attention mask, :mod:`hgpo_rllib.rl_module.prefix_sharing`); the
                 log-probs and gradients equal the unshared pass's (default False).
+            length_buckets: Without ``share_prompt_prefixes``: each minibatch's rows sorted by length
+                before they are cut into micro-batches, so that each micro-batch pads to about its
+                own rows' length (default True). A minibatch keeps its rows, so its token-mean loss
+                and gradient are unchanged (float rounding aside); the padding the passes computed
+                is the learner metric ``learner_padding_frac``. Rows shuffled per epoch
+                (``shuffle_batch_per_epoch``) keep their order.
             prompt_turns: How a prompt reaches the model's chat template: "user" (default: the env's
                 template as one user turn, the paper's templates verbatim) or "system_user" (its task
                 and instructions as the system turn, the same at every step, and the history, current

@@ -6,11 +6,14 @@ As PPO appends its GAE piece in ``PPOLearner.build()``, a text-agent learner app
 1. the algorithm's advantage piece (:meth:`TextAgentLearner.advantage_connector`): complete rollout
    groups -> token rows + advantages (numpy), computed on the learner's whole batch before RLlib
    minibatches it (docs/hgpo_algorithm.md §1.1 step 6);
-2. :class:`PromptSharing`: how much the batch's prompts share (metrics) and, with
-   ``share_prompt_prefixes``, the rows in token order so that micro-batches share prompts;
+2. :class:`PromptSharing`: how much the batch's prompts share (metrics) and the rows' order: with
+   ``share_prompt_prefixes`` token order, so that micro-batches share prompts; else, with
+   ``length_buckets``, by length inside each minibatch (:meth:`TextAgentLearner.minibatch_spans`), so
+   that each micro-batch pads to about its own rows' length;
 3. RLlib's ``NumpyToTensor`` (onto the learner's device);
-4. :class:`RecomputeOldLogp` when ``recompute_old_logp`` (the default): the learner's own log-probs
-   before the update as the PPO ratio's denominator, no gradient;
+4. :class:`RecomputeOldLogp` when ``recompute_old_logp`` is True (the default) or "auto": the
+   learner's own log-probs before the update as the PPO ratio's denominator, no gradient ("auto":
+   the sampler's where they matched the learner's in the last update);
 5. :class:`ReferenceLogp` when ``kl_coeff > 0``: frozen reference log-probs, no gradient.
 
 An update called with a progress ticket (``LearnerGroup.update(..., progress=ticket)``) reports its
@@ -34,7 +37,7 @@ from ray.rllib.utils.annotations import OverrideToImplementCustomLogic, override
 from ray.rllib.utils.metrics import WEIGHTS_SEQ_NO
 from ray.rllib.utils.minibatch_utils import MiniBatchCyclicIterator
 
-from hgpo_rllib.algorithms.per_module_minibatches import PerModuleMiniBatches
+from hgpo_rllib.algorithms.per_module_minibatches import PerModuleMiniBatches, minibatch_bounds
 from hgpo_rllib.columns import FORCE_WEIGHTS
 from hgpo_rllib.connectors.learner.frozen_logp import RecomputeOldLogp, ReferenceLogp
 from hgpo_rllib.connectors.learner.prompt_sharing import PromptSharing
@@ -77,9 +80,13 @@ class TextAgentLearner(Learner, abc.ABC):
                     mid: self.config.get_config_for_module(mid).micro_batch_size for mid in self.module.keys()
                 },
                 reorder=self.config.share_prompt_prefixes,
+                length_spans=self.minibatch_spans if self.config.length_buckets else None,
             )
         )
         self._learner_connector.append(NumpyToTensor(as_learner_connector=True, device=self._device))
+        #: The old-log-prob pass (None without ``recompute_old_logp``); "auto" decides by the gaps the
+        #: framework learner hands it after each update.
+        self.old_logp_pass: RecomputeOldLogp | None = None
         if self.config.recompute_old_logp:
             # One epoch over one minibatch is one optimiser step: its forward is the old policy's.
             # Sharded learners always run the pass: its all-gathers must happen on every learner,
@@ -90,11 +97,30 @@ class TextAgentLearner(Learner, abc.ABC):
                 single_step_rows = math.inf if self.config.minibatches_per_module == 1 else 1
             else:
                 single_step_rows = self.config.minibatch_size_per_learner or math.inf
-            self._learner_connector.append(
-                RecomputeOldLogp(chunk_rows=self.config.micro_batch_size, single_step_rows=single_step_rows)
+            auto = self.config.recompute_old_logp == "auto"
+            self.old_logp_pass = RecomputeOldLogp(
+                chunk_rows=self.config.micro_batch_size,
+                single_step_rows=single_step_rows,
+                gap_threshold=self.config.old_logp_gap_threshold if auto else None,
             )
+            self._learner_connector.append(self.old_logp_pass)
         if self.config.kl_coeff > 0:
             self._learner_connector.append(ReferenceLogp(chunk_rows=self.config.micro_batch_size))
+
+    def minibatch_spans(self, num_rows: int) -> list[int] | None:
+        """Where every epoch's minibatches cut a module's ``num_rows`` rows (``length_buckets``):
+        reordering rows inside these spans leaves each minibatch's rows, hence its token-mean loss and
+        gradient, as they were. A lone learner's :class:`PerModuleMiniBatches` cut at
+        :func:`minibatch_bounds`; several learners' cyclic minibatches at multiples of their size
+        only where it divides the rows (else a minibatch wraps round to the first rows). None where
+        no cut holds for every epoch (rows shuffled per epoch, or a wrapping minibatch)."""
+        config = self.config
+        if config.shuffle_batch_per_epoch and config.num_epochs > 1:
+            return None
+        size = config.minibatch_size_per_learner
+        if self.distributed:
+            return None if size and num_rows % size else minibatch_bounds(num_rows, size, None)
+        return minibatch_bounds(num_rows, size, config.minibatches_per_module)
 
     @override(Learner)
     def _create_iterator_if_necessary(

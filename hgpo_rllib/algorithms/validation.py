@@ -141,7 +141,18 @@ def text_agent_errors(config: Any) -> list[str]:
     need(is_number(c.kl_coeff) and c.kl_coeff >= 0, "kl_coeff", "a number >= 0")
     need(is_number(c.entropy_coeff) and c.entropy_coeff >= 0, "entropy_coeff", "a number >= 0")
     need(is_number(c.weight_decay) and c.weight_decay >= 0, "weight_decay", "a number >= 0")
-    need(is_bool(c.recompute_old_logp), "recompute_old_logp", "True or False")
+    need(
+        is_bool(c.recompute_old_logp)
+        or (isinstance(c.recompute_old_logp, str) and c.recompute_old_logp == "auto"),
+        "recompute_old_logp",
+        "True, False or 'auto'",
+    )
+    need(
+        is_number(c.old_logp_gap_threshold) and c.old_logp_gap_threshold >= 0,
+        "old_logp_gap_threshold",
+        "a number >= 0 (mean absolute log-prob gap per token)",
+    )
+    need(is_bool(c.length_buckets), "length_buckets", "True or False")
     need(is_bool(c.async_sampling), "async_sampling", "True or False")
     need(
         c.learner_matmul_gflops is None
@@ -158,8 +169,8 @@ def text_agent_errors(config: Any) -> list[str]:
         need(
             c.recompute_old_logp is True,
             "recompute_old_logp",
-            "True with async_sampling=True (the off-policy correction weighs the learner's own "
-            "log-probs against the sampler's)",
+            "True with async_sampling=True (not 'auto': the off-policy correction weighs the "
+            "learner's own log-probs against the sampler's, a version older)",
         )
         need(
             is_int(c.num_env_runners) and c.num_env_runners >= 1,

@@ -31,15 +31,24 @@ def row_states(
     """[N, T, H] states predicting ``resp_ids``, one padded row per step.
 
     position_ids = cumsum(mask) - 1 makes left-padded rows see the same positions as in ``generate``.
+    The columns that are padding in every row are not computed: the prompts' leading ones and the
+    responses' trailing ones (their states are zeros; a causal model's earlier states do not see
+    them), so rows of about one length pad to about that length.
     """
     prompt_ids, prompt_mask = trim_left_padding(prompt_ids, prompt_mask)
-    input_ids = torch.cat([prompt_ids.long(), resp_ids.long()], dim=1)
-    attention_mask = torch.cat([prompt_mask.long(), resp_mask.long()], dim=1)
+    width = resp_ids.shape[1]
+    used = resp_mask.any(dim=0).nonzero()
+    kept = int(used[-1]) + 1 if len(used) else 0
+    input_ids = torch.cat([prompt_ids.long(), resp_ids[:, :kept].long()], dim=1)
+    attention_mask = torch.cat([prompt_mask.long(), resp_mask[:, :kept].long()], dim=1)
     position_ids = (attention_mask.cumsum(dim=1) - 1).clamp(min=0)
     hidden = backbone(
         input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False
     ).last_hidden_state
-    return hidden[:, -(resp_ids.shape[1] + 1) : -1]
+    states = hidden[:, -(kept + 1) : -1]
+    if kept == width:
+        return states
+    return torch.cat([states, states.new_zeros(len(states), width - kept, states.shape[-1])], dim=1)
 
 
 def packed_states(backbone: torch.nn.Module, packing: PrefixPacking, device: torch.device) -> torch.Tensor:

@@ -329,7 +329,9 @@ class LLMRLModule(TorchRLModule, InferenceOnlyAPI, TokenPolicyAPI):
         if packing is None:
             counts = row_pass_tokens(batch[PROMPT_MASK].cpu().numpy(), resp_mask.cpu().numpy())
         else:
-            counts = PassTokens(packing.computed_tokens, packing.attention_pairs, int(resp_mask.sum()))
+            counts = PassTokens(
+                packing.computed_tokens, packing.attention_pairs, int(resp_mask.sum()), packing.input_ids.size
+            )
         self.pass_tokens[kind] = self.pass_tokens.get(kind, PassTokens()) + counts
 
     def _token_logp(

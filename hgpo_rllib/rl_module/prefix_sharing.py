@@ -159,8 +159,8 @@ def pack_shared_prefixes(
     if found is None:
         return None
     sequences, prompt_len = found
-    # The plain pass drops the columns that are padding in every row (trim_left_padding).
-    plan = plan_packing(sequences, int(prompt_len.max()) + resp_ids.shape[1], pair_cost)
+    # The plain pass drops the columns that are padding in every row (hidden_states.row_states).
+    plan = plan_packing(sequences, plain_width(prompt_mask, resp_mask), pair_cost)
     if plan is None:
         return None
     trees, sizes, bins = plan
@@ -199,6 +199,14 @@ def pack_shared_prefixes(
     )
 
 
+def plain_width(prompt_mask: np.ndarray, resp_mask: np.ndarray) -> int:
+    """The width of the plain pass's input over these rows: their longest prompt and longest
+    response (the columns that are padding in every row are dropped)."""
+    if not len(prompt_mask):
+        return 0
+    return int(np.asarray(prompt_mask).sum(axis=1).max() + np.asarray(resp_mask).sum(axis=1).max())
+
+
 def attention_pair_cost(config: Any) -> float:
     """Multiply-adds of one (query, key) pair of attention (scores and weighted values over all
     heads) per multiply-add of one token's linear layers (q, k, v, o projections and a gated MLP):
@@ -235,8 +243,9 @@ def sharing_stats(
       the whole batch once would skip (the bound);
     - ``learner_tokens_computed_frac``: tokens the passes over micro-batches of ``micro_batch_size``
       rows compute (prefix trees, :func:`plan_packing`, unless ``pair_cost`` is None; padding
-      excluded) per real token of the rows;
-    - ``learner_padding_frac``: padding in those passes' inputs.
+      excluded) per real token of the rows.
+
+    The padding the passes computed is counted as they run (``learner_padding_frac``).
     """
     found = real_sequences(prompt_ids, prompt_mask, resp_ids, resp_mask)
     if found is None or not len(prompt_ids):
@@ -252,24 +261,16 @@ def sharing_stats(
     if neighbours:
         longest[:-1] = neighbours
         longest[1:] = np.maximum(longest[1:], neighbours)
-    computed = padded = 0
+    computed = 0
     step = micro_batch_size or len(sequences)
     for start in range(0, len(sequences), step):
         chunk = sequences[start : start + step]
-        width = int(prompt_len[start : start + step].max()) + resp_ids.shape[1]
+        width = plain_width(prompt_mask[start : start + step], resp_mask[start : start + step])
         plan = None if pair_cost is None else plan_packing(chunk, width, pair_cost)
-        if plan is None:
-            computed += sum(map(len, chunk))
-            padded += len(chunk) * width
-        else:
-            _, sizes, bins = plan
-            computed += sum(sizes)
-            padded += len(bins) * max(sizes)
-    row_tokens = sum(map(len, sequences))
+        computed += sum(map(len, chunk)) if plan is None else sum(plan[1])
     return {
         "duplicate_prompt_row_frac": float(duplicates),
         "long_shared_prefix_row_frac": float((longest > opening).mean()),
         "prompt_tokens_shareable_frac": 1.0 - _distinct_prefixes(prompts) / int(prompt_len.sum()),
-        "learner_tokens_computed_frac": computed / row_tokens,
-        "learner_padding_frac": 1.0 - computed / padded,
+        "learner_tokens_computed_frac": computed / sum(map(len, sequences)),
     }

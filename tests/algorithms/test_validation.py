@@ -30,6 +30,12 @@ def test_default_config_is_the_papers_and_valid() -> None:
     assert config.grad_clip_by == "global_norm"
     assert (config.minibatch_size, config.num_epochs, config.gamma, config.group_size) == (256, 1, 0.95, 8)
     assert (config.clip_param, config.dual_clip) == (0.2, 3.0)
+    assert (config.recompute_old_logp, config.old_logp_gap_threshold, config.length_buckets) == (
+        True,
+        1e-4,
+        True,
+    )
+    config.copy().training(recompute_old_logp="auto", old_logp_gap_threshold=0).validate()
     assert (config.kl_coeff, config.entropy_coeff) == (0.01, 0.001)
     assert (config.max_prompt_tokens, config.max_new_tokens, config.temperature) == (4096, 512, 1.0)
     assert (config.estimator, config.history_length, config.adv_mode, config.eval_temperature) == (
@@ -77,6 +83,11 @@ BAD_SETTINGS = [
     ({"temperature": 0.0}, "temperature"),
     ({"eval_temperature": -0.1}, "eval_temperature"),
     ({"recompute_old_logp": 1}, "recompute_old_logp"),
+    ({"recompute_old_logp": "always"}, "recompute_old_logp"),
+    ({"old_logp_gap_threshold": -1e-4}, "old_logp_gap_threshold"),
+    ({"old_logp_gap_threshold": "1e-4"}, "old_logp_gap_threshold"),
+    ({"length_buckets": 1}, "length_buckets"),
+    ({"async_sampling": True, "recompute_old_logp": "auto"}, "recompute_old_logp"),
     ({"async_sampling": 1}, "async_sampling"),
     ({"behaviour_weight_cap": 0.5}, "behaviour_weight_cap"),
     ({"learner_matmul_gflops": -1.0}, "learner_matmul_gflops"),
@@ -102,6 +113,7 @@ BAD_SETTINGS = [
             "clip_param",
             "behaviour_weight_cap",
             "learner_matmul_gflops",
+            "old_logp_gap_threshold",
         )
     ],
     ({"lr": [[0, 1e-3], [100, np.inf]]}, "lr"),

@@ -39,8 +39,10 @@ def test_the_tiny_shape_by_hand():
 
 
 def test_the_token_counts_of_plain_rows_and_trees():
-    # 4 + 4 tokens, 10 + 10 causal pairs, 2 + 1 response tokens scored.
-    assert row_pass_tokens(PROMPT, RESPONSE) == PassTokens(tokens=8, pairs=20, scored=3)
+    # 4 + 4 tokens, 10 + 10 causal pairs, 2 + 1 response tokens scored, in an input of 2 rows of 3
+    # prompt and 2 response columns (the third response column is padding in both rows).
+    assert row_pass_tokens(PROMPT, RESPONSE) == PassTokens(tokens=8, pairs=20, scored=3, positions=10)
+    assert row_pass_tokens(PROMPT, RESPONSE) + PassTokens(1, 2, 3, 4) == PassTokens(9, 22, 6, 14)
     # A tree of a 5-token row and a 6-token row sharing its first 3: 15 + (21 - 6) pairs.
     assert tree_pairs([5, 6], [0, 3]) == 30
 

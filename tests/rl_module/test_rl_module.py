@@ -274,6 +274,33 @@ def test_exploration_logp_matches_forward_train(temperature: float) -> None:
     assert (module.forward_train(train_batch(prompts, out))["logp"] - logp).abs().max() > 1e-3
 
 
+def test_response_columns_of_padding_in_every_row_are_not_computed() -> None:
+    """The learner's rows carry the batch's response width; columns that are padding in all rows of
+    a pass are left out of the backbone's input (length buckets pad a micro-batch to its own rows):
+    the log-probs are those of the rows without them, exactly, and the pass counts its positions."""
+    module = build()
+    prompts = module.encode_prompts(["go", CORPUS[1]])
+    torch.manual_seed(1)
+    rows = train_batch(prompts, module.forward_exploration(prompts))
+    pad = torch.full((2, 5), module.tokenizer.pad_token_id, dtype=torch.long)
+    wider = {**rows, "resp_ids": torch.cat([rows["resp_ids"], pad], 1)}
+    wider["resp_mask"] = torch.cat([rows["resp_mask"], torch.zeros_like(pad)], 1)
+    widths = []
+    backbone = module.lm.model
+    hook = backbone.register_forward_pre_hook(
+        lambda _, args, kwargs: widths.append(kwargs["input_ids"].shape[1]), with_kwargs=True
+    )
+    module.take_pass_tokens()
+    with torch.no_grad():
+        logp, wider_logp = (module.forward_train(batch)["logp"] for batch in (rows, wider))
+    hook.remove()
+    used = int(rows["resp_mask"].any(0).nonzero()[-1]) + 1
+    prompt_width = int(prompts["prompt_mask"].sum(1).max())
+    assert widths == [prompt_width + used] * 2
+    assert torch.equal(wider_logp[:, :16], logp) and (wider_logp[:, 16:] == 0).all()
+    assert module.take_pass_tokens()["forward"].positions == 2 * 2 * (prompt_width + used)
+
+
 def test_sampled_log_probs_are_gathered_one_step_late_and_follow_undone_steps() -> None:
     """The generate-time recorder: step t's token shows up in input_ids at step t + 1 (or at the end)."""
     recorder = _SampledLogProbs()

@@ -2,7 +2,8 @@
 
 The policies count what each of their log-prob passes computed (``LLMRLModule.take_pass_tokens``);
 :class:`FlopMeter` times the update on this learner and turns the counts into FLOPs with the formula of
-:mod:`hgpo_rllib.learner_flops` (docs/throughput.md, "The machine's limit").
+:mod:`hgpo_rllib.learner_flops` (docs/throughput.md, "The machine's limit"), and into the padding of the
+passes' inputs (``learner_padding_frac``).
 """
 
 from __future__ import annotations
@@ -16,15 +17,22 @@ from ray.rllib.core.rl_module.multi_rl_module import MultiRLModule
 from ray.rllib.utils.typing import ModuleID
 
 from hgpo_rllib.algorithms.torch.matmul_rate import probe_gflops
-from hgpo_rllib.columns import LEARNER_FLOPS, LEARNER_GFLOPS_PER_S, LEARNER_PEAK_FRACTION, MATMUL_GFLOPS_PER_S
-from hgpo_rllib.learner_flops import update_flops
+from hgpo_rllib.columns import (
+    LEARNER_FLOPS,
+    LEARNER_GFLOPS_PER_S,
+    LEARNER_PADDING_FRAC,
+    LEARNER_PEAK_FRACTION,
+    MATMUL_GFLOPS_PER_S,
+)
+from hgpo_rllib.learner_flops import PassTokens, update_flops
 from hgpo_rllib.rl_module.llm_rl_module import LLMRLModule
 
 
 class FlopMeter:
-    """Per update (:meth:`start`, then :meth:`log`): each policy's ``learner_flops``, and all policies'
-    ``learner_gflops_per_s`` over this learner's update time with ``learner_peak_fraction`` of
-    ``matmul_gflops_per_s``. HiPER's critic is not counted (its passes are not the policy's)."""
+    """Per update (:meth:`start`, then :meth:`log`): each policy's ``learner_flops`` and
+    ``learner_padding_frac`` (over all its passes), and all policies' ``learner_gflops_per_s`` over
+    this learner's update time with ``learner_peak_fraction`` of ``matmul_gflops_per_s``. HiPER's
+    critic is not counted (its passes are not the policy's)."""
 
     def __init__(self, module: MultiRLModule, device: torch.device, matmul_gflops: float | None):
         self.module = module
@@ -67,6 +75,10 @@ class FlopMeter:
                 flops = update_flops(module.model_shape, passes, module.lora_weights)
                 metrics.log_value((module_id, LEARNER_FLOPS), flops, window=1)
                 total += flops
+                counts = sum(passes.values(), PassTokens())
+                if counts.positions:
+                    padding = 1.0 - counts.tokens / counts.positions
+                    metrics.log_value((module_id, LEARNER_PADDING_FRAC), padding, window=1)
         if not total or seconds <= 0:
             return
         rate = total / seconds / 1e9

@@ -378,14 +378,15 @@ class TextAgentTorchLearner(TextAgentLearner, TorchLearner):
     def after_gradient_based_update(self, *, timesteps: dict[str, Any]) -> None:
         super().after_gradient_based_update(timesteps=timesteps)
         self._flop_meter.log(self.metrics)
+        gaps = {}
         for module_id, sums in self._token_sums.items():
             tokens = max(sums["tokens"], 1.0)
             for key in _TOKEN_MEAN_KEYS:
                 if key in sums:
                     self.metrics.log_value((module_id, key), sums[key] / tokens, window=1)
             if LOGP_GAP_KEY in sums:
-                gap = sums[LOGP_GAP_KEY] / max(sums["first_minibatch_tokens"], 1.0)
-                self.metrics.log_value((module_id, LOGP_GAP_KEY), gap, window=1)
+                gaps[module_id] = sums[LOGP_GAP_KEY] / max(sums["first_minibatch_tokens"], 1.0)
+                self.metrics.log_value((module_id, LOGP_GAP_KEY), gaps[module_id], window=1)
             self.metrics.log_value((module_id, NUM_OPTIMIZER_STEPS), self._module_steps[module_id], window=1)
             if self.distributed and len(self.module) > 1:
                 idle = self._idle_minibatches.get(module_id, 0)
@@ -397,3 +398,6 @@ class TextAgentTorchLearner(TextAgentLearner, TorchLearner):
             for norm in norms if first_learner else ():
                 self.metrics.log_value((module_id, GRAD_NORM_PER_STEP_KEY), norm, reduce="item_series")
             self.metrics.log_value((module_id, GRAD_NORM_MAX_KEY), max(norms), window=1)
+        if self.old_logp_pass is not None:  # recompute_old_logp="auto" decides by them next update
+            over_learners = sorted(self.module.keys()) if self.distributed else None
+            self.old_logp_pass.remember_gaps(gaps, over_learners, self._device)

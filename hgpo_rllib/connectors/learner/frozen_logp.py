@@ -7,20 +7,29 @@ RLlib minibatches the rows (docs/hgpo_algorithm.md §5):
 * :class:`RecomputeOldLogp`: the policy's own before the update, the PPO ratio's denominator, as
   verl recomputes them on the training engine. The sampler's (vLLM, another dtype or kernel) differ
   slightly, which would make the first minibatch's ratio differ from 1 and clip spuriously; they are
-  kept as ``sampler_logp`` for the ``logp_gap_vs_sampler`` metric.
+  kept as ``sampler_logp`` for the ``logp_gap_vs_sampler`` metric. With a gap threshold
+  (``recompute_old_logp="auto"``) the pass is skipped where the sampler's matched the learner's in
+  the last update: they are then the old policy's (float32 HF sampling: ~3e-6 per token).
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
 from ray.rllib.connectors.connector_v2 import ConnectorV2
 from ray.rllib.utils.annotations import override
 
-from hgpo_rllib.columns import OLD_LOGP, OPTIONAL_TOKEN_COLUMNS, REF_LOGP, SAMPLER_LOGP, TOKEN_COLUMNS
+from hgpo_rllib.columns import (
+    OLD_LOGP,
+    OLD_LOGP_FROM_SAMPLER_KEY,
+    OPTIONAL_TOKEN_COLUMNS,
+    REF_LOGP,
+    SAMPLER_LOGP,
+    TOKEN_COLUMNS,
+)
 
 
 def logp_in_chunks(
@@ -59,12 +68,12 @@ class _ChunkedLogp(ConnectorV2):
     ) -> dict:
         for module_id, rows in batch.items():  # one module, or one per role of a multi-agent system
             start = time.perf_counter()
-            ran = self.fill(rl_module[module_id].unwrapped(), rows)
+            ran = self.fill(module_id, rl_module[module_id].unwrapped(), rows)
             if ran and metrics is not None:
                 metrics.log_value((module_id, self.timer_key), time.perf_counter() - start, window=1)
         return batch
 
-    def fill(self, module: Any, rows: dict[str, Any]) -> bool:
+    def fill(self, module_id: str, module: Any, rows: dict[str, Any]) -> bool:
         """Add the pass's columns to ``rows``; False where the pass was not needed (no timer then)."""
         raise NotImplementedError
 
@@ -74,7 +83,7 @@ class ReferenceLogp(_ChunkedLogp):
 
     timer_key = "reference_logp_s"
 
-    def fill(self, module: Any, rows: dict[str, Any]) -> bool:
+    def fill(self, module_id: str, module: Any, rows: dict[str, Any]) -> bool:
         rows[REF_LOGP] = logp_in_chunks(module.compute_ref_logp, rows, self.chunk_rows)
         return True
 
@@ -87,17 +96,66 @@ class RecomputeOldLogp(_ChunkedLogp):
     update is a single optimiser step (one epoch over at most ``single_step_rows`` rows: one
     minibatch), the training forward itself runs on the old policy: the pass is skipped and the loss
     takes its own log-probs, detached, as the old ones (``old_logp`` is left out of the batch).
+
+    With ``gap_threshold`` (``recompute_old_logp="auto"``) the sampler's log-probs stay ``old_logp``
+    and the pass is skipped where the module's last measured ``logp_gap_vs_sampler`` (the learner
+    sets :attr:`last_gaps` after each update) is at most the threshold; it runs on the first update
+    and wherever the gap exceeded it. Each update logs the choice (``old_logp_from_sampler``).
     """
 
     timer_key = "old_logp_s"
 
-    def __init__(self, *args: Any, single_step_rows: float = 0, **kwargs: Any):
+    def __init__(
+        self, *args: Any, single_step_rows: float = 0, gap_threshold: float | None = None, **kwargs: Any
+    ):
         super().__init__(*args, **kwargs)
         self.single_step_rows = single_step_rows
+        self.gap_threshold = gap_threshold
+        #: Each module's mean absolute log-prob gap (learner - sampler, per token) in the last update
+        #: that measured one; the same on every learner (the learner reduces it over all of them).
+        self.last_gaps: dict[str, float] = {}
 
-    def fill(self, module: Any, rows: dict[str, Any]) -> bool:
-        rows[SAMPLER_LOGP] = rows.pop(OLD_LOGP)
-        if len(rows[SAMPLER_LOGP]) <= self.single_step_rows:
+    @override(ConnectorV2)
+    def __call__(
+        self, *, rl_module: Any, batch: dict[str, Any], episodes: Any, metrics: Any = None, **kwargs: Any
+    ) -> dict:
+        batch = super().__call__(
+            rl_module=rl_module, batch=batch, episodes=episodes, metrics=metrics, **kwargs
+        )
+        if self.gap_threshold is not None and metrics is not None:
+            for module_id, rows in batch.items():
+                from_sampler = float(OLD_LOGP in rows and SAMPLER_LOGP not in rows)
+                metrics.log_value((module_id, OLD_LOGP_FROM_SAMPLER_KEY), from_sampler, window=1)
+        return batch
+
+    def remember_gaps(
+        self, gaps: dict[str, float], module_ids: Sequence[str] | None = None, device: Any = "cpu"
+    ) -> None:
+        """An update's gaps by module, for the next update's decision (with a threshold). With
+        ``module_ids`` (all the learner's modules; several learners, each calling this) the largest
+        gap any learner measured, one all-reduce on ``device`` (the learner's), so all decide alike:
+        sharded learners must (their pass is a collective)."""
+        if self.gap_threshold is None:
+            return
+        if module_ids is not None:
+            values = [gaps.get(mid, -1.0) for mid in module_ids]  # -1: not measured on this learner
+            largest = torch.tensor(values, dtype=torch.float64, device=device)
+            torch.distributed.all_reduce(largest, op=torch.distributed.ReduceOp.MAX)
+            gaps = {mid: gap for mid, gap in zip(module_ids, largest.tolist(), strict=True) if gap != -1.0}
+        self.last_gaps.update(gaps)
+
+    def sampler_matches(self, module_id: str) -> bool:
+        """Whether the sampler's log-probs stand for the old policy's: a threshold is set and the
+        module's last gap (none before its first update) is at most it."""
+        gap = self.last_gaps.get(module_id)
+        return self.gap_threshold is not None and gap is not None and gap <= self.gap_threshold
+
+    def fill(self, module_id: str, module: Any, rows: dict[str, Any]) -> bool:
+        if len(rows[OLD_LOGP]) <= self.single_step_rows:
+            rows[SAMPLER_LOGP] = rows.pop(OLD_LOGP)
             return False
+        if self.sampler_matches(module_id):
+            return False
+        rows[SAMPLER_LOGP] = rows.pop(OLD_LOGP)
         rows[OLD_LOGP] = logp_in_chunks(lambda b: module.forward_train(b)["logp"], rows, self.chunk_rows)
         return True

@@ -1,0 +1,51 @@
+"""Checks of ``benchmarks/iteration_profile.py`` without running an algorithm: each variant's settings
+over the experiment file's config, the result file's name and the table (issue 63, item 5)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from helpers import TUNED, benchmark_module
+
+bench = benchmark_module("iteration_profile")
+
+
+@pytest.mark.parametrize(
+    ("variant", "expected"),
+    [
+        ("default", (False, True, True, 2)),  # the KeyChest example: 2 epochs of its own
+        ("plain", (False, False, True, 2)),
+        ("buckets", (False, True, True, 2)),
+        ("shared", (True, True, True, 2)),
+        ("recompute", (False, True, True, 2)),
+        ("auto", (False, True, "auto", 2)),
+    ],
+)
+def test_each_variant_sets_its_levers_over_the_experiments_config(variant, expected):
+    args = bench.parse_args(["--config", '{"micro_batch_size": 8}', "-k", "1", "--variants", variant])
+    config = bench.build_config(args, variant)
+    settings = ("share_prompt_prefixes", "length_buckets", "recompute_old_logp", "num_epochs")
+    assert tuple(getattr(config, name) for name in settings) == expected
+    assert (config.micro_batch_size, config.history_length) == (8, 1)
+
+
+def test_the_result_file_is_named_by_experiment_model_and_variants():
+    assert bench.result_name(bench.parse_args([])) == "iteration_profile_hgpo_keychest"
+    argv = ["--experiment", str(TUNED / "hgpo_webshop.py"), "--model", "smollm2-135m-instruct"]
+    args = bench.parse_args([*argv, "--variants", "recompute", "auto"])
+    assert bench.result_name(args) == "iteration_profile_hgpo_webshop_smollm2-135m-instruct_recompute_auto"
+
+
+def test_the_table_gives_each_variants_seconds_share_and_ratio_to_the_first():
+    def run(update: float, old_logp: float, from_sampler: float) -> dict[str, float]:
+        means = dict.fromkeys([key for _, key in bench.PHASES] + ["step rows", *bench.LEARNER], 1.0)
+        means |= {"iteration": 10.0, "learner update": update, "old log-probs": old_logp}
+        return means | {"old_logp_from_sampler": from_sampler}
+
+    table = bench.print_table({"recompute": run(6.0, 2.0, math.nan), "auto": run(4.5, 0.0, 1.0)})
+    lines = table.splitlines()
+    assert lines[0] == "| phase | recompute: s (share, x recompute) | auto: s (share, x recompute) |"
+    assert "| learner update, total | 6.0000 (60.00%) | 4.5000 (45.00%, 0.750x) |" in lines
+    assert "|   old log-probs (no grad) | 2.0000 (20.00%) | 0.0000 (0.00%, 0.000x) |" in lines
+    assert "| old_logp_from_sampler | nan | 1 |" in lines
