@@ -400,7 +400,6 @@ LONG_MODULES = {
         "metrics; FSDP and the FLOP meter are modules of their own)"
     ),
     "hgpo_rllib/advantages/hae.py": "HiPER's hierarchical advantage estimation: one estimator's maths",
-    "hgpo_rllib/cli/train.py": "`rllib train file`: its options, its Tune run and the status it reports",
 }
 
 

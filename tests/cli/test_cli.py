@@ -27,8 +27,8 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from envs.alfworld.facts import ALFWORLD_FACTS
 from hgpo_rllib import cli
 from hgpo_rllib.cli.quiet import hide_harmless_lines
+from hgpo_rllib.cli.run_dirs import experiment_runs
 from hgpo_rllib.cli.tensorboard_layout import LAYOUT
-from hgpo_rllib.cli.train import experiment_runs
 from hgpo_rllib.connectors.env_to_module.history_window import HistoryWindowPrompt
 from hgpo_rllib.evaluation import CheckpointPolicy, evaluate, protocol
 from hgpo_rllib.evaluation.rollout import task_seeds

@@ -37,8 +37,9 @@ from hgpo_rllib.algorithms.checkpoints import (
     remove_orphaned_checkpoint_copies,
 )
 from hgpo_rllib.cli.result_files import OneRowPerIterationCsv, OneRowPerIterationJson
+from hgpo_rllib.cli.run_dirs import claim_experiment_dir, experiment_runs
 from hgpo_rllib.cli.stopping import MetricStopper, unknown_stop_keys, what_was_saved
-from hgpo_rllib.cli.train import check_trial_resources, claim_experiment_dir, experiment_runs
+from hgpo_rllib.cli.tune_run import check_trial_resources
 from hgpo_rllib.evaluation.policy_loading import POLICY_RECORD, say_pickle_trust_once
 from hgpo_rllib.evaluation.rollout import read_played_episodes
 from hgpo_rllib.orphans import (
@@ -471,7 +472,7 @@ def test_runs_of_one_name_never_share_a_directory(tmp_path: Path, monkeypatch: p
     assert list(experiment_runs(tmp_path, name)) == [1, 2]
     # Another process claims run 3 between our listing and our mkdir: we take run 4.
     (tmp_path / f"{name}_run3").mkdir()
-    monkeypatch.setattr("hgpo_rllib.cli.train.experiment_runs", lambda storage, name: {1: None, 2: None})
+    monkeypatch.setattr("hgpo_rllib.cli.run_dirs.experiment_runs", lambda storage, name: {1: None, 2: None})
     assert claim_experiment_dir(tmp_path, name) == tmp_path / f"{name}_run4"
 
 

@@ -276,12 +276,12 @@ def test_ctrl_c_before_the_run_exists_says_to_rerun_without_resume(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """The hint after a Ctrl-C at start-up was "rerun with --resume", which found nothing to resume."""
-    import hgpo_rllib.cli.train as train_cli
+    import hgpo_rllib.cli.tune_run as tune_run
 
     def interrupted(config: Any) -> None:
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(train_cli, "check_trial_resources", interrupted)
+    monkeypatch.setattr(tune_run, "check_trial_resources", interrupted)
     path = write_experiment(tmp_path)
     assert cli.main(train_args(path, tmp_path / "out", name=None)) == 130
     last = own_stderr(capsys.readouterr().err).strip().splitlines()[-1]
@@ -291,15 +291,15 @@ def test_ctrl_c_before_the_run_exists_says_to_rerun_without_resume(
 def test_resume_takes_the_run_s_own_config_and_module_settings_but_no_others(tmp_path: Path) -> None:
     """A run started with --config (or --module) resumes with the same flags repeated; a change is
     refused (before, any --config with --resume was)."""
-    from hgpo_rllib.cli.train import RUN_RECORD, _check_resume
+    from hgpo_rllib.cli.run_dirs import RUN_RECORD, check_resume
     from hgpo_rllib.run_records import write_record
 
     started = {"stop": {"training_iteration": 2}, "config": {"lr": 1e-5}, "module": ["planner.lr=1e-5"]}
     write_record(tmp_path / RUN_RECORD, started)
-    _check_resume(tmp_path, dict(started))  # the same command + --resume
-    _check_resume(tmp_path, {"stop": {"training_iteration": 2}})  # the printed resume command (no --config)
+    check_resume(tmp_path, dict(started))  # the same command + --resume
+    check_resume(tmp_path, {"stop": {"training_iteration": 2}})  # the printed resume command (no --config)
     with pytest.raises(ValueError, match=r"config was \{'lr': 1e-05\}, now \{'lr': 0\.001\}"):
-        _check_resume(tmp_path, {**started, "config": {"lr": 1e-3}})
+        check_resume(tmp_path, {**started, "config": {"lr": 1e-3}})
 
 
 #: The checkpoint writer fails as a full disk makes it: ENOSPC after part of the second checkpoint

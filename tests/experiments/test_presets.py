@@ -92,7 +92,7 @@ def test_the_sweep_runs_each_setting_once(tmp_path: Path) -> None:
     """Alpha is swept for HGPO only: GRPO and GiGPO ignore it, and a grid made 4 duplicate trials."""
     from ray import tune
 
-    from hgpo_rllib.cli.train import tune_config
+    from hgpo_rllib.cli.tune_run import tune_config
 
     experiment = load_experiment_file(TUNED / "sweep_hgpo.py")
     base = {k: experiment.config.to_dict()[k] for k in ("estimator", "history_length", "length_weight_alpha")}
