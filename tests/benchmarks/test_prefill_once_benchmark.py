@@ -23,6 +23,7 @@ def test_both_paths_agree_and_the_table_is_written(tmp_path: Path) -> None:
     result = bench.main([*argv, "--output", str(tmp_path)])
     assert result["token_mismatches"] == 0 and result["logp_gap"] <= 1e-5
     assert list(result["medians"]) == ["every row prefilled", "prefilled once per prompt"]
+    assert all(faults >= 0 for *_, faults in result["medians"].values())
     text = (tmp_path / "prefill_once.md").read_text()
     assert "| prefilled once per prompt |" in text and "CPU: " in text and "`uptime` before: " in text
 
@@ -31,12 +32,15 @@ def test_the_vllm_row_gives_whole_calls_against_the_plain_path() -> None:
     """vLLM reports no prefill of its own: its row has the call's seconds, the tokens it made per
     second and its speed-up over every row prefilled."""
     result = {
-        "medians": {"every row prefilled": (3.0, 8.0), "prefilled once per prompt": (1.0, 4.0)},
+        "medians": {
+            "every row prefilled": (3.0, 8.0, 1500, 0),
+            "prefilled once per prompt": (1.0, 4.0, 20, 7),
+        },
         "vllm": {"start_s": 90.0, "call_s": 2.0, "generated": 30},
     }
     rows = bench.table(result, rows=4, prompt_tokens=400, new_tokens=8).splitlines()[2:]
     assert rows == [
-        "| every row prefilled | 3.00 | 133 | 5.00 | 6 | 8.00 | 4 | 1.00x |",
-        "| prefilled once per prompt | 1.00 | 400 | 3.00 | 9 | 4.00 | 8 | 2.00x |",
-        "| vLLM (CPU build), prefix caching | - | - | - | - | 2.00 | 15 | 4.00x |",
+        "| every row prefilled | 3.00 | 133 | 5.00 | 6 | 8.00 | 4 | 1.00x | 1,500 | 0 |",
+        "| prefilled once per prompt | 1.00 | 400 | 3.00 | 9 | 4.00 | 8 | 2.00x | 20 | 7 |",
+        "| vLLM (CPU build), prefix caching | - | - | - | - | 2.00 | 15 | 4.00x | - | - |",
     ]
