@@ -4,10 +4,12 @@ and the learner's levers against each other, one variant after the other in one 
 Why: the paper reports that HGPO's grouping adds well under a second to iterations of minutes
 (docs/hgpo_algorithm.md §6); here the advantage connector (estimator + token batch) must stay below 1% of
 an iteration. The learner update dominates, and ``--variants`` measures its levers on the same machine,
-one after the other (docs/throughput.md): rows as they come (``plain``), sorted by length inside each
-minibatch (``buckets``, the default), shared prompt prefixes computed once (``shared``), and, with two
-epochs, the old-log-prob pass on every update (``recompute``) against the sampler's log-probs where they
-matched (``auto``). Per variant: the phases' seconds (the algorithm's unsmoothed ``iteration_seconds``
+one after the other (docs/throughput.md): the path before them (``baseline``: float32, no
+prefill-once, no shared prefixes, no buckets), the default in float32 (``float32``: bf16's share where
+the CPU has it natively), rows as they come (``plain``), sorted by length inside each minibatch
+(``buckets``, the default), shared prompt prefixes computed once (``shared``), and, with two epochs, the
+old-log-prob pass on every update (``recompute``) against the sampler's log-probs where they matched
+(``auto``). Per variant: the phases' seconds (the algorithm's unsmoothed ``iteration_seconds``
 and the learner connector's timers), what the passes computed (FLOPs, tokens per real token, padding)
 and whether the old log-probs were the sampler's, averaged over the measured iterations after warm-up
 ones. It profiles any experiment file's config (``--model``, ``-k``: the file's settings; ``--config``:
@@ -36,9 +38,18 @@ from hgpo_rllib.cli.args import count, json_dict
 from hgpo_rllib.experiments.experiment_file import apply_config_overrides, load_experiment_file
 
 KEYCHEST = Path(__file__).resolve().parents[1] / "tuned_examples" / "hgpo_keychest.py"
-#: Training settings of each variant, over the experiment's own ("default": none).
+#: Settings of each variant, merged over the experiment's own as ``--config`` is ("default": none;
+#: ``model_config`` key by key). ``baseline`` is the path before issue 63's levers: float32, each copy
+#: of a group's prompt prefilled, rows as they come, no shared prefixes; ``float32`` is the default
+#: with float32 instead of the CPU's dtype (bf16's share where the CPU has it natively).
 VARIANTS: dict[str, dict[str, Any]] = {
     "default": {},
+    "baseline": {
+        "share_prompt_prefixes": False,
+        "length_buckets": False,
+        "model_config": {"torch_dtype": "float32", "share_prompt_prefill": False},
+    },
+    "float32": {"model_config": {"torch_dtype": "float32"}},
     "plain": {"share_prompt_prefixes": False, "length_buckets": False},
     "buckets": {"share_prompt_prefixes": False, "length_buckets": True},
     "shared": {"share_prompt_prefixes": True},
@@ -78,7 +89,8 @@ def build_config(args: argparse.Namespace, variant: str) -> HGPOConfig:
     given = {name: value for name, value in settings.items() if value is not None}
     config = load_experiment_file(args.experiment, given).config.copy(copy_frozen=False)
     apply_config_overrides(config, args.config or {})
-    return config.training(**VARIANTS[variant])
+    apply_config_overrides(config, VARIANTS[variant])
+    return config
 
 
 def profile(args: argparse.Namespace, variant: str) -> dict[str, float]:
@@ -185,7 +197,11 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, float]]:
         f"{f' with {args.model}' if args.model else ''} ({args.iterations} iterations after "
         f"{args.warmup} warm-up, variants: {', '.join(args.variants)})"
     )
-    variants = "\n".join(f"- `{name}`: {VARIANTS[name] or 'the experiment as configured'}" for name in runs)
+    variants = "\n".join(
+        f"- `{name}`: {VARIANTS[name] or 'the experiment as configured'} (torch_dtype "
+        f"{build_config(args, name).user_model_config().get('torch_dtype', 'float32')})"
+        for name in runs
+    )
     write_result(result_name(args), title, f"{machine}{variants}\n\n{table}", args.output or RESULTS_DIR)
     return runs
 

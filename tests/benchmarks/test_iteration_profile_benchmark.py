@@ -15,6 +15,8 @@ bench = benchmark_module("iteration_profile")
     ("variant", "expected"),
     [
         ("default", (False, True, True, 2)),  # the KeyChest example: 2 epochs of its own
+        ("baseline", (False, False, True, 2)),
+        ("float32", (False, True, True, 2)),
         ("plain", (False, False, True, 2)),
         ("buckets", (False, True, True, 2)),
         ("shared", (True, True, True, 2)),
@@ -28,6 +30,19 @@ def test_each_variant_sets_its_levers_over_the_experiments_config(variant, expec
     settings = ("share_prompt_prefixes", "length_buckets", "recompute_old_logp", "num_epochs")
     assert tuple(getattr(config, name) for name in settings) == expected
     assert (config.micro_batch_size, config.history_length) == (8, 1)
+
+
+@pytest.mark.parametrize(
+    ("variant", "expected"),
+    [("default", ("bfloat16", True)), ("baseline", ("float32", False)), ("float32", ("float32", True))],
+)
+def test_the_baseline_and_float32_variants_set_the_modules_dtype_and_prefill(variant, expected):
+    args = bench.parse_args(
+        ["--config", '{"model_config": {"torch_dtype": "bfloat16"}}', "--variants", variant]
+    )
+    model_config = bench.build_config(args, variant).user_model_config()
+    assert (model_config["torch_dtype"], model_config.get("share_prompt_prefill", True)) == expected
+    assert model_config["constrain_to_admissible"]  # merged key by key: the experiment's settings stay
 
 
 def test_the_result_file_is_named_by_experiment_model_and_variants():
