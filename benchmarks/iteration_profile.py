@@ -69,6 +69,8 @@ LEARNER = (
     "logp_gap_vs_sampler",
     "num_optimizer_steps",
 )
+#: All policies' learner rates against the machine's matmul rate (docs/throughput.md, "The machine's limit").
+ALL_MODULES = ("learner_gflops_per_s", "matmul_gflops_per_s", "learner_peak_fraction")
 #: (label, key) of the phase rows, in seconds.
 PHASES = (
     ("sampling (grouped rollouts)", "sampling"),
@@ -116,6 +118,8 @@ def profile(args: argparse.Namespace, variant: str) -> dict[str, float]:
             totals["step rows"] += learner["num_step_rows"]
             for name in LEARNER:
                 totals[name] += learner.get(name, float("nan"))
+            for name in ALL_MODULES:
+                totals[name] += result["learners"]["__all_modules__"].get(name, float("nan"))
     finally:
         algo.stop()
     means = {k: v / args.iterations for k, v in totals.items()}
@@ -140,7 +144,7 @@ def print_table(runs: dict[str, dict[str, float]]) -> str:
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
     lines += ["", "| learner batch (mean per iteration) | " + " | ".join(names) + " |"]
     lines.append("|---|" + "---:|" * len(names))
-    for key in ("step rows", *LEARNER):
+    for key in ("step rows", *LEARNER, *ALL_MODULES):
         lines.append(f"| {key} | " + " | ".join(f"{runs[n][key]:.6g}" for n in names) + " |")
     share = 100 * first["advantage connector"] / first["iteration"]
     lines += [

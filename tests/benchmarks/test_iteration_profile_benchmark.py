@@ -54,8 +54,10 @@ def test_the_result_file_is_named_by_experiment_model_and_variants():
 
 def test_the_table_gives_each_variants_seconds_share_and_ratio_to_the_first():
     def run(update: float, old_logp: float, from_sampler: float) -> dict[str, float]:
-        means = dict.fromkeys([key for _, key in bench.PHASES] + ["step rows", *bench.LEARNER], 1.0)
+        keys = [key for _, key in bench.PHASES] + ["step rows", *bench.LEARNER, *bench.ALL_MODULES]
+        means = dict.fromkeys(keys, 1.0)
         means |= {"iteration": 10.0, "learner update": update, "old log-probs": old_logp}
+        means |= {"learner_peak_fraction": 0.25}
         return means | {"old_logp_from_sampler": from_sampler}
 
     table = bench.print_table({"recompute": run(6.0, 2.0, math.nan), "auto": run(4.5, 0.0, 1.0)})
@@ -64,3 +66,4 @@ def test_the_table_gives_each_variants_seconds_share_and_ratio_to_the_first():
     assert "| learner update, total | 6.0000 (60.00%) | 4.5000 (45.00%, 0.750x) |" in lines
     assert "|   old log-probs (no grad) | 2.0000 (20.00%) | 0.0000 (0.00%, 0.000x) |" in lines
     assert "| old_logp_from_sampler | nan | 1 |" in lines
+    assert "| learner_peak_fraction | 0.25 | 0.25 |" in lines
