@@ -279,6 +279,7 @@ ALLOWED_VARIABLES = {
     "TUNE_DISABLE_SIGINT_HANDLER": "Tune's signal handling (a process knob)",
     "TUNE_GLOBAL_CHECKPOINT_S": "how often Tune saves its state (a process knob)",
     "GOMP_SPINCOUNT": "OpenMP waiting (a process knob)",
+    "GLIBC_TUNABLES": "glibc's allocator (a process knob a benchmark records)",
     "WEBSHOP_DATA_DIR": "a data-directory reader",
     "ALFWORLD_DATA": "a data-directory reader",
     "CHECKPOINTS_DIR": "the results folder's reader",

@@ -27,6 +27,7 @@ from hgpo_rllib.experiments.settings import (
     declared_values,
 )
 from hgpo_rllib.run_records import write_record
+from hgpo_rllib.warm_start import cache
 from hgpo_rllib.warm_start.cache import find_warm_start, warm_start_recipe
 from hgpo_rllib.warm_start.format import SFT_CONFIG
 from hgpo_rllib.warm_start.sft_settings import SFTSettings
@@ -338,11 +339,13 @@ def test_the_run_name_comes_from_the_final_config() -> None:
 
 @pytest.mark.parametrize(("example", "max_steps"), [("hgpo_webshop.py", 8), ("hgpo_alfworld.py", 10)])
 def test_model_on_cpu_is_the_real_model_preset(
-    example: str, max_steps: int, monkeypatch: pytest.MonkeyPatch
+    example: str, max_steps: int, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    """``--model smollm2-135m-instruct`` on CPU: LoRA r 16, 2 groups of 2, bf16 only where the CPU has it."""
+    """``--model smollm2-135m-instruct`` on CPU: LoRA r 16, 2 groups of 2, bf16 only where the CPU has it
+    (from the base: no warm start shipped, none built)."""
     from hgpo_rllib.experiments import cpu
 
+    monkeypatch.setattr(cache, "SHIPPED_DIR", tmp_path)
     for native, dtype in ((False, "float32"), (True, "bfloat16")):
         monkeypatch.setattr(cpu, "cpu_dtype", lambda native=native: "bfloat16" if native else "float32")
         experiment = built(example, "--model", "smollm2-135m-instruct", "--estimator", "gigpo")
@@ -365,10 +368,22 @@ def test_model_on_cpu_is_the_real_model_preset(
         ]
 
 
-def test_model_on_cpu_starts_from_the_bases_warm_start_once_it_is_built() -> None:
+def test_model_on_cpu_starts_from_the_shipped_webshop_warm_start() -> None:
+    """The package ships SmolLM2's WebShop warm start: with none built, the example starts from it."""
+    shipped = cache.shipped_warm_start(warm_start_recipe("webshop", base="smollm2-135m-instruct"))
+    assert shipped is not None and shipped.name == "webshop-ca143eb9a6"
+    assert built("hgpo_webshop.py", "--model", "smollm2-135m-instruct").config.model_config["model"] == (
+        str(shipped)
+    )
+
+
+def test_model_on_cpu_starts_from_the_bases_warm_start_once_it_is_built(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     """``--model smollm2-135m-instruct`` on WebShop: from the base zero-shot while no warm start of
-    WebShop's recipe for it exists at the run's K; from that warm start (its prompt and answer
-    lengths, the example's step limit) once it is built."""
+    WebShop's recipe for it exists at the run's K (none shipped here either); from that warm start (its
+    prompt and answer lengths, the example's step limit) once it is built."""
+    monkeypatch.setattr(cache, "SHIPPED_DIR", tmp_path)
     recipe = warm_start_recipe("webshop", base="smollm2-135m-instruct")
     assert recipe == envs.env_facts("webshop").warm_start.base_recipes["smollm2-135m-instruct"]
     assert built("hgpo_webshop.py", "--model", "smollm2-135m-instruct").config.model_config["model"] == (
