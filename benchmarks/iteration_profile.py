@@ -36,6 +36,7 @@ from results_file import RESULTS_DIR, write_result  # benchmarks/ is on sys.path
 from hgpo_rllib import HGPOConfig
 from hgpo_rllib.cli.args import count, json_dict
 from hgpo_rllib.experiments.experiment_file import apply_config_overrides, load_experiment_file
+from hgpo_rllib.rl_module.config import LLMModuleConfig
 
 KEYCHEST = Path(__file__).resolve().parents[1] / "tuned_examples" / "hgpo_keychest.py"
 #: Settings of each variant, merged over the experiment's own as ``--config`` is ("default": none;
@@ -95,10 +96,10 @@ def build_config(args: argparse.Namespace, variant: str) -> HGPOConfig:
     return config
 
 
-def profile(args: argparse.Namespace, variant: str) -> dict[str, float]:
-    """Mean seconds per phase and learner metrics over ``args.iterations`` iterations after
-    ``args.warmup`` ones (first generate/forward calls, lazy imports; ``auto``'s first pass)."""
-    algo = build_config(args, variant).build_algo()
+def profile(args: argparse.Namespace, config: HGPOConfig) -> dict[str, float]:
+    """Mean seconds per phase and learner metrics of ``config`` over ``args.iterations`` iterations
+    after ``args.warmup`` ones (first generate/forward calls, lazy imports; ``auto``'s first pass)."""
+    algo = config.build_algo()
     totals: dict[str, float] = defaultdict(float)
     try:
         for _ in range(args.warmup):
@@ -191,7 +192,8 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, float]]:
     before = uptime()
     ray.init(num_cpus=4, include_dashboard=False)
     try:
-        runs = {name: profile(args, name) for name in args.variants}
+        configs = {name: build_config(args, name) for name in args.variants}
+        runs = {name: profile(args, config) for name, config in configs.items()}
     finally:
         ray.shutdown()
     table = print_table(runs)
@@ -203,7 +205,7 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, float]]:
     )
     variants = "\n".join(
         f"- `{name}`: {VARIANTS[name] or 'the experiment as configured'} (torch_dtype "
-        f"{build_config(args, name).user_model_config().get('torch_dtype', 'float32')})"
+        f"{configs[name].user_model_config().get('torch_dtype', LLMModuleConfig.torch_dtype)})"
         for name in runs
     )
     write_result(result_name(args), title, f"{machine}{variants}\n\n{table}", args.output or RESULTS_DIR)
