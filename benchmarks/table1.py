@@ -23,9 +23,10 @@ one stops in one line naming the command that builds it. Its evaluation is the w
 check's: the first 100 task seeds of evaluation seed 123 (100 draws among the 500 test goals; the
 episodes name each drawn ``goal_index``), score and success. ``--signal-check`` first trains the GRPO
 row for 2 iterations from the warm start and sizes the runs from how many of its groups had
-differing rewards (``signal_check.md``/``.json``); ``--group-size`` and ``--groups-per-iteration``
-then set the rows' (and the check's) groups. Before the first training run, the table declares the
-smallest difference its seeds and games can detect (``declared_reading.md``).
+differing rewards (``signal_check[_<sampling>].md``/``.json``, a folder per sampling asked for);
+``--group-size``, ``--groups-per-iteration``, ``--train-max-steps`` and ``--temperature`` then set the
+rows' (and the check's) sampling, recorded with each run. Before the first training run, the table
+declares the smallest difference its seeds and games can detect (``declared_reading.md``).
 
 Resumable across sittings: each run writes its own small result files under ``<output>/runs/<run>/``
 (``curve.csv``, ``trained.json``, the evaluation's ``episodes.csv`` ...) and its checkpoint under
@@ -74,6 +75,7 @@ from hgpo_rllib.evaluation.comparison import (  # noqa: E402
     sign_flip_floor,
 )
 from hgpo_rllib.experiments.experiment_file import load_experiment_file  # noqa: E402
+from hgpo_rllib.rl_module.config import LLMModuleConfig  # noqa: E402
 from hgpo_rllib.rl_module.models import cpu_dtype  # noqa: E402
 from hgpo_rllib.warm_start.cache import (  # noqa: E402
     build_warm_start,
@@ -171,6 +173,15 @@ BASELINES = ("GRPO", "GiGPO", "HGPO K=2 a=1")
 SIGNAL_VARIANT = "GRPO"
 SIGNAL_ITERATIONS = 2
 SIGNAL_CHECK = "signal_check"
+#: The sampling a command may set instead of the example's (recorded with each run, and naming its
+#: signal check's folder by these tags): episodes per group, groups per iteration, the training
+#: episodes' step limit and the exploration temperature.
+SAMPLING_TAGS = {
+    "group_size": "size",
+    "groups_per_iteration": "groups",
+    "max_steps": "steps",
+    "temperature": "temp",
+}
 #: Informative groups (episodes' rewards that differ) each run should train on.
 INFORMATIVE_GROUPS_TARGET = 30
 #: The real model's warm-start target (issue 61): success in % on the evaluation goals.
@@ -247,14 +258,11 @@ def train(
     iterations: int,
     run_dir: Path,
     checkpoint: Path | None,
-    groups: dict[str, int],
+    sampling: dict[str, float],
 ) -> None:
     """Train one (variant, seed) for ``iterations``; write its curve and (unless None) checkpoint.
-    ``groups``: ``group_size`` and/or ``groups_per_iteration`` instead of the example's."""
-    config = variant_config(variant, warm_start)
-    if groups:
-        config.training(**groups)
-        config.env_runners(num_envs_per_env_runner=config.group_size * config.groups_per_iteration)
+    ``sampling``: the example's settings of :data:`SAMPLING_TAGS` that the command replaces."""
+    config = with_sampling(variant_config(variant, warm_start), sampling)
     # Success per iteration: the window is one iteration's episodes, not the last 100.
     episodes_per_iteration = config.group_size * config.groups_per_iteration
     config.reporting(metrics_num_episodes_for_smoothing=episodes_per_iteration).debugging(seed=seed)
@@ -298,6 +306,8 @@ def train(
                 "iterations": len(records),
                 "group_size": config.group_size,
                 "groups_per_iteration": config.groups_per_iteration,
+                "max_steps": config.env_config.get("max_steps"),
+                "temperature": LLMModuleConfig.from_model_config(config.user_model_config()).temperature,
                 "informative_groups": sum(r["informative_groups"] for r in records),
                 "reward_differing_groups": sum(r["reward_differing_groups"] for r in records),
                 "wall_minutes": (time.perf_counter() - start) / 60,
@@ -307,6 +317,28 @@ def train(
             },
             indent=2,
         )
+    )
+
+
+def with_sampling(config, sampling: dict[str, float]):  # noqa: ANN001, ANN201 (an RLlib AlgorithmConfig)
+    """``config`` with ``sampling`` (:data:`SAMPLING_TAGS`) in place of its own: the groups (and an
+    env per episode of an iteration), the env's step limit, the policy's exploration temperature."""
+    groups = {key: sampling[key] for key in ("group_size", "groups_per_iteration") if key in sampling}
+    if groups:
+        config.training(**groups)
+        config.env_runners(num_envs_per_env_runner=config.group_size * config.groups_per_iteration)
+    if "max_steps" in sampling:
+        config.environment(env_config={**config.env_config, "max_steps": sampling["max_steps"]})
+    if "temperature" in sampling:
+        config.rl_module(model_config={**config.user_model_config(), "temperature": sampling["temperature"]})
+    return config
+
+
+def signal_check_name(sampling: dict[str, float]) -> str:
+    """The folder (and report) name of a signal check at ``sampling``: ``signal_check`` with a tag per
+    setting the command gave, e.g. ``signal_check_size4_groups4_steps15_temp0.7``."""
+    return "_".join(
+        [SIGNAL_CHECK, *(f"{tag}{sampling[key]:g}" for key, tag in SAMPLING_TAGS.items() if key in sampling)]
     )
 
 
@@ -733,27 +765,37 @@ def signal_check(
     out: Path,
     variant: Variant,
     seed: int,
-    groups: dict[str, int],
+    sampling: dict[str, float],
     common: dict[str, object],
     warm_start: Callable[[str], tuple[Path, str]],
     command: str,
 ) -> str:
     """Train ``variant`` (GRPO) from its warm start for :data:`SIGNAL_ITERATIONS` iterations into
-    ``out/signal_check/`` (no checkpoint; once: a rerun sizes again from its files), then write
-    :func:`signal_sizing` to ``signal_check.json`` and its report to ``signal_check.md``."""
-    run_dir = out / SIGNAL_CHECK
-    settings = {**common, "variant": SIGNAL_VARIANT, "seed": seed, "iterations": SIGNAL_ITERATIONS, **groups}
+    ``out/<name>/`` (:func:`signal_check_name`: one folder per sampling; no checkpoint; once: a rerun
+    sizes again from its files), then write :func:`signal_sizing` to ``<name>.json`` and its report
+    to ``<name>.md``."""
+    name = signal_check_name(sampling)
+    run_dir = out / name
+    settings = {
+        **common,
+        "variant": SIGNAL_VARIANT,
+        "seed": seed,
+        "iterations": SIGNAL_ITERATIONS,
+        **sampling,
+    }
     saved = check_run(run_dir, settings)
     if not (run_dir / "trained.json").exists():
         path, settings["warm_start_weights"] = warm_start(variant.warm_start_label)
         start_run(run_dir, saved, settings)
-        train(SIGNAL_VARIANT, variant, seed, path, SIGNAL_ITERATIONS, run_dir, None, groups)
+        train(SIGNAL_VARIANT, variant, seed, path, SIGNAL_ITERATIONS, run_dir, None, sampling)
     trained = json.loads((run_dir / "trained.json").read_text())
     curve = pd.read_csv(run_dir / "curve.csv")
     sizing = signal_sizing(curve, trained["group_size"], trained["groups_per_iteration"])
-    (out / "signal_check.json").write_text(json.dumps(sizing, indent=2))
+    # The episodes' step limit and temperature (checks before they were recorded name none).
+    sizing |= {key: trained[key] for key in ("max_steps", "temperature") if key in trained}
+    (out / f"{name}.json").write_text(json.dumps(sizing, indent=2))
     report = signal_report(sizing, command)
-    (out / "signal_check.md").write_text(report)
+    (out / f"{name}.md").write_text(report)
     return report
 
 
@@ -805,6 +847,12 @@ def main() -> None:
         "--groups-per-iteration", type=int, help="groups per training iteration (default: the example's)"
     )
     parser.add_argument(
+        "--train-max-steps", type=int, help="training episodes' step limit (default: the example's)"
+    )
+    parser.add_argument(
+        "--temperature", type=float, help="the policy's exploration temperature (default: the module's, 1)"
+    )
+    parser.add_argument(
         "--signal-check",
         action="store_true",
         help=f"train {SIGNAL_VARIANT} from the warm start for {SIGNAL_ITERATIONS} iterations (the first "
@@ -840,17 +888,33 @@ def main() -> None:
     variants = args.variants or DEFAULT_VARIANTS[table]
     if unknown := [v for v in variants if v not in VARIANTS[table]]:
         parser.error(f"no variant(s) {unknown} in the {table} table; choose from {list(VARIANTS[table])}")
-    sizes = (args.iterations, args.eval_episodes, args.group_size, args.groups_per_iteration)
+    sizes = (
+        args.iterations,
+        args.eval_episodes,
+        args.group_size,
+        args.groups_per_iteration,
+        args.train_max_steps,
+    )
     if any(size is not None and size < 1 for size in sizes):
-        parser.error("--iterations, --eval-episodes, --group-size and --groups-per-iteration must be > 0")
+        parser.error(
+            "--iterations, --eval-episodes, --group-size, --groups-per-iteration and --train-max-steps "
+            "must be > 0"
+        )
+    if args.temperature is not None and not args.temperature > 0:
+        parser.error(f"--temperature must be > 0, got {args.temperature}")
     if args.warm_start is not None and table != "webshop":
         parser.error("--warm-start is the tiny model's WebShop table's; the others' warm starts are recipes")
     work = (args.work_dir or Path("results") / "table1" / table).resolve()
     eval_episodes = args.eval_episodes or EVAL_EPISODES[table]
     max_steps = args.eval_max_steps or EVAL_MAX_STEPS[env]
-    # The runs' groups where the command sets them (recorded only then: the committed runs have none).
-    given = {"group_size": args.group_size, "groups_per_iteration": args.groups_per_iteration}
-    groups = {key: value for key, value in given.items() if value is not None}
+    # The runs' sampling where the command sets it (recorded only then: the committed runs have none).
+    given = {
+        "group_size": args.group_size,
+        "groups_per_iteration": args.groups_per_iteration,
+        "max_steps": args.train_max_steps,
+        "temperature": args.temperature,
+    }
+    sampling = {key: value for key, value in given.items() if value is not None}
     # A real model's runs record the dtype they compute in: runs of another default are not pooled.
     common = {"env": env, **({"model": args.model, "torch_dtype": cpu_dtype()} if args.model else {})}
     # Warm starts, one row each; then seed-major runs, so that a sitting that ends early leaves every
@@ -877,7 +941,7 @@ def main() -> None:
     try:
         if args.signal_check:
             command = shlex.join(["python", "benchmarks/table1.py", *sys.argv[1:]])
-            print(signal_check(out, check, args.seeds[0], groups, common, warm_start, command))
+            print(signal_check(out, check, args.seeds[0], sampling, common, warm_start, command))
             return
         for name, seed, label in tqdm(runs, desc="runs", unit="run"):
             variant = None if seed is None else VARIANTS[table][name]
@@ -889,7 +953,7 @@ def main() -> None:
                 "iterations": None if seed is None else args.iterations,
                 "eval_episodes": eval_episodes,
                 "eval_max_steps": max_steps,
-                **({} if seed is None else groups),
+                **({} if seed is None else sampling),
             }
             saved = check_run(run_dir, settings)
             if saved is not None and is_evaluated(run_dir, args.eval_seeds):
@@ -900,7 +964,7 @@ def main() -> None:
                 if not (out / DECLARED_READING).exists():  # after the warm starts' evaluations
                     declare_reading(out, env, len(args.seeds))
                 if not (run_dir / "trained.json").exists():
-                    train(name, variant, seed, policy, args.iterations, run_dir, checkpoint, groups)
+                    train(name, variant, seed, policy, args.iterations, run_dir, checkpoint, sampling)
                 policy = trained_checkpoint(run_dir)
             evaluate(
                 policy,

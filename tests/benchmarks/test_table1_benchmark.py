@@ -324,6 +324,22 @@ def test_the_real_models_rows_start_from_its_built_warm_start_and_never_build_it
     assert table1.weights_digest(warm_start) == "ae1eae1d76e5b7c8"
 
 
+def test_a_commands_sampling_replaces_the_examples_and_names_its_signal_check(model_cache: Path) -> None:
+    """--group-size 4 --groups-per-iteration 4 --train-max-steps 15 --temperature 0.7: 16 envs of
+    episodes of up to 15 steps sampled at 0.7; the rest of the example's config is kept."""
+    warm_start = build_smollm2_warm_start()
+    sampling = {"group_size": 4, "groups_per_iteration": 4, "max_steps": 15, "temperature": 0.7}
+    config = table1.with_sampling(
+        table1.variant_config(table1.VARIANTS[SMOLLM2_TABLE]["GRPO"], warm_start), sampling
+    )
+    assert (config.group_size, config.groups_per_iteration, config.num_envs_per_env_runner) == (4, 4, 16)
+    assert (config.env_config["max_steps"], config.model_config["temperature"]) == (15, 0.7)
+    assert config.model_config["model"] == str(warm_start) and config.model_config["lora"] == {"r": 16}
+    assert table1.signal_check_name(sampling) == "signal_check_size4_groups4_steps15_temp0.7"
+    assert table1.signal_check_name({"groups_per_iteration": 8}) == "signal_check_groups8"
+    assert table1.signal_check_name({}) == "signal_check"
+
+
 def test_the_real_models_table_keeps_its_own_folders_and_declares_its_reading_first(
     tmp_path: Path, model_cache: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -338,7 +354,7 @@ def test_the_real_models_table_keeps_its_own_folders_and_declares_its_reading_fi
     out = tmp_path / "docs" / SMOLLM2_TABLE
     trained: list[tuple[str, Path | None, bool]] = []
 
-    def train(name, variant, seed, warm_start, iterations, run_dir, checkpoint, groups) -> None:
+    def train(name, variant, seed, warm_start, iterations, run_dir, checkpoint, sampling) -> None:
         trained.append((run_dir.name, checkpoint, (out / table1.DECLARED_READING).exists()))
 
     def evaluate(policy: Path, output: Path, episodes: int, env_config: dict, **_: object) -> None:
@@ -455,14 +471,15 @@ def test_the_signal_check_trains_once_then_sizes_from_its_files(
     tmp_path: Path, model_cache: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """--signal-check trains GRPO from the warm start for 2 iterations without a checkpoint, at the
-    groups asked for; a rerun only sizes again, and other groups are refused, not mixed in."""
+    sampling asked for; a rerun only sizes again, other sampling is checked in its own folder, and a
+    check of other settings (another dtype) is refused, not mixed in."""
     build_smollm2_warm_start()
     out = tmp_path / "out"
     calls: list[tuple] = []
 
-    def train(name, variant, seed, warm_start, iterations, run_dir, checkpoint, groups) -> None:
-        calls.append((name, variant, seed, iterations, run_dir, checkpoint, groups))
-        write_signal_check(run_dir, [1, 2], [0.25, 0.5], groups["groups_per_iteration"])
+    def train(name, variant, seed, warm_start, iterations, run_dir, checkpoint, sampling) -> None:
+        calls.append((name, variant, seed, iterations, run_dir, checkpoint, sampling))
+        write_signal_check(run_dir, [1, 2], [0.25, 0.5], sampling["groups_per_iteration"])
 
     monkeypatch.setattr(table1, "train", train)
     monkeypatch.setattr(table1.ray, "init", lambda **_: None)
@@ -472,13 +489,27 @@ def test_the_signal_check_trains_once_then_sizes_from_its_files(
     table1.main()
     table1.main()
     grpo = table1.VARIANTS[SMOLLM2_TABLE]["GRPO"]
-    assert calls == [("GRPO", grpo, 0, 2, out / "signal_check", None, {"groups_per_iteration": 4})]
-    sizing = json.loads((out / "signal_check.json").read_text())
+    assert calls == [("GRPO", grpo, 0, 2, out / "signal_check_groups4", None, {"groups_per_iteration": 4})]
+    sizing = json.loads((out / "signal_check_groups4.json").read_text())
     # 3 of 8 groups: 4 groups per iteration see 1.5 informative ones, 30 take 20 iterations.
     assert (sizing["reward_differing_groups"], sizing["groups"]) == (3, 8)
     assert sizing["plans"][0]["iterations"] == 20
-    report = (out / "signal_check.md").read_text()
+    report = (out / "signal_check_groups4.md").read_text()
     assert "--model smollm2-135m-instruct --output" in report and "3 of 8 groups had differing" in report
-    monkeypatch.setattr(sys, "argv", [*command, "--signal-check", "--groups-per-iteration", "2"])
-    with pytest.raises(SystemExit, match="signal_check was run with other settings"):
+    other = [
+        "--signal-check",
+        "--groups-per-iteration",
+        "2",
+        "--train-max-steps",
+        "15",
+        "--temperature",
+        "0.7",
+    ]
+    monkeypatch.setattr(sys, "argv", [*command, *other])
+    table1.main()
+    sampling = {"groups_per_iteration": 2, "max_steps": 15, "temperature": 0.7}
+    assert calls[1] == ("GRPO", grpo, 0, 2, out / "signal_check_groups2_steps15_temp0.7", None, sampling)
+    assert (out / "signal_check_groups4.json").read_text() == json.dumps(sizing, indent=2)  # kept
+    monkeypatch.setattr(table1, "cpu_dtype", lambda: "float16")  # another default: not mixed in
+    with pytest.raises(SystemExit, match="signal_check_groups2_steps15_temp0.7 was run with other settings"):
         table1.main()
