@@ -75,7 +75,6 @@ from hgpo_rllib.evaluation.comparison import (  # noqa: E402
     sign_flip_floor,
 )
 from hgpo_rllib.experiments.experiment_file import load_experiment_file  # noqa: E402
-from hgpo_rllib.rl_module.config import LLMModuleConfig  # noqa: E402
 from hgpo_rllib.rl_module.models import cpu_dtype  # noqa: E402
 from hgpo_rllib.warm_start.cache import (  # noqa: E402
     build_warm_start,
@@ -307,7 +306,7 @@ def train(
                 "group_size": config.group_size,
                 "groups_per_iteration": config.groups_per_iteration,
                 "max_steps": config.env_config.get("max_steps"),
-                "temperature": LLMModuleConfig.from_model_config(config.user_model_config()).temperature,
+                "temperature": config.temperature,
                 "informative_groups": sum(r["informative_groups"] for r in records),
                 "reward_differing_groups": sum(r["reward_differing_groups"] for r in records),
                 "wall_minutes": (time.perf_counter() - start) / 60,
@@ -330,7 +329,7 @@ def with_sampling(config, sampling: dict[str, float]):  # noqa: ANN001, ANN201 (
     if "max_steps" in sampling:
         config.environment(env_config={**config.env_config, "max_steps": sampling["max_steps"]})
     if "temperature" in sampling:
-        config.rl_module(model_config={**config.user_model_config(), "temperature": sampling["temperature"]})
+        config.training(temperature=sampling["temperature"])
     return config
 
 

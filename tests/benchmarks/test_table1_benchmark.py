@@ -333,7 +333,13 @@ def test_a_commands_sampling_replaces_the_examples_and_names_its_signal_check(mo
         table1.variant_config(table1.VARIANTS[SMOLLM2_TABLE]["GRPO"], warm_start), sampling
     )
     assert (config.group_size, config.groups_per_iteration, config.num_envs_per_env_runner) == (4, 4, 16)
-    assert (config.env_config["max_steps"], config.model_config["temperature"]) == (15, 0.7)
+    # The algorithm owns the temperature and hands it to its module (validation refuses a module's own).
+    assert "temperature" not in config.user_model_config()
+    assert (config.env_config["max_steps"], config.temperature, config.model_config["temperature"]) == (
+        15,
+        0.7,
+        0.7,
+    )
     assert config.model_config["model"] == str(warm_start) and config.model_config["lora"] == {"r": 16}
     assert table1.signal_check_name(sampling) == "signal_check_size4_groups4_steps15_temp0.7"
     assert table1.signal_check_name({"groups_per_iteration": 8}) == "signal_check_groups8"
