@@ -42,7 +42,6 @@ table of ``benchmarks/alfworld_table1.py``, which this script replaces).
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import math
 import os
@@ -75,6 +74,7 @@ from hgpo_rllib.evaluation.comparison import (  # noqa: E402
     sign_flip_floor,
 )
 from hgpo_rllib.experiments.experiment_file import load_experiment_file  # noqa: E402
+from hgpo_rllib.rl_module.model_sources import weights_digest  # noqa: E402
 from hgpo_rllib.rl_module.models import cpu_dtype  # noqa: E402
 from hgpo_rllib.warm_start.cache import (  # noqa: E402
     build_warm_start,
@@ -192,16 +192,6 @@ TABLE_BUDGET_HOURS = 25
 SIGNAL_GROUP_MULTIPLES = (1, 2, 4, 8)
 #: The reading declared before the runs (``declared_reading.md``).
 DECLARED_READING = "declared_reading.md"
-
-
-def weights_digest(model_dir: Path) -> str:
-    """What the warm start's weights are (its ``*.safetensors`` files in name order: a model's, or a
-    pretrained base's LoRA adapter's): a rebuilt warm start (fresh machine) may differ from the one
-    the committed runs started from, and the table must not mix the two."""
-    digest = hashlib.sha256()
-    for weights in sorted(model_dir.glob("*.safetensors")):
-        digest.update(weights.read_bytes())
-    return digest.hexdigest()[:16]
 
 
 def without_weights(settings: dict[str, object]) -> dict[str, object]:
@@ -934,7 +924,8 @@ def main() -> None:
     runs = [(f"{WARM_START} ({label})", None, label) for label in variant_of_label]
     runs += [(name, seed, VARIANTS[table][name].warm_start_label) for seed in args.seeds for name in variants]
     # A shipped warm start's own check (scripts/ship_warm_start.py) played the same games of its
-    # split with the same seed: the protocol copies those instead of playing them again.
+    # split with the same seed: the protocol copies those instead of playing them again (matched by
+    # the warm start's weights, so from any checkout).
     shipping_evaluations = sorted(SHIPPING_EVALUATIONS.parent.glob(SHIPPING_EVALUATIONS.name))
     ray.init(num_cpus=3, include_dashboard=False, log_to_driver=False)
     try:

@@ -97,12 +97,27 @@ def play_all(
     return table[table["policy"].isin(list(players)) & table["seed"].isin(list(seeds))], lines
 
 
+def changed_evaluation(saved: dict[str, Any], settings: dict[str, Any]) -> list[str]:
+    """What differs between an output's settings record ``saved`` and ``settings`` (lines of
+    :func:`~hgpo_rllib.run_records.changed_settings`; none: the same evaluation). A policy with a
+    weights digest (``policy_weights``: a policy folder's) is matched by it, wherever it lies: its path
+    (``checkpoint``) stays in the record for the reader but decides nothing, so a shipped warm start's
+    evaluation serves every checkout and other weights never match. One without (an algorithm
+    checkpoint, a team, baselines alone) is matched by its path, as every evaluation was before
+    digests were recorded; a record of then (no ``policy_weights``) thus matches no policy folder's
+    evaluation, since it cannot vouch for the weights that lay at its path."""
+    keys = set(saved) | set(settings)
+    if settings.get("policy_weights") is not None:
+        keys.discard("checkpoint")
+    return changed_settings(saved, settings, sorted(keys))
+
+
 def reusable_episodes(outputs: Sequence[str | Path], settings: dict[str, Any]) -> pd.DataFrame:
     """The finished episodes of those ``outputs`` (earlier evaluations' directories) whose settings
-    record is ``settings`` but for its splits, with a ``source`` column naming the directory. An
-    evaluation of one split (a warm start's shipping check, ``scripts/ship_warm_start.py``) thus
-    serves a later one of both; a directory of other settings (another checkpoint, step limit or
-    number of games) contributes nothing, and says so in a line."""
+    record is ``settings`` but for its splits (:func:`changed_evaluation`), with a ``source`` column
+    naming the directory. An evaluation of one split (a warm start's shipping check,
+    ``scripts/ship_warm_start.py``) thus serves a later one of both; a directory of other settings
+    (other weights, step limit or number of games) contributes nothing, and says so in a line."""
     found = []
     for output in outputs:
         directory = Path(output).expanduser()
@@ -112,7 +127,7 @@ def reusable_episodes(outputs: Sequence[str | Path], settings: dict[str, Any]) -
                 f"reuse: {directory} is no evaluation output (it has no {EVALUATION_RECORD})"
             )
         saved = {k: v for k, v in read_record(record).items() if k != "splits"}
-        if changed := changed_settings(saved, settings):
+        if changed := changed_evaluation(saved, settings):
             print(f"{directory}: another evaluation ({'; '.join(changed)}); nothing reused from it")
         elif episodes.is_file():
             found.append(pd.read_csv(episodes, keep_default_na=False).assign(source=str(directory)))
@@ -219,13 +234,14 @@ def _split_size(
 
 def _open_output(out_dir: Path, settings: dict[str, Any]) -> pd.DataFrame:
     """Create ``out_dir`` or reopen one that an earlier run of the same evaluation left (possibly
-    unfinished); returns the episodes already played there. A directory of anything else is refused
-    and left untouched."""
+    unfinished; :func:`changed_evaluation`: a policy folder moved since, or the checkout, is the same);
+    returns the episodes already played there. A directory of anything else is refused and left
+    untouched."""
     if out_dir.exists() and not out_dir.is_dir():
         raise ValueError(f"--output {out_dir} is a file; give a directory for the tables")
     record = out_dir / EVALUATION_RECORD
     if record.is_file():
-        changed = changed_settings(read_record(record), settings)
+        changed = changed_evaluation(read_record(record), settings)
         if changed:
             raise FileExistsError(
                 f"{out_dir} holds results of another evaluation ({'; '.join(changed)}); "

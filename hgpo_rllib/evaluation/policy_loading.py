@@ -28,6 +28,7 @@ from hgpo_rllib.algorithms.text_agent import TextAgentConfig
 from hgpo_rllib.columns import ACTION_TEXT, RESP_MASK
 from hgpo_rllib.evaluation.rollout import EpisodeSlot
 from hgpo_rllib.rl_module.llm_rl_module import LLMRLModule
+from hgpo_rllib.rl_module.model_sources import weights_digest
 from hgpo_rllib.rl_module.prompts import ONE_USER_TURN
 from hgpo_rllib.run_records import read_record
 from hgpo_rllib.warm_start.format import (
@@ -69,6 +70,16 @@ def read_policy_settings(path: Path) -> dict[str, Any]:
 def is_policy_folder(path: Path) -> bool:
     """A folder of safetensors weights and JSON settings: an `rllib export` or an `rllib sft` output."""
     return (path / POLICY_RECORD).is_file() or is_warm_start(path)
+
+
+def policy_weights(path: Path) -> str | None:
+    """What the policy at ``path`` is, for telling evaluations apart: a policy folder's (or warm
+    start's) :func:`~hgpo_rllib.rl_module.model_sources.weights_digest`, the same for a copy anywhere
+    (its play settings are taken to come with its weights, as ``rllib sft`` and ``rllib export`` write
+    them together); None for an algorithm checkpoint: its module state is a pickle, which tells its
+    weights only once unpickled (and may hold a LoRA module's adapter alone, its base named
+    elsewhere), so the checkpoint is known by its path."""
+    return weights_digest(path) if is_policy_folder(path) else None
 
 
 def check_trained_env(source: str | Path, env: str, trained_on: str, env_config: Mapping[str, Any]) -> None:

@@ -25,7 +25,7 @@ import pandas as pd
 import envs
 from envs.common.facts import EvaluationFacts
 from hgpo_rllib.evaluation.output_dir import Player, eval_splits, play_all, write_tables
-from hgpo_rllib.evaluation.policy_loading import CheckpointPolicy
+from hgpo_rllib.evaluation.policy_loading import CheckpointPolicy, policy_weights
 from hgpo_rllib.evaluation.rollout import Policy, expert_policy, play, random_policy
 from hgpo_rllib.evaluation.team import evaluate_team, is_team_checkpoint
 from hgpo_rllib.evaluation.throughput import Throughput
@@ -57,6 +57,22 @@ def summarize(episodes: pd.DataFrame, facts: EvaluationFacts) -> tuple[pd.DataFr
     grouped = per_seed.drop(columns="seed").groupby(keys[:-1], sort=False)
     summary = grouped.mean().round(2).astype(str) + " ± " + grouped.std(ddof=0).round(2).astype(str)
     return per_seed.round(3), summary.reset_index()
+
+
+def evaluation_settings(
+    env_name: str, episodes: int | None, env_config: dict[str, Any], checkpoint: Path | None
+) -> dict[str, Any]:
+    """The settings record of an evaluation of ``checkpoint`` (resolved; None: baselines only), but for
+    its splits: the policy's path, for the reader, and its weights' digest where it has one
+    (:func:`~hgpo_rllib.evaluation.policy_loading.policy_weights`), which decides the match instead
+    (:func:`~hgpo_rllib.evaluation.output_dir.changed_evaluation`)."""
+    return {
+        "env": env_name,
+        "episodes": episodes,
+        "env_config": env_config,
+        "checkpoint": None if checkpoint is None else str(checkpoint),
+        "policy_weights": None if checkpoint is None else policy_weights(checkpoint),
+    }
 
 
 def evaluate(
@@ -92,8 +108,8 @@ def evaluate(
     pass@k; :mod:`hgpo_rllib.evaluation.team`), without baselines; so does a team built from warm
     starts: ``team_config`` (its modules load them) with ``checkpoint`` the warm-start folder
     (``rllib evaluate`` of a team warm-start folder). ``reuse`` names outputs of earlier evaluations:
-    where one has the same settings but for its splits, each (split, policy, seed) it finished is
-    copied from it instead of played again
+    where one has the same settings but for its splits (a policy folder: the same weights, wherever it
+    lay), each (split, policy, seed) it finished is copied from it instead of played again
     (:func:`~hgpo_rllib.evaluation.output_dir.reusable_episodes`). A policy folder naming an env
     this process does not know plays ``env`` (received folders run no code, docs/reliability.md).
     """
@@ -172,8 +188,8 @@ def evaluate(
 
         return play_split
 
-    checkpoint_path = None if checkpoint is None else str(Path(checkpoint).expanduser().resolve())
-    settings = {"env": env_name, "episodes": episodes, "env_config": config, "checkpoint": checkpoint_path}
+    checkpoint_path = None if checkpoint is None else Path(checkpoint).expanduser().resolve()
+    settings = evaluation_settings(env_name, episodes, config, checkpoint_path)
     players = {name: player(make_policy) for name, make_policy in policies.items()}
     make_env = envs.env_creator(env_name)
     table, lines = play_all(

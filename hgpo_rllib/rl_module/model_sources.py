@@ -145,6 +145,23 @@ def model_sha256(directory: Path) -> str:
     return hashlib.sha256("".join(file_sha256(f) for f in files).encode()).hexdigest()
 
 
+def weights_digest(model_dir: Path) -> str:
+    """What a policy folder's or warm start's weights are: the sha256 of its ``*.safetensors`` files'
+    bytes in name order (a model's, or a pretrained base's LoRA adapter's: an adapter loads only over
+    the base its record names), first 16 hex digits. It keys a table's runs to their warm start
+    (``benchmarks/table1.py``: a rebuilt one may differ) and an evaluation to the policy it played
+    (:func:`~hgpo_rllib.evaluation.policy_loading.policy_weights`), wherever the folder lies."""
+    files = sorted(model_dir.glob("*.safetensors"))
+    if not files:
+        raise FileNotFoundError(f"{model_dir} holds no safetensors weights")
+    digest = hashlib.sha256()
+    for file in files:
+        with file.open("rb") as handle:
+            while block := handle.read(1 << 22):
+                digest.update(block)
+    return digest.hexdigest()[:16]
+
+
 def model_parameters(directory: Path) -> int:
     """The parameters of a model directory's safetensors weights, from their headers (nothing loaded)."""
     from safetensors import safe_open

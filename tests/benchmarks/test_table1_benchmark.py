@@ -13,7 +13,10 @@ import pytest
 from helpers import benchmark_module
 
 from hgpo_rllib import HiPERConfig
-from hgpo_rllib.run_records import write_record
+from hgpo_rllib.evaluation.output_dir import reusable_episodes
+from hgpo_rllib.evaluation.policy_loading import read_policy_settings
+from hgpo_rllib.evaluation.protocol import evaluation_settings
+from hgpo_rllib.run_records import read_record, write_record
 from hgpo_rllib.warm_start import cache
 from hgpo_rllib.warm_start.cache import find_warm_start, warm_start_recipe
 from hgpo_rllib.warm_start.format import SFT_CONFIG
@@ -267,7 +270,7 @@ def test_evaluated_rows_need_no_warm_start_and_a_new_one_is_not_mixed_in(
     table1.main()
     assert built == ["K=4"] and evaluated == ["hgpo-k-4-a-1-seed1"]
     # The shipped warm starts' own evaluations are offered for reuse (the protocol copies only those
-    # of the same settings: tests/evaluation/test_evaluate_splits.py).
+    # of the same settings: tests/evaluation/test_output_dir.py).
     assert table1.ROOT / "docs" / "results" / "alfworld_shipped_warm_start_eval_k4" in reused[0]
     settings = json.loads((out / "runs" / "hgpo-k-4-a-1-seed1" / "run.json").read_text())
     assert settings["warm_start_weights"] == table1.weights_digest(warm_start)
@@ -344,6 +347,46 @@ def test_a_commands_sampling_replaces_the_examples_and_names_its_signal_check(mo
     assert table1.signal_check_name(sampling) == "signal_check_size4_groups4_steps15_temp0.7"
     assert table1.signal_check_name({"groups_per_iteration": 8}) == "signal_check_groups8"
     assert table1.signal_check_name({}) == "signal_check"
+
+
+def test_the_warm_start_row_reuses_the_shipped_webshop_evaluation_from_any_checkout(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The real model's warm-start row evaluates the shipped warm start as its shipping did (100 goals at
+    15 steps, seed 123): the committed evaluation, which recorded its build tree's path, is reusable
+    from this checkout, matched by the warm start's weights. Nothing is played, no model loaded."""
+    shipped = table1.ROOT / "hgpo_rllib" / "warm_start" / "shipped" / "webshop-ca143eb9a6"
+    base_sha256 = read_record(shipped / "hgpo_base.json")["base_sha256"]
+    monkeypatch.setattr(cache, "DEFAULT_CACHE_DIR", tmp_path / "cache")  # nothing built: the shipped one
+    # The base as the adapter records it (converting the GGUF file would take a minute).
+    monkeypatch.setattr(cache, "local_model_dir", lambda model, *args: tmp_path / "models" / model)
+    monkeypatch.setattr(cache, "model_sha256", lambda directory: base_sha256)
+    warm_start = table1.warm_start_for("webshop", table1.VARIANTS[SMOLLM2_TABLE]["GRPO"], None)
+    assert warm_start == shipped
+    # What evaluate() records for table1's call: the folder's env settings under the table's step limit.
+    env_config = {
+        **read_policy_settings(warm_start)["env_config"],
+        "max_steps": table1.EVAL_MAX_STEPS["webshop"],
+    }
+    settings = evaluation_settings("webshop", table1.EVAL_EPISODES[SMOLLM2_TABLE], env_config, warm_start)
+    assert settings == {
+        "env": "webshop",
+        "episodes": 100,
+        "env_config": {"max_steps": 15},
+        "checkpoint": str(shipped),
+        "policy_weights": "09d869e3b28a2bd8",
+    }
+    evaluation = table1.ROOT / "docs" / "results" / "webshop_shipped_warm_start_eval_smollm2-135m-instruct"
+    recorded = read_record(evaluation / "evaluation.json")
+    assert recorded["checkpoint"] == "/work/ship/hgpo_rllib/warm_start/shipped/webshop-ca143eb9a6"
+    shipping = sorted(table1.SHIPPING_EVALUATIONS.parent.glob(table1.SHIPPING_EVALUATIONS.name))
+    assert evaluation in shipping
+    reused = reusable_episodes(shipping, settings)
+    assert set(reused["source"]) == {str(evaluation)}
+    assert set(zip(reused["split"], reused["policy"], reused["seed"], strict=True)) == {
+        ("test", "checkpoint", 123)
+    }
+    assert (len(reused), int(reused["won"].sum())) == (100, 19)
 
 
 def test_the_real_models_table_keeps_its_own_folders_and_declares_its_reading_first(

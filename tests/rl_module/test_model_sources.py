@@ -32,6 +32,7 @@ from hgpo_rllib.rl_module.model_sources import (
     local_model_dir,
     remove_converted,
     short_name_file,
+    weights_digest,
 )
 from hgpo_rllib.rl_module.tokenizer import build_tiny_model, build_tiny_tokenizer
 
@@ -133,6 +134,26 @@ def test_a_damaged_gguf_file_is_one_line_and_leaves_no_directory(tmp_path: Path)
 def test_a_model_that_names_nothing_is_one_line(model: str, message: str) -> None:
     with pytest.raises(FileNotFoundError, match=message):
         local_model_dir(model)
+
+
+def test_the_weights_digest_is_of_the_safetensors_bytes_in_name_order_wherever_they_lie(
+    tmp_path: Path,
+) -> None:
+    folder = tmp_path / "policy"
+    folder.mkdir()
+    (folder / "model-00002-of-00002.safetensors").write_bytes(b"second")
+    (folder / "model-00001-of-00002.safetensors").write_bytes(b"first")
+    (folder / "hgpo_policy.json").write_text("{}")  # settings, not weights
+    assert weights_digest(folder) == "da83f63e1a473003"  # sha256(b"firstsecond")
+    copy = tmp_path / "elsewhere" / "copy"
+    copy.mkdir(parents=True)
+    for file in folder.iterdir():
+        (copy / file.name).write_bytes(file.read_bytes())
+    assert weights_digest(copy) == "da83f63e1a473003"
+    (copy / "model-00002-of-00002.safetensors").write_bytes(b"Second")
+    assert weights_digest(copy) == "53dcb4294106649d"  # sha256(b"firstSecond")
+    with pytest.raises(FileNotFoundError, match=f"^{tmp_path} holds no safetensors weights$"):
+        weights_digest(tmp_path)
 
 
 def test_rllib_models_lists_and_removes_a_conversion(

@@ -1,0 +1,115 @@
+"""Which earlier output an evaluation is the same as (its own, to resume; another's, to reuse): a
+policy folder by its weights, wherever it lies; an algorithm checkpoint by its path."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from helpers import DATA
+from safetensors.torch import load_file, save_file
+
+from hgpo_rllib.evaluation import evaluate, protocol
+from hgpo_rllib.evaluation.output_dir import changed_evaluation
+from hgpo_rllib.evaluation.policy_folder import export_policy
+from hgpo_rllib.rl_module.model_sources import weights_digest
+from hgpo_rllib.run_records import read_record
+
+CHECKPOINT = DATA / "checkpoints" / "keychest_hgpo_0.1.0"
+#: The folder is exported from the committed checkpoint, saved by 0.1.0: its pickles name moved modules.
+pytestmark = pytest.mark.filterwarnings(r"ignore:hgpo_rllib\.\S+ moved to:DeprecationWarning")
+FOLDER = {
+    "env": "keychest",
+    "episodes": 2,
+    "env_config": {"max_steps": 10},
+    "checkpoint": "/ship/policy",
+    "policy_weights": "aaaa",
+}
+
+
+def test_a_digest_decides_the_match_and_a_path_only_without_one() -> None:
+    assert changed_evaluation(FOLDER, {**FOLDER, "checkpoint": "/clone/policy"}) == []
+    assert changed_evaluation(FOLDER, {**FOLDER, "policy_weights": "bbbb"}) == [
+        "policy_weights was 'aaaa', now 'bbbb'"
+    ]
+    # A record from before digests were recorded cannot vouch for the weights at its path.
+    before = {k: v for k, v in FOLDER.items() if k != "policy_weights"}
+    assert changed_evaluation(before, FOLDER) == ["policy_weights was None, now 'aaaa'"]
+    # An algorithm checkpoint (no digest) is its path, in old records too.
+    checkpoint = {**FOLDER, "policy_weights": None}
+    assert changed_evaluation(before, checkpoint) == []
+    assert changed_evaluation(before, {**checkpoint, "checkpoint": "/other"}) == [
+        "checkpoint was '/ship/policy', now '/other'"
+    ]
+    assert changed_evaluation(FOLDER, checkpoint) == ["policy_weights was 'aaaa', now None"]
+
+
+@pytest.fixture
+def played(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Replace the episode loop: record each played (policy, seed) and return lost episodes."""
+    calls: list[str] = []
+
+    def record(env_name, env_config, policy, task_seeds, *, desc, **kwargs):
+        calls.append(desc)
+        return [
+            {"task_seed": s, "won": False, "steps": 1, "invalid_rate": 0.0, "env_error": ""}
+            for s in task_seeds
+        ]
+
+    monkeypatch.setattr(protocol, "play", record)
+    return calls
+
+
+def test_a_policy_folder_is_the_same_evaluation_by_its_weights_wherever_it_lies(
+    tmp_path: Path, played: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    folder = export_policy(CHECKPOINT, tmp_path / "ship" / "policy")
+    common = {
+        "env": "keychest",
+        "seeds": [1],
+        "episodes": 2,
+        "baselines": (),
+        "env_config": {"max_steps": 10},
+    }
+    first = tmp_path / "first"
+    evaluate(folder, output=first, **common)
+    assert played == ["checkpoint seed 1"]
+    digest = weights_digest(folder)
+    assert read_record(first / "evaluation.json") == {
+        **FOLDER,
+        "checkpoint": str(folder),
+        "policy_weights": digest,
+        "splits": [None],
+    }
+    clone = Path(shutil.copytree(folder, tmp_path / "clone" / "policy"))
+    played.clear()
+    capsys.readouterr()
+    evaluate(clone, output=tmp_path / "second", reuse=[first], **common)
+    assert played == []  # the same weights at another path: copied
+    assert capsys.readouterr().out.startswith(f"checkpoint seed 1: 2 episodes copied from {first}\n")
+    second = read_record(tmp_path / "second" / "evaluation.json")
+    assert (second["checkpoint"], second["policy_weights"]) == (str(clone), digest)
+    pd.testing.assert_frame_equal(
+        pd.read_csv(tmp_path / "second" / "episodes.csv"), pd.read_csv(first / "episodes.csv")
+    )
+    evaluate(clone, output=first, **{**common, "seeds": [1, 2]})  # resumed from the clone
+    assert played == ["checkpoint seed 2"]
+    assert read_record(first / "evaluation.json")["checkpoint"] == str(folder)  # as first recorded
+    (weights_file,) = clone.glob("*.safetensors")
+    weights = load_file(weights_file)
+    name = sorted(weights)[0]
+    weights[name] = weights[name] + 1.0
+    save_file(weights, weights_file, metadata={"format": "pt"})
+    other = weights_digest(clone)
+    played.clear()
+    capsys.readouterr()
+    evaluate(clone, output=tmp_path / "third", reuse=[first], **common)
+    assert played == ["checkpoint seed 1"]  # other weights at the path the second one reused from
+    changed = f"policy_weights was {digest!r}, now {other!r}"
+    assert capsys.readouterr().out.startswith(
+        f"{first}: another evaluation ({changed}); nothing reused from it\n"
+    )
+    with pytest.raises(FileExistsError, match=changed):
+        evaluate(clone, output=first, **common)
