@@ -26,6 +26,7 @@ import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -92,3 +93,20 @@ def smollm2_dir() -> Path:
     from hgpo_rllib.rl_module.model_sources import local_model_dir
 
     return local_model_dir("smollm2-135m-instruct")
+
+
+@pytest.fixture(scope="session")
+def qwen2_gguf(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Any, Any]:
+    """A GGUF file of another architecture than SmolLM2's (a micro Qwen2 made here, written with gguf's
+    writer), with its model and tokenizer: converts and exports in seconds."""
+    from helpers import CORPUS, MICRO, write_qwen2_gguf
+
+    from hgpo_rllib.rl_module.tokenizer import build_tiny_model, build_tiny_tokenizer
+
+    tokenizer = build_tiny_tokenizer(CORPUS, 400)
+    lm = build_tiny_model(tokenizer, MICRO, seed=0)
+    return (
+        write_qwen2_gguf(lm, tokenizer, tmp_path_factory.mktemp("gguf") / "micro-qwen2.gguf"),
+        lm,
+        tokenizer,
+    )

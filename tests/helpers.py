@@ -23,6 +23,7 @@ from hgpo_rllib.advantages import step_returns_and_scores
 
 if TYPE_CHECKING:
     import torch
+    from transformers import PreTrainedModel, PreTrainedTokenizerFast
 
     from hgpo_rllib.algorithms.hgpo.hgpo import HGPO, HGPOConfig
     from hgpo_rllib.algorithms.hiper.hiper import HiPERConfig
@@ -480,3 +481,53 @@ def train_args(path: Path, storage: Path, *extra: str, name: str | None = "run")
     ``name`` (None: the file's own), plus the ``extra`` flags."""
     named = [] if name is None else ["--name", name]
     return ["train", "file", str(path), "--storage-path", str(storage), *named, *extra]
+
+
+# ------------------------------------------------------------------ a GGUF file of the tiny policy
+def write_qwen2_gguf(lm: PreTrainedModel, tokenizer: PreTrainedTokenizerFast, file: Path) -> Path:
+    """``lm`` and its byte-level BPE tokenizer as a float32 GGUF file of architecture qwen2, written with
+    gguf's writer and tensor-name map as llama.cpp's converter writes one (tied output not stored)."""
+    import gguf
+
+    config = lm.config
+    writer = gguf.GGUFWriter(file, "qwen2")
+    writer.add_context_length(config.max_position_embeddings)
+    writer.add_embedding_length(config.hidden_size)
+    writer.add_block_count(config.num_hidden_layers)
+    writer.add_feed_forward_length(config.intermediate_size)
+    writer.add_head_count(config.num_attention_heads)
+    writer.add_head_count_kv(config.num_key_value_heads)
+    writer.add_rope_freq_base(config.rope_parameters["rope_theta"])
+    writer.add_layer_norm_rms_eps(config.rms_norm_eps)
+    writer.add_file_type(gguf.LlamaFileType.ALL_F32)
+    state = json.loads(tokenizer.backend_tokenizer.to_str())
+    added = {token["id"]: token for token in state["added_tokens"]}
+    by_id = {i: text for text, i in state["model"]["vocab"].items()} | {
+        i: t["content"] for i, t in added.items()
+    }
+    writer.add_tokenizer_model("gpt2")
+    writer.add_tokenizer_pre("qwen2")
+    writer.add_token_list([by_id[i] for i in range(len(by_id))])
+    writer.add_token_types(
+        [
+            gguf.TokenType.NORMAL
+            if i not in added
+            else gguf.TokenType.CONTROL
+            if added[i]["special"]
+            else gguf.TokenType.USER_DEFINED
+            for i in range(len(by_id))
+        ]
+    )
+    writer.add_token_merges([" ".join(pair) for pair in state["model"]["merges"]])
+    writer.add_eos_token_id(tokenizer.eos_token_id)
+    writer.add_pad_token_id(tokenizer.pad_token_id)
+    writer.add_chat_template(tokenizer.chat_template)
+    names = gguf.get_tensor_name_map(gguf.MODEL_ARCH.QWEN2, config.num_hidden_layers)
+    for name, tensor in lm.state_dict().items():
+        if name != "lm_head.weight" or not config.tie_word_embeddings:
+            writer.add_tensor(names.get_name(name, try_suffixes=(".weight", ".bias")), tensor.numpy())
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return file

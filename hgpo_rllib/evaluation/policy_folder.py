@@ -30,7 +30,7 @@ from hgpo_rllib.rl_module.config import TINY_PRESET
 from hgpo_rllib.rl_module.gguf_export import GGUF_TYPES, base_gguf, write_gguf
 from hgpo_rllib.rl_module.model_sources import SOURCE_RECORD, local_model_dir
 from hgpo_rllib.rl_module.prompts import ONE_USER_TURN
-from hgpo_rllib.run_records import write_record
+from hgpo_rllib.run_records import read_record, write_record
 
 
 def policy_record(env: str, settings: dict[str, Any]) -> dict[str, Any]:
@@ -60,15 +60,16 @@ def export_policy(
     policy folder (of an env this process does not know: ``env``, the user's, which the new folder then
     names); built beside it and renamed into place, so an interrupted export leaves nothing. Only the
     merged weights, tokenizer and play settings are written: nothing else the source holds is copied.
-    A model converted from a GGUF file keeps its source record, and with ``gguf_type`` ("f16" or
-    "q8_0") the folder also holds the policy as a GGUF file in the base file's format
-    (:mod:`~hgpo_rllib.rl_module.gguf_export`)."""
+    A model converted from a GGUF file gets a source record of its base file (:func:`exported_record`),
+    and with ``gguf_type`` ("f16" or "q8_0") the folder also holds the policy as a GGUF file in the base
+    file's format (:mod:`~hgpo_rllib.rl_module.gguf_export`)."""
     out = Path(output_dir).expanduser()
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise FileExistsError(f"{out} exists and is not an empty directory; choose a new output")
     policy = CheckpointPolicy(checkpoint, env=env)
     config = policy.config
     source = _converted_source(config.user_model_config().get("model", TINY_PRESET))
+    source_record = exported_record(source, checkpoint) if source is not None else None
     if gguf_type is not None:
         if gguf_type not in GGUF_TYPES:
             raise ValueError(f"--gguf-type must be one of {GGUF_TYPES}, got {gguf_type!r}")
@@ -90,8 +91,8 @@ def export_policy(
     shutil.rmtree(building, ignore_errors=True)
     save_merged_model_dir(policy.module, building)
     write_record(building / POLICY_RECORD, policy_record(str(config.env), settings))
-    if source is not None:  # so that this folder exports to GGUF too
-        shutil.copy(source / SOURCE_RECORD, building / SOURCE_RECORD)
+    if source_record is not None:  # so that this folder exports to GGUF too
+        write_record(building / SOURCE_RECORD, source_record)
     if gguf_type is not None:
         weights: dict[str, Any] = {}
         for file in sorted(building.glob("*.safetensors")):
@@ -101,6 +102,18 @@ def export_policy(
         out.rmdir()
     building.rename(out)
     return out
+
+
+def exported_record(source: Path, checkpoint: str | Path) -> dict[str, Any]:
+    """The source record of a policy exported from ``checkpoint``, whose model was ``source``: the base
+    file it came from (``source``, ``sha256``: what GGUF export writes back into) and what it was
+    exported from. Not a copy of ``source``'s record: the folder holds trained weights, which
+    :func:`~hgpo_rllib.rl_module.model_sources.model_sha256` identifies by their own hash."""
+    record = read_record(source / SOURCE_RECORD)  # a received policy folder's, maybe
+    if not all(isinstance(record.get(key), str) for key in ("source", "sha256")):
+        raise ValueError(f"{source / SOURCE_RECORD} must name the source and its sha256 as strings")
+    exported_from = str(Path(checkpoint).expanduser().resolve())
+    return {"source": record["source"], "sha256": record["sha256"], "exported_from": exported_from}
 
 
 def _converted_source(model: str) -> Path | None:

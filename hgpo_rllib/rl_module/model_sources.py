@@ -15,7 +15,10 @@ models`` lists and removes converted models (docs/models.md).
 An adapter folder (PEFT's files, the tokenizer and :data:`ADAPTER_RECORD`: its base and the base's
 sha256) is merged into its base once, into the same cache under the same lock-and-rename, keyed by both
 hashes: every consumer then loads a plain Hugging Face directory, and an adapter is refused over
-another base than the one it was trained on (its deltas would mean nothing there).
+another base than the one it was trained on (its deltas would mean nothing there). Only a conversion's
+own directory is identified by its GGUF file's sha256 (:func:`model_sha256`): a directory that holds
+other weights beside a copy of its source record (a merged adapter, an exported policy) is identified
+by its own weights, so an adapter of the raw base is refused over a trained export, and the reverse.
 """
 
 from __future__ import annotations
@@ -50,7 +53,9 @@ GGUF_INSTALL = "pip install gguf==0.19.0"
 DEFAULT_MODELS_DIR = Path("~/.cache/hgpo_rllib/models")
 #: Models larger than this convert to bfloat16 (half the disk and memory); smaller ones to float32.
 BF16_ABOVE_PARAMETERS = 1_000_000_000
-#: Written last into a converted model's directory: what it was converted from.
+#: Written last into a converted model's directory: what it was converted from (``source``, its
+#: ``sha256``: the GGUF file that GGUF export writes back into); merged adapters and exported policies
+#: carry their base's, which is their provenance, not their identity.
 SOURCE_RECORD = "hgpo_model_source.json"
 #: Written into a LoRA adapter folder: its base model (as ``model_config["model"]`` names it) and sha256.
 ADAPTER_RECORD = "hgpo_base.json"
@@ -130,15 +135,25 @@ def file_sha256(file: Path) -> str:
     return digest.hexdigest()
 
 
+def converted_name(file: Path, sha: str) -> str:
+    """The name of the cache directory that the GGUF file ``file`` (of sha256 ``sha``) converts into."""
+    return f"{file.stem.lower()}-{sha[:12]}"
+
+
 def model_sha256(directory: Path) -> str:
-    """What identifies a model directory's weights: the sha256 of the GGUF file it was converted from
-    (its source record; a conversion's own bytes may differ between transformers versions), else
-    (merged adapters too) of its safetensors files' hashes in name order."""
-    record = (
-        json.loads((directory / SOURCE_RECORD).read_text()) if (directory / SOURCE_RECORD).is_file() else {}
-    )
-    if "sha256" in record and "adapter" not in record:
-        return record["sha256"]
+    """What identifies a model directory's weights: for the directory a GGUF file was converted into
+    (named for the file, :func:`converted_name`), the file's sha256 (a conversion's own bytes may differ
+    between transformers versions); for any other, whatever source record it holds (a merged adapter,
+    an exported policy, a copy whose weights may have changed since), the sha256 of its safetensors
+    files' hashes in name order."""
+    record = read_record(directory / SOURCE_RECORD) if (directory / SOURCE_RECORD).is_file() else {}
+    source, sha = record.get("source"), record.get("sha256")
+    if (
+        isinstance(source, str)
+        and isinstance(sha, str)
+        and directory.resolve().name == converted_name(Path(source), sha)
+    ):
+        return sha
     files = sorted(directory.glob("*.safetensors"))
     if not files:
         raise FileNotFoundError(f"{directory} holds no safetensors weights")
@@ -240,7 +255,7 @@ def merge_adapter(base: Path, folder: Path, output: Path) -> tuple[int, str]:
 def converted_dir(file: Path, cache_dir: str | os.PathLike | None = None) -> Path:
     """The converted directory of a GGUF file, converted now (once, under a lock) if missing."""
     sha = file_sha256(file)
-    final = models_dir(cache_dir) / f"{file.stem.lower()}-{sha[:12]}"
+    final = models_dir(cache_dir) / converted_name(file, sha)
     return built_once(
         final,
         f"Converting {file} into {final}",

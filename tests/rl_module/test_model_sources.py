@@ -14,8 +14,6 @@ import gguf
 import pytest
 import torch
 from helpers import (
-    CORPUS,
-    MICRO,
     assert_policy_moved,
     keychest_config,
     learner_weights,
@@ -27,14 +25,17 @@ from hgpo_rllib import HGPOConfig, cli
 from hgpo_rllib.rl_module import model_sources
 from hgpo_rllib.rl_module.gguf_export import write_gguf
 from hgpo_rllib.rl_module.model_sources import (
+    ADAPTER_RECORD,
     SOURCE_RECORD,
+    adapter_base,
     converted_models,
+    file_sha256,
     local_model_dir,
     remove_converted,
     short_name_file,
     weights_digest,
 )
-from hgpo_rllib.rl_module.tokenizer import build_tiny_model, build_tiny_tokenizer
+from hgpo_rllib.warm_start.cache import SHIPPED_DIR
 
 SMOLLM2 = "smollm2-135m-instruct"  # also what the session fixture smollm2_dir converts
 
@@ -69,6 +70,15 @@ def test_the_converted_model_loads_as_an_ordinary_safetensors_model(smollm2_dir:
 def test_an_algorithm_config_takes_the_short_name_and_validates_it_in_the_driver(smollm2_dir: Path) -> None:
     config = HGPOConfig().environment("keychest").rl_module(model_config={"model": SMOLLM2})
     config.training(max_prompt_tokens=1024, max_new_tokens=32).validate()
+
+
+def test_the_shipped_adapters_load_over_the_raw_smollm2_conversion(smollm2_dir: Path) -> None:
+    """They are keyed by the GGUF file's sha256, which only the conversion's own directory takes as its
+    identity (a folder exported from it is identified by its own weights)."""
+    shipped = sorted(record.parent for record in SHIPPED_DIR.glob(f"*/{ADAPTER_RECORD}"))
+    assert [folder.name for folder in shipped] == ["webshop-ca143eb9a6"]
+    sha = file_sha256(short_name_file(SMOLLM2))
+    assert [adapter_base(folder) for folder in shipped] == [(smollm2_dir, sha)]
 
 
 def test_a_model_id_resolves_offline_from_the_hugging_face_cache(
@@ -171,68 +181,6 @@ def test_rllib_models_lists_and_removes_a_conversion(
     assert "no converted model 'nothing'" in capsys.readouterr().err
     assert remove_converted(smollm2_dir.name, cache) == copy and not copy.exists()
     assert smollm2_dir.is_dir() and (smollm2_dir / "model.safetensors").is_file()
-
-
-def write_qwen2_gguf(lm: PreTrainedModel, tokenizer: PreTrainedTokenizerFast, file: Path) -> Path:
-    """``lm`` and its byte-level BPE tokenizer as a float32 GGUF file of architecture qwen2, written with
-    gguf's writer and tensor-name map as llama.cpp's converter writes one (tied output not stored)."""
-    config = lm.config
-    writer = gguf.GGUFWriter(file, "qwen2")
-    writer.add_context_length(config.max_position_embeddings)
-    writer.add_embedding_length(config.hidden_size)
-    writer.add_block_count(config.num_hidden_layers)
-    writer.add_feed_forward_length(config.intermediate_size)
-    writer.add_head_count(config.num_attention_heads)
-    writer.add_head_count_kv(config.num_key_value_heads)
-    writer.add_rope_freq_base(config.rope_parameters["rope_theta"])
-    writer.add_layer_norm_rms_eps(config.rms_norm_eps)
-    writer.add_file_type(gguf.LlamaFileType.ALL_F32)
-    state = json.loads(tokenizer.backend_tokenizer.to_str())
-    added = {token["id"]: token for token in state["added_tokens"]}
-    by_id = {i: text for text, i in state["model"]["vocab"].items()} | {
-        i: t["content"] for i, t in added.items()
-    }
-    writer.add_tokenizer_model("gpt2")
-    writer.add_tokenizer_pre("qwen2")
-    writer.add_token_list([by_id[i] for i in range(len(by_id))])
-    writer.add_token_types(
-        [
-            gguf.TokenType.NORMAL
-            if i not in added
-            else gguf.TokenType.CONTROL
-            if added[i]["special"]
-            else gguf.TokenType.USER_DEFINED
-            for i in range(len(by_id))
-        ]
-    )
-    writer.add_token_merges([" ".join(pair) for pair in state["model"]["merges"]])
-    writer.add_eos_token_id(tokenizer.eos_token_id)
-    writer.add_pad_token_id(tokenizer.pad_token_id)
-    writer.add_chat_template(tokenizer.chat_template)
-    names = gguf.get_tensor_name_map(gguf.MODEL_ARCH.QWEN2, config.num_hidden_layers)
-    for name, tensor in lm.state_dict().items():
-        if name != "lm_head.weight" or not config.tie_word_embeddings:
-            writer.add_tensor(names.get_name(name, try_suffixes=(".weight", ".bias")), tensor.numpy())
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
-    return file
-
-
-@pytest.fixture(scope="module")
-def qwen2_gguf(
-    tmp_path_factory: pytest.TempPathFactory,
-) -> tuple[Path, PreTrainedModel, PreTrainedTokenizerFast]:
-    """A GGUF file of another architecture than SmolLM2's (a micro Qwen2 made here), with its model
-    and tokenizer."""
-    tokenizer = build_tiny_tokenizer(CORPUS, 400)
-    lm = build_tiny_model(tokenizer, MICRO, seed=0)
-    return (
-        write_qwen2_gguf(lm, tokenizer, tmp_path_factory.mktemp("gguf") / "micro-qwen2.gguf"),
-        lm,
-        tokenizer,
-    )
 
 
 def test_a_gguf_file_of_another_architecture_converts_into_the_same_model_and_tokenizer(
