@@ -127,12 +127,27 @@ def cached_hub_model(repo_id: str) -> Path:
         ) from None
 
 
-def file_sha256(file: Path) -> str:
+def _sha256_of(files: list[Path]) -> Any:
+    """The sha256 object fed with ``files``' bytes in order, read in 4 MiB blocks."""
     digest = hashlib.sha256()
-    with file.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 22), b""):
-            digest.update(block)
-    return digest.hexdigest()
+    for file in files:
+        with file.open("rb") as handle:
+            for block in iter(lambda: handle.read(1 << 22), b""):
+                digest.update(block)
+    return digest
+
+
+def file_sha256(file: Path) -> str:
+    return _sha256_of([file]).hexdigest()
+
+
+def safetensors_files(directory: Path) -> list[Path]:
+    """A model folder's ``*.safetensors`` files in name order; an error where it holds none (a folder
+    without weights must not share one digest with every other)."""
+    files = sorted(directory.glob("*.safetensors"))
+    if not files:
+        raise FileNotFoundError(f"{directory} holds no safetensors weights")
+    return files
 
 
 def converted_name(file: Path, sha: str) -> str:
@@ -154,9 +169,7 @@ def model_sha256(directory: Path) -> str:
         and directory.resolve().name == converted_name(Path(source), sha)
     ):
         return sha
-    files = sorted(directory.glob("*.safetensors"))
-    if not files:
-        raise FileNotFoundError(f"{directory} holds no safetensors weights")
+    files = safetensors_files(directory)
     return hashlib.sha256("".join(file_sha256(f) for f in files).encode()).hexdigest()
 
 
@@ -166,15 +179,7 @@ def weights_digest(model_dir: Path) -> str:
     the base its record names), first 16 hex digits. It keys a table's runs to their warm start
     (``benchmarks/table1.py``: a rebuilt one may differ) and an evaluation to the policy it played
     (:func:`~hgpo_rllib.evaluation.policy_loading.policy_weights`), wherever the folder lies."""
-    files = sorted(model_dir.glob("*.safetensors"))
-    if not files:
-        raise FileNotFoundError(f"{model_dir} holds no safetensors weights")
-    digest = hashlib.sha256()
-    for file in files:
-        with file.open("rb") as handle:
-            while block := handle.read(1 << 22):
-                digest.update(block)
-    return digest.hexdigest()[:16]
+    return _sha256_of(safetensors_files(model_dir)).hexdigest()[:16]
 
 
 def model_parameters(directory: Path) -> int:
