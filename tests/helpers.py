@@ -27,6 +27,7 @@ if TYPE_CHECKING:
 
     from hgpo_rllib.algorithms.hgpo.hgpo import HGPO, HGPOConfig
     from hgpo_rllib.algorithms.hiper.hiper import HiPERConfig
+    from hgpo_rllib.evaluation.policy_loading import CheckpointPolicy
     from hgpo_rllib.rl_module.llm_rl_module import LLMRLModule
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -179,6 +180,16 @@ def keychest_config(*, remote_runners: int = 1, **training: Any) -> HGPOConfig:
         .training(**settings)
         .debugging(seed=0)
     )
+
+
+def cutting_policy() -> CheckpointPolicy:
+    """The tiny random-init KeyChest policy with every answer length-cut (it may not end an answer
+    before ``max_new_tokens``: ``min_new_tokens`` is the same) and every prompt cut (KeyChest's
+    shortest prompt is longer than 16 tokens), outside Ray."""
+    from hgpo_rllib.evaluation.policy_loading import CheckpointPolicy
+
+    config = keychest_config(remote_runners=0, max_new_tokens=2, min_new_tokens=2, max_prompt_tokens=16)
+    return CheckpointPolicy.from_config(config)
 
 
 #: vLLM's engine settings in tests: eager mode and an explicit KV cache size skip vLLM's compilation

@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 
 from envs.common.facts import EvaluationFacts
+from hgpo_rllib.columns import LENGTH_CUT_RATE, PROMPT_CUT_RATE
 from hgpo_rllib.evaluation.rollout import read_played_episodes, task_seeds
 from hgpo_rllib.evaluation.throughput import Throughput
 from hgpo_rllib.run_records import changed_settings, read_record, write_atomically, write_record
@@ -24,6 +25,10 @@ from hgpo_rllib.run_records import changed_settings, read_record, write_atomical
 DEFAULT_EPISODES = 32
 #: The output directory's settings record.
 EVALUATION_RECORD = "evaluation.json"
+#: Episode columns of the turns whose answer was length-cut and whose prompt was cut (shares of the
+#: episode's turns): empty for a policy that generates nothing (the baselines) and absent from the
+#: ``episodes.csv`` of evaluations made before they were recorded.
+CUT_RATE_COLUMNS = (LENGTH_CUT_RATE, PROMPT_CUT_RATE)
 #: A policy's player: (the split's env config, sampler seed, task seeds, a callback for each finished
 #: game's record, a progress label) -> the episodes' records, in task order.
 Player = Callable[
@@ -95,6 +100,15 @@ def play_all(
                 write_atomically(out_dir / "episodes.csv", table.to_csv(index=False))
                 games.unlink(missing_ok=True)  # now in episodes.csv
     return table[table["policy"].isin(list(players)) & table["seed"].isin(list(seeds))], lines
+
+
+def mean_cut_rates(episodes: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
+    """Per group of ``keys``, the mean over episodes of each of :data:`CUT_RATE_COLUMNS` (as
+    ``invalid_rate``, and as training reports them); NaN where no episode says (a baseline's, or
+    episodes of an older output without the columns). A missing column reads as NaN, and so does an
+    empty cell (``episodes.csv`` is read keeping empty strings: ``env_error``)."""
+    rates = episodes.reindex(columns=list(CUT_RATE_COLUMNS)).apply(pd.to_numeric, errors="coerce")
+    return rates.groupby([episodes[key] for key in keys]).mean()
 
 
 def changed_evaluation(saved: dict[str, Any], settings: dict[str, Any]) -> list[str]:

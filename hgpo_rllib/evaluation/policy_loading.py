@@ -25,8 +25,8 @@ from envs.common.spaces import TextSpace
 from hgpo_rllib.algorithms.checkpoints import ENV_RECORD
 from hgpo_rllib.algorithms.hgpo.hgpo import HGPOConfig
 from hgpo_rllib.algorithms.text_agent import TextAgentConfig
-from hgpo_rllib.columns import ACTION_TEXT, RESP_MASK
-from hgpo_rllib.evaluation.rollout import EpisodeSlot
+from hgpo_rllib.columns import ACTION_TEXT, LENGTH_CUT, PROMPT_CUT, RESP_MASK
+from hgpo_rllib.evaluation.rollout import Answers, EpisodeSlot
 from hgpo_rllib.rl_module.llm_rl_module import LLMRLModule
 from hgpo_rllib.rl_module.model_sources import weights_digest
 from hgpo_rllib.rl_module.prompts import ONE_USER_TURN
@@ -283,15 +283,17 @@ class CheckpointPolicy:
         torch.manual_seed(seed)
         return self
 
-    def __call__(self, slots: list[EpisodeSlot]) -> list[str]:
+    def __call__(self, slots: list[EpisodeSlot]) -> Answers:
         return self.answers([slot.episode for slot in slots])
 
-    def answers(self, episodes: list[Any]) -> list[str]:
-        """The policy's answers to the running RLlib episodes' current prompts."""
+    def answers(self, episodes: list[Any]) -> Answers:
+        """The policy's answers to the running RLlib episodes' current prompts, with the module's
+        flags of each (length-cut answer, cut prompt) for the evaluation's cut rates."""
         batch = self.prompt_pipeline(rl_module=self.module, batch={}, episodes=episodes, explore=False)
         out = self.module.forward_inference(batch)
         self.generated_tokens += int(out[RESP_MASK].sum())
-        return list(out[ACTION_TEXT])
+        flags = {key: out[key].tolist() for key in (LENGTH_CUT, PROMPT_CUT) if key in out}
+        return Answers(out[ACTION_TEXT], flags)
 
 
 def export_merged(checkpoint: str | Path, output_dir: str | Path) -> Path:

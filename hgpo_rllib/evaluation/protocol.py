@@ -24,7 +24,14 @@ import pandas as pd
 
 import envs
 from envs.common.facts import EvaluationFacts
-from hgpo_rllib.evaluation.output_dir import Player, eval_splits, play_all, write_tables
+from hgpo_rllib.evaluation.output_dir import (
+    CUT_RATE_COLUMNS,
+    Player,
+    eval_splits,
+    mean_cut_rates,
+    play_all,
+    write_tables,
+)
 from hgpo_rllib.evaluation.policy_loading import CheckpointPolicy, policy_weights
 from hgpo_rllib.evaluation.rollout import Policy, expert_policy, play, random_policy
 from hgpo_rllib.evaluation.team import evaluate_team, is_team_checkpoint
@@ -37,12 +44,14 @@ DEFAULT_SEEDS = (123, 456, 789)
 
 
 def summarize(episodes: pd.DataFrame, facts: EvaluationFacts) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Per (split, policy, seed) metrics, and their mean ± std over seeds: success, steps and invalid
-    rate, then the env's score columns and its success per category (``facts``)."""
+    """Per (split, policy, seed) metrics, and their mean ± std over seeds: success, steps, invalid
+    rate and the shares of length-cut answers and cut prompts (NaN for the baselines), then the env's
+    score columns and its success per category (``facts``)."""
     keys = ["split", "policy", "seed"] if "split" in episodes else ["policy", "seed"]
     per_seed = episodes.groupby(keys).agg(
         success=("won", "mean"), steps=("steps", "mean"), invalid_rate=("invalid_rate", "mean")
     )
+    per_seed[list(CUT_RATE_COLUMNS)] = mean_cut_rates(episodes, keys)
     for column in facts.score_columns:
         per_seed[column] = episodes.groupby(keys)[column].mean()
     if facts.category_column is not None:

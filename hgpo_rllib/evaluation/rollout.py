@@ -1,14 +1,16 @@
 """Playing policies on text envs, a batch of episodes at a time: the evaluation protocol's inner loop,
 also used by DAgger (the model plays, the demonstrator labels the states it reached).
 
-A policy maps running episodes (:class:`EpisodeSlot`) to answers. Task seeds of evaluation or
-demonstration seed s are ``s * TASK_SEED_STRIDE + i``, disjoint across seeds.
+A policy maps running episodes (:class:`EpisodeSlot`) to answers; one that generates them with an LLM
+returns :class:`Answers`, whose flags say which answers were length-cut and which prompts were cut.
+Task seeds of evaluation or demonstration seed s are ``s * TASK_SEED_STRIDE + i``, disjoint across
+seeds.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -19,6 +21,8 @@ from ray.rllib.env.single_agent_episode import SingleAgentEpisode
 from tqdm.auto import tqdm
 
 import envs
+from hgpo_rllib.columns import LENGTH_CUT_RATE, PROMPT_CUT_RATE
+from hgpo_rllib.env_runner.metrics_callback import EpisodeOutcome, episode_outcome
 from hgpo_rllib.run_records import write_atomically
 
 TASK_SEED_STRIDE = 1_000_003
@@ -42,7 +46,28 @@ class EpisodeSlot:
     result: dict[str, Any] = field(default_factory=dict)
 
 
+class Answers(list[str]):
+    """A generating policy's answers (the texts, a list as every policy returns) with what its
+    generation says of each: ``flags`` maps a per-step flag (``columns.LENGTH_CUT``,
+    ``columns.PROMPT_CUT``) to one value per answer. :func:`play` stores them with each step, as the
+    training env runner stores the module's outputs, so that evaluation counts cut turns as training
+    does (:func:`~hgpo_rllib.env_runner.metrics_callback.episode_outcome`)."""
+
+    def __init__(self, texts: Iterable[str], flags: Mapping[str, Iterable[bool]]):
+        super().__init__(texts)
+        self.flags = {key: [bool(flag) for flag in values] for key, values in flags.items()}
+
+
 Policy = Callable[[list[EpisodeSlot]], list[str]]
+
+
+def cut_rates(outcome: EpisodeOutcome) -> dict[str, float]:
+    """The record columns of an episode's cut turns (its shares of length-cut answers and cut
+    prompts); NaN where its steps carry no flags (a baseline's: nothing generated, nothing cut)."""
+    return {
+        LENGTH_CUT_RATE: np.nan if outcome.length_cut_rate is None else outcome.length_cut_rate,
+        PROMPT_CUT_RATE: np.nan if outcome.prompt_cut_rate is None else outcome.prompt_cut_rate,
+    }
 
 
 def expert_policy(slots: list[EpisodeSlot]) -> list[str]:
@@ -116,7 +141,10 @@ def play(
     does not hold up a whole batch. ``on_episode_end`` gets each record as its episode ends (to save
     finished games as they come). A record names its task: ``task_seed``, ``task_type`` and, where the
     env reports one, ``goal_index`` (the goal a WebShop task seed drew). Its ``score`` and the env's
-    other score columns (``EvaluationFacts.score_columns``) are the final ``info``'s, else ``won``."""
+    other score columns (``EvaluationFacts.score_columns``) are the final ``info``'s, else ``won``.
+    ``length_cut_rate`` and ``prompt_cut_rate`` are the shares of its turns whose answer was
+    length-cut and whose prompt was cut, as training counts them, from a policy's :class:`Answers`
+    (NaN for a policy that returns plain texts: a baseline generates nothing to cut)."""
     records: dict[int, dict[str, Any]] = {}
     scores = dict.fromkeys(("score", *envs.env_facts(env_name, env_config).evaluation.score_columns))
     progress = tqdm(total=len(task_seeds), desc=desc or env_name, unit="ep", leave=False)
@@ -138,10 +166,18 @@ def play(
 
     active = [start(env) for env in pool]
     while active:
-        for slot, answer in zip(active, policy(active), strict=True):
+        answers = policy(active)
+        flags = answers.flags if isinstance(answers, Answers) else {}
+        for row, (slot, answer) in enumerate(zip(active, answers, strict=True)):
             observation, reward, terminated, truncated, info = slot.env.step(answer)
             slot.episode.add_env_step(
-                observation, answer, reward, infos=info, terminated=terminated, truncated=truncated
+                observation,
+                answer,
+                reward,
+                infos=info,
+                terminated=terminated,
+                truncated=truncated,
+                extra_model_outputs={key: values[row] for key, values in flags.items()},
             )
             slot.info, slot.steps = info, slot.steps + 1
             slot.invalid += not info["is_action_valid"]
@@ -151,6 +187,7 @@ def play(
                     won=bool(info["won"]),
                     steps=slot.steps,
                     invalid_rate=slot.invalid / slot.steps,
+                    **cut_rates(episode_outcome(slot.episode)),
                     **{column: float(info.get(column, float(info["won"]))) for column in scores},
                     env_error=info.get("env_error", ""),
                 )

@@ -5,8 +5,9 @@ The team plays through the runner it was trained with (:class:`GroupedMultiAgent
 roles-to-modules mapping, per-role prompts and connectors), at each module's ``eval_temperature``, on
 the protocol's task seeds; each task ``samples`` times. Reported per split and seed: team success
 (avg@k: the mean over all samples), pass@k (the share of tasks with at least one success among their
-k samples; Dr. MAS reports both), WebShop's score where the env reports one, turns, and each agent's
-invalid-answer rate.
+k samples; Dr. MAS reports both), WebShop's score where the env reports one, turns, each agent's
+invalid-answer rate, and the shares of the team's turns whose answer was length-cut and whose prompt
+was cut (counted from the modules' flags as in training).
 """
 
 from __future__ import annotations
@@ -25,7 +26,13 @@ import envs
 from hgpo_rllib.columns import TASK_SEED
 from hgpo_rllib.env_runner.grouped_multi_agent_env_runner import GroupedMultiAgentEnvRunner
 from hgpo_rllib.env_runner.metrics_callback import episode_outcome
-from hgpo_rllib.evaluation.output_dir import eval_splits, play_all, write_tables
+from hgpo_rllib.evaluation.output_dir import (
+    CUT_RATE_COLUMNS,
+    eval_splits,
+    mean_cut_rates,
+    play_all,
+    write_tables,
+)
 from hgpo_rllib.evaluation.policy_loading import (
     CTOR_FILE,
     MODULE_DIR,
@@ -33,6 +40,7 @@ from hgpo_rllib.evaluation.policy_loading import (
     check_trained_env,
     load_checkpoint_config,
 )
+from hgpo_rllib.evaluation.rollout import cut_rates
 from hgpo_rllib.evaluation.throughput import Throughput
 
 
@@ -58,8 +66,9 @@ def team_runner(
 
 
 def team_records(episodes: Sequence[Any], samples: int) -> list[dict[str, Any]]:
-    """One record per episode: task seed, sample index, team outcome, each agent's turns and invalid
-    rate (episodes in :meth:`GroupedMultiAgentEnvRunner.play_tasks`' order)."""
+    """One record per episode: task seed, sample index, team outcome, the shares of cut turns over
+    all agents, each agent's turns and invalid rate (episodes in
+    :meth:`GroupedMultiAgentEnvRunner.play_tasks`' order)."""
     records = []
     for index, episode in enumerate(episodes):
         outcome = episode_outcome(episode)
@@ -72,6 +81,7 @@ def team_records(episodes: Sequence[Any], samples: int) -> list[dict[str, Any]]:
             "score": outcome.won if outcome.score is None else outcome.score,
             "steps": sum(outcome.turns.values()),
             "invalid_rate": outcome.invalid_rate or 0.0,
+            **cut_rates(outcome),
         }
         for agent, turns in outcome.turns.items():
             record[f"turns_{agent}"] = turns
@@ -89,8 +99,8 @@ def play_team(
 
 
 def summarize_team(episodes: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Per (split, policy, seed): avg@k (success), pass@k, score, turns, invalid rates; and their
-    mean ± std over seeds."""
+    """Per (split, policy, seed): avg@k (success), pass@k, score, turns, invalid rates, the shares
+    of length-cut answers and cut prompts; and their mean ± std over seeds."""
     keys = [k for k in ("split", "policy", "seed") if k in episodes]
     invalid = [c for c in episodes if c.startswith("invalid_rate")]
     per_task = episodes.groupby([*keys, "task_seed"])["won"].max().groupby(keys).mean()
@@ -100,6 +110,7 @@ def summarize_team(episodes: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
         steps=("steps", "mean"),
         **{c: (c, "mean") for c in invalid},
     )
+    per_seed[list(CUT_RATE_COLUMNS)] = mean_cut_rates(episodes, keys)
     per_seed.insert(1, "pass_at_k", per_task)
     per_seed[["success", "pass_at_k", "score"]] *= 100
     per_seed = per_seed.reset_index()

@@ -506,6 +506,8 @@ def test_rllib_evaluate_alfworld_split_has_per_task_columns(
         "success",
         "steps",
         "invalid_rate",
+        "length_cut_rate",
+        "prompt_cut_rate",
         "Pick",
         "Look",
         "Clean",
@@ -514,6 +516,7 @@ def test_rllib_evaluate_alfworld_split_has_per_task_columns(
         "Pick2",
     ]
     assert (per_seed.success == 100).all()
+    assert per_seed.length_cut_rate.isna().all() and per_seed.prompt_cut_rate.isna().all()  # no LLM
     episodes = pd.read_csv(out / "episodes.csv")
     for _, row in per_seed.iterrows():  # each played category's column is its success rate (the expert: 100)
         played = set(episodes[episodes.seed == row.seed].task_type)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 from helpers import DATA
@@ -113,3 +114,32 @@ def test_a_policy_folder_is_the_same_evaluation_by_its_weights_wherever_it_lies(
     )
     with pytest.raises(FileExistsError, match=changed):
         evaluate(clone, output=first, **common)
+
+
+def test_an_output_written_before_the_cut_rates_resumes_and_reads_them_as_nan(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Seed 1 is played as before the cut rates were recorded (no columns); seed 2 with one episode
+    that reports none (an empty cell once written) and one that reports them; seed 3 after a rerun
+    has read both back. Each seed's rate is the mean over the episodes that report one."""
+    rates = {1: [{}, {}], 2: [{}, {"length_cut_rate": 0.5, "prompt_cut_rate": 0.25}]}
+    rates[3] = [{"length_cut_rate": 1.0, "prompt_cut_rate": 0.0}] * 2
+
+    def record(env_name, env_config, policy, task_seeds, *, desc, **kwargs):
+        seed = int(desc.split()[-1])
+        return [
+            {"task_seed": s, "won": False, "steps": 1, "invalid_rate": 0.0, "env_error": "", **cut}
+            for s, cut in zip(task_seeds, rates[seed], strict=True)
+        ]
+
+    monkeypatch.setattr(protocol, "play", record)
+    common = {"env": "keychest", "episodes": 2, "baselines": ["random"], "output": tmp_path}
+    evaluate(None, seeds=[1], **common)
+    assert "length_cut_rate" not in pd.read_csv(tmp_path / "episodes.csv")
+    evaluate(None, seeds=[1, 2], **common)
+    summary = evaluate(None, seeds=[1, 2, 3], **common)
+    per_seed = pd.read_csv(tmp_path / "per_seed.csv")
+    assert per_seed.seed.tolist() == [1, 2, 3]
+    assert per_seed.length_cut_rate.tolist()[1:] == [0.5, 1.0] and np.isnan(per_seed.length_cut_rate[0])
+    assert per_seed.prompt_cut_rate.tolist()[1:] == [0.25, 0.0] and np.isnan(per_seed.prompt_cut_rate[0])
+    assert summary[["length_cut_rate", "prompt_cut_rate"]].values.tolist() == [["0.75 ± 0.25", "0.12 ± 0.12"]]

@@ -1,9 +1,14 @@
-"""The evaluation's episode loop (``hgpo_rllib.evaluation.rollout``): what a record names of its task."""
+"""The evaluation's episode loop (``hgpo_rllib.evaluation.rollout``): what a record names of its task,
+and the shares of its turns that were cut."""
 
 from __future__ import annotations
 
+import numpy as np
+from helpers import cutting_policy
+
+from hgpo_rllib.columns import LENGTH_CUT, PROMPT_CUT
 from hgpo_rllib.evaluation import play, random_policy
-from hgpo_rllib.evaluation.rollout import task_seeds
+from hgpo_rllib.evaluation.rollout import Answers, EpisodeSlot, task_seeds
 
 
 def test_a_webshop_record_names_the_goal_its_task_seed_drew() -> None:
@@ -16,3 +21,34 @@ def test_a_webshop_record_names_the_goal_its_task_seed_drew() -> None:
         (123_000_371, 4),
     ]
     assert "goal_index" not in play("keychest", {}, random_policy(0), task_seeds(123, 1))[0]
+
+
+def test_each_answers_flags_go_with_its_own_episode() -> None:
+    """The flags of :class:`Answers` are per answer: here the second task's answers are length-cut
+    and every first turn's prompt is cut, so over 2 turns the shares are 0.0 or 1.0, and 0.5."""
+    first, second = task_seeds(1, 2)
+
+    def policy(slots: list[EpisodeSlot]) -> Answers:
+        return Answers(
+            ["<think>t</think><action>look</action>"] * len(slots),
+            {
+                LENGTH_CUT: [slot.result["task_seed"] == second for slot in slots],
+                PROMPT_CUT: [slot.steps == 0 for slot in slots],
+            },
+        )
+
+    records = play("keychest", {"max_steps": 2}, policy, [first, second])
+    assert [(r["steps"], r["length_cut_rate"], r["prompt_cut_rate"]) for r in records] == [
+        (2, 0.0, 0.5),
+        (2, 1.0, 0.5),
+    ]
+
+
+def test_an_llm_policy_reports_its_cut_turns_and_a_baseline_none() -> None:
+    """The cutting policy's answers all reach ``max_new_tokens`` and its prompts all exceed the
+    budget: both shares are 1.0, counted from the module's flags as training counts them. A baseline
+    generates nothing to cut: NaN, not 0."""
+    records = play("keychest", {"max_steps": 3}, cutting_policy().reseed(0), task_seeds(1, 2))
+    assert [(r["length_cut_rate"], r["prompt_cut_rate"]) for r in records] == [(1.0, 1.0)] * 2
+    (baseline,) = play("keychest", {"max_steps": 3}, random_policy(0), task_seeds(1, 1))
+    assert np.isnan(baseline["length_cut_rate"]) and np.isnan(baseline["prompt_cut_rate"])
