@@ -5,9 +5,10 @@ Why: the paper reports that HGPO's grouping adds well under a second to iteratio
 (docs/hgpo_algorithm.md §6); here the advantage connector (estimator + token batch) must stay below 1% of
 an iteration. The learner update dominates, and ``--variants`` measures its levers on the same machine,
 one after the other (docs/throughput.md): the path before them (``baseline``: float32, no
-prefill-once, no shared prefixes, no buckets), the default in float32 (``float32``: bf16's share where
-the CPU has it natively), rows as they come (``plain``), sorted by length inside each minibatch
-(``buckets``, the default), shared prompt prefixes computed once (``shared``), and, with two epochs, the
+prefill-once, no shared prefixes, no buckets, every row computed), the default in float32 (``float32``:
+bf16's share where the CPU has it natively), rows as they come (``plain``), sorted by length inside each
+minibatch (``buckets``, the default), shared prompt prefixes computed once (``shared``), the rows of zero
+advantage computed too (``noskip``, against the default that leaves them out), and, with two epochs, the
 old-log-prob pass on every update (``recompute``) against the sampler's log-probs where they matched
 (``auto``). Per variant: the phases' seconds (the algorithm's unsmoothed ``iteration_seconds``
 and the learner connector's timers), what the passes computed (FLOPs, tokens per real token, padding)
@@ -41,19 +42,22 @@ from hgpo_rllib.rl_module.config import LLMModuleConfig
 KEYCHEST = Path(__file__).resolve().parents[1] / "tuned_examples" / "hgpo_keychest.py"
 #: Settings of each variant, merged over the experiment's own as ``--config`` is ("default": none;
 #: ``model_config`` key by key). ``baseline`` is the path before issue 63's levers: float32, each copy
-#: of a group's prompt prefilled, rows as they come, no shared prefixes; ``float32`` is the default
-#: with float32 instead of the CPU's dtype (bf16's share where the CPU has it natively).
+#: of a group's prompt prefilled, rows as they come, no shared prefixes, the rows of zero advantage
+#: computed; ``float32`` is the default with float32 instead of the CPU's dtype (bf16's share where
+#: the CPU has it natively).
 VARIANTS: dict[str, dict[str, Any]] = {
     "default": {},
     "baseline": {
         "share_prompt_prefixes": False,
         "length_buckets": False,
+        "skip_zero_advantage_rows": False,
         "model_config": {"torch_dtype": "float32", "share_prompt_prefill": False},
     },
     "float32": {"model_config": {"torch_dtype": "float32"}},
     "plain": {"share_prompt_prefixes": False, "length_buckets": False},
     "buckets": {"share_prompt_prefixes": False, "length_buckets": True},
     "shared": {"share_prompt_prefixes": True},
+    "noskip": {"skip_zero_advantage_rows": False},
     "recompute": {"num_epochs": 2, "recompute_old_logp": True},
     "auto": {"num_epochs": 2, "recompute_old_logp": "auto"},
 }
@@ -66,6 +70,8 @@ LEARNER = (
     "prompt_tokens_shareable_frac",
     "learner_tokens_computed_frac",
     "learner_padding_frac",
+    "learner_rows_skipped_frac",
+    "learner_tokens_skipped_frac",
     "old_logp_from_sampler",
     "logp_gap_vs_sampler",
     "num_optimizer_steps",

@@ -103,6 +103,10 @@ OLD_LOGP_FROM_SAMPLER_KEY = "old_logp_from_sampler"
 #: Padding in the inputs of the learner's passes (old log-probs, reference, training): 1 - real tokens
 #: computed / input positions, over the update.
 LEARNER_PADDING_FRAC = "learner_padding_frac"
+#: With ``skip_zero_advantage_rows``: the fraction of an update's rows (over its minibatches and epochs)
+#: its training passes left out, and of those rows' real (prompt and response) tokens.
+LEARNER_ROWS_SKIPPED_FRAC = "learner_rows_skipped_frac"
+LEARNER_TOKENS_SKIPPED_FRAC = "learner_tokens_skipped_frac"
 NUM_OPTIMIZER_STEPS = "num_optimizer_steps"
 #: Learner metric (multi-agent, several learners): minibatches in which this learner had no rows of the
 #: module and ran idle rows to join the others' gradient all-reduce (averaged over learners).

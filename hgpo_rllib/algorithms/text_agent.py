@@ -117,6 +117,7 @@ class TextAgentConfig(AlgorithmConfig):
         self.behaviour_weight_cap = 2.0
         self.share_prompt_prefixes = False
         self.length_buckets = True
+        self.skip_zero_advantage_rows = True
         self.weight_transfer = "engine_dtype"
         self.lr = 1e-6
         self.grad_clip = 1.0
@@ -176,6 +177,7 @@ class TextAgentConfig(AlgorithmConfig):
         behaviour_weight_cap: float = NotProvided,
         share_prompt_prefixes: bool = NotProvided,
         length_buckets: bool = NotProvided,
+        skip_zero_advantage_rows: bool = NotProvided,
         prompt_turns: str = NotProvided,
         max_prompt_tokens: int = NotProvided,
         max_new_tokens: int = NotProvided,
@@ -242,6 +244,20 @@ class TextAgentConfig(AlgorithmConfig):
                 and gradient are unchanged (float rounding aside); the padding the passes computed
                 is the learner metric ``learner_padding_frac``. Rows shuffled per epoch
                 (``shuffle_batch_per_epoch``) keep their order.
+            skip_zero_advantage_rows: The learner's passes (training and old log-probs) leave out
+                the rows whose advantage is 0 on every loss token, e.g. every row of a rollout group
+                whose episodes all scored alike (default True). Only for a module whose loss is the
+                clipped policy term alone (``kl_coeff`` and ``entropy_coeff`` 0; not HiPER, whose
+                critic trains on every row) and on one learner (several would run different numbers
+                of passes and gradient collectives); per-module overrides apply. There such a row's
+                loss is 0 whatever its ratio, so the loss and gradient are unchanged: each minibatch
+                keeps its rows and still divides by all their loss tokens, and a minibatch left with
+                no row steps AdamW on a zero gradient. The learner metrics
+                ``learner_rows_skipped_frac`` and ``learner_tokens_skipped_frac`` report what was
+                left out (of the rows, and of their real tokens), ``learner_flops`` what was
+                computed; ``policy_loss`` stays the mean over all loss tokens, while the other token
+                means (``entropy``, ``clip_frac``, ``ratio_mean``, ``logp_gap_vs_sampler``, ...)
+                become means over the computed rows' tokens.
             prompt_turns: How a prompt reaches the model's chat template: "user" (default: the env's
                 template as one user turn, the paper's templates verbatim) or "system_user" (its task
                 and instructions as the system turn, the same at every step, and the history, current

@@ -13,7 +13,8 @@ As PPO appends its GAE piece in ``PPOLearner.build()``, a text-agent learner app
 3. RLlib's ``NumpyToTensor`` (onto the learner's device);
 4. :class:`RecomputeOldLogp` when ``recompute_old_logp`` is True (the default) or "auto": the
    learner's own log-probs before the update as the PPO ratio's denominator, no gradient ("auto":
-   the sampler's where they matched the learner's in the last update);
+   the sampler's where they matched the learner's in the last update), over the rows the update
+   computes (:meth:`TextAgentLearner.computed_rows`: ``skip_zero_advantage_rows``);
 5. :class:`ReferenceLogp` when ``kl_coeff > 0``: frozen reference log-probs, no gradient.
 
 An update called with a progress ticket (``LearnerGroup.update(..., progress=ticket)``) reports its
@@ -36,6 +37,7 @@ from ray.rllib.core.learner.training_data import TrainingData
 from ray.rllib.utils.annotations import OverrideToImplementCustomLogic, override
 from ray.rllib.utils.metrics import WEIGHTS_SEQ_NO
 from ray.rllib.utils.minibatch_utils import MiniBatchCyclicIterator
+from ray.rllib.utils.typing import ModuleID
 
 from hgpo_rllib.algorithms.per_module_minibatches import PerModuleMiniBatches, minibatch_bounds
 from hgpo_rllib.columns import FORCE_WEIGHTS
@@ -102,10 +104,31 @@ class TextAgentLearner(Learner, abc.ABC):
                 chunk_rows=self.config.micro_batch_size,
                 single_step_rows=single_step_rows,
                 gap_threshold=self.config.old_logp_gap_threshold if auto else None,
+                computed_rows=self.computed_rows,
+                spans=self.minibatch_spans,
             )
             self._learner_connector.append(self.old_logp_pass)
         if self.config.kl_coeff > 0:
             self._learner_connector.append(ReferenceLogp(chunk_rows=self.config.micro_batch_size))
+
+    def skips_zero_advantage_rows(self, module_id: ModuleID) -> bool:
+        """Whether the update leaves out ``module_id``'s rows with a zero advantage on every loss token
+        (``skip_zero_advantage_rows``): only where the clipped policy term is the module's whole loss
+        (``kl_coeff`` and ``entropy_coeff`` 0), there such a row adds exactly nothing, and on one
+        learner (several would run different numbers of passes and gradient collectives)."""
+        config = self.config.get_config_for_module(module_id)
+        return bool(
+            config.skip_zero_advantage_rows
+            and config.kl_coeff == 0
+            and config.entropy_coeff == 0
+            and not self.distributed
+        )
+
+    @OverrideToImplementCustomLogic
+    @abc.abstractmethod
+    def computed_rows(self, module_id: ModuleID, rows: dict[str, Any]) -> Any | None:
+        """Which of ``module_id``'s ``rows`` (tensors) the update computes, as a boolean mask over
+        them; None for every row (:meth:`skips_zero_advantage_rows`)."""
 
     def minibatch_spans(self, num_rows: int) -> list[int] | None:
         """Where every epoch's minibatches cut a module's ``num_rows`` rows (``length_buckets``):

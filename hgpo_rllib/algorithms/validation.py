@@ -153,6 +153,7 @@ def text_agent_errors(config: Any) -> list[str]:
         "a number >= 0 (mean absolute log-prob gap per token)",
     )
     need(is_bool(c.length_buckets), "length_buckets", "True or False")
+    need(is_bool(c.skip_zero_advantage_rows), "skip_zero_advantage_rows", "True or False")
     need(is_bool(c.async_sampling), "async_sampling", "True or False")
     need(
         c.learner_matmul_gflops is None

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from hgpo_rllib.algorithms.torch.token_loss import non_finite_terms, token_loss_terms
+from hgpo_rllib.algorithms.torch.token_loss import non_finite_terms, rows_with_gradient, token_loss_terms
 
 
 def test_token_loss_terms_match_the_per_element_formulas() -> None:
@@ -67,3 +67,25 @@ def test_non_finite_terms_are_named_only_where_tokens_are_valid() -> None:
     entropy = torch.tensor([0.0, float("nan")])  # a per-row term counts at any row
     assert non_finite_terms(mask, {"pg": pg, "kl": kl, "ref": None, "entropy": entropy}) == ["kl", "entropy"]
     assert non_finite_terms(mask, {"pg": pg}) == []
+
+
+def test_a_row_carries_gradient_only_with_a_non_zero_advantage_on_a_loss_token() -> None:
+    """Per row: zero, non-zero (either sign), non-zero on a row without loss tokens, NaN. Per token
+    (HiPER's spans): non-zero only outside the loss mask, and on one loss token."""
+    mask = torch.tensor([[1, 1, 0], [1, 0, 0], [0, 0, 0], [1, 1, 1], [1, 1, 1]])
+    per_row = torch.tensor([0.0, -0.5, 2.0, 1e-9, np.nan])
+    assert rows_with_gradient(per_row, mask).tolist() == [False, True, False, True, True]
+    per_token = torch.tensor([[0.0, 0.0, 3.0], [0.0, 0.0, 0.0], [1.0, 1.0, 1.0], [0.0, -1.0, 0.0], [0.0] * 3])
+    assert rows_with_gradient(per_token, mask).tolist() == [False, False, False, True, False]
+    # Where A = 0 the token's clipped (and dual-clipped) loss and its gradient are 0 whatever the ratio.
+    logp = torch.tensor([[-3.0, 0.5, -9.0]], requires_grad=True)
+    terms = token_loss_terms(
+        logp=logp,
+        old_logp=torch.tensor([[0.0, -4.0, 9.0]]),
+        advantages=torch.zeros(1),
+        ref_logp=None,
+        clip_param=0.2,
+        dual_clip=3.0,
+    )
+    terms.pg.sum().backward()
+    assert terms.pg.abs().sum() == 0 and logp.grad.abs().sum() == 0

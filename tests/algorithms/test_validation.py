@@ -36,6 +36,7 @@ def test_default_config_is_the_papers_and_valid() -> None:
         True,
     )
     config.copy().training(recompute_old_logp="auto", old_logp_gap_threshold=0).validate()
+    assert config.skip_zero_advantage_rows is True
     assert (config.kl_coeff, config.entropy_coeff) == (0.01, 0.001)
     assert (config.max_prompt_tokens, config.max_new_tokens, config.temperature) == (4096, 512, 1.0)
     assert (config.estimator, config.history_length, config.adv_mode, config.eval_temperature) == (
@@ -87,6 +88,7 @@ BAD_SETTINGS = [
     ({"old_logp_gap_threshold": -1e-4}, "old_logp_gap_threshold"),
     ({"old_logp_gap_threshold": "1e-4"}, "old_logp_gap_threshold"),
     ({"length_buckets": 1}, "length_buckets"),
+    ({"skip_zero_advantage_rows": 1}, "skip_zero_advantage_rows"),
     ({"async_sampling": True, "recompute_old_logp": "auto"}, "recompute_old_logp"),
     ({"async_sampling": 1}, "async_sampling"),
     ({"behaviour_weight_cap": 0.5}, "behaviour_weight_cap"),

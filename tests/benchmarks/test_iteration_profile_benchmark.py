@@ -45,6 +45,12 @@ def test_the_baseline_and_float32_variants_set_the_modules_dtype_and_prefill(var
     assert model_config["constrain_to_admissible"]  # merged key by key: the experiment's settings stay
 
 
+@pytest.mark.parametrize(("variant", "skips"), [("default", True), ("baseline", False), ("noskip", False)])
+def test_the_baseline_and_noskip_variants_compute_the_rows_of_zero_advantage(variant, skips):
+    config = bench.build_config(bench.parse_args(["--variants", variant]), variant)
+    assert config.skip_zero_advantage_rows is skips
+
+
 def test_the_result_file_is_named_by_experiment_model_and_variants():
     assert bench.result_name(bench.parse_args([])) == "iteration_profile_hgpo_keychest"
     argv = ["--experiment", str(TUNED / "hgpo_webshop.py"), "--model", "smollm2-135m-instruct"]

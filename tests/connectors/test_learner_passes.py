@@ -9,9 +9,10 @@ import math
 
 import numpy as np
 import pytest
+import torch
 from helpers import keychest_config, run_python
 
-from hgpo_rllib.columns import OLD_LOGP, RESP_LOGP, SAMPLER_LOGP, TOKEN_COLUMNS
+from hgpo_rllib.columns import OLD_LOGP, PROMPT_IDS, RESP_LOGP, SAMPLER_LOGP, TOKEN_COLUMNS
 from hgpo_rllib.connectors.learner.frozen_logp import RecomputeOldLogp
 
 
@@ -66,6 +67,37 @@ def test_auto_keeps_the_samplers_log_probs_only_where_the_last_gap_was_within_th
     one_step.remember_gaps({"default_policy": 0.0})
     batch = _rows(5)
     assert one_step.fill("default_policy", _Unused(), batch) is False and OLD_LOGP not in batch
+
+
+class _Scorer:
+    """Scores each row as minus its number / 10 (its prompt ids hold the number), recording the
+    rows of each chunk."""
+
+    def __init__(self) -> None:
+        self.chunks: list[list[int]] = []
+
+    def forward_train(self, batch):  # noqa: ANN001, ANN201
+        rows = batch[PROMPT_IDS][:, 0]
+        self.chunks.append(rows.tolist())
+        return {"logp": -rows[:, None].float().expand(-1, 3) / 10}
+
+
+def test_the_pass_scores_only_the_computed_rows_in_each_minibatchs_own_chunks():
+    """10 rows in minibatches cut at 0, 4, 8 and 10, chunks of 2: the computed rows are scored in
+    chunks that never cross a minibatch's cut (the training micro-batches), the others keep the
+    sampler's log-probs."""
+    numbers = torch.arange(10)[:, None].expand(-1, 3).clone()
+    batch = {OLD_LOGP: torch.full((10, 3), -0.5)} | {column: numbers.clone() for column in TOKEN_COLUMNS}
+    computed = torch.tensor([1, 0, 1, 1, 0, 1, 1, 1, 0, 1], dtype=torch.bool)
+    piece = RecomputeOldLogp(
+        chunk_rows=2, computed_rows=lambda mid, rows: computed, spans=lambda n: [0, 4, 8, n]
+    )
+    scorer = _Scorer()
+    assert piece.fill("default_policy", scorer, batch) is True
+    assert scorer.chunks == [[0, 2], [3], [5, 6], [7], [9]]
+    expected = torch.where(computed, -torch.arange(10).float() / 10, torch.tensor(-0.5))
+    assert torch.equal(batch[OLD_LOGP], expected[:, None].expand(-1, 3))
+    assert torch.equal(batch[SAMPLER_LOGP], torch.full((10, 3), -0.5))
 
 
 def test_without_a_threshold_no_gap_is_kept():

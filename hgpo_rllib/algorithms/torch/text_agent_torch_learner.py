@@ -3,7 +3,11 @@
 A minibatch may be processed as several forward/backward passes of ``micro_batch_size`` rows; every
 pass divides by the minibatch's token count (over all learners), so the accumulated and averaged
 gradient is exactly the token mean's (:mod:`~hgpo_rllib.algorithms.torch.token_loss`). AdamW (weight
-decay) and global-norm gradient clipping (``config.grad_clip``) then take one step.
+decay) and global-norm gradient clipping (``config.grad_clip``) then take one step. With
+``skip_zero_advantage_rows`` the passes leave out the rows whose policy loss is 0 whatever the weights
+(zero advantage on every loss token, where that term is the whole loss): the divisor still counts
+their tokens, so the loss and gradient are unchanged, and a minibatch left with no row steps on a
+zero gradient.
 
 Several learners either hold whole replicas (DDP, RLlib's default) or, with ``learner_sharding="fsdp"``,
 1/N of every weight, gradient and optimizer moment (FSDP2, :mod:`hgpo_rllib.algorithms.torch.fsdp`).
@@ -34,7 +38,12 @@ from ray.rllib.utils.typing import ModuleID, StateDict
 from hgpo_rllib.algorithms.text_agent_learner import TextAgentLearner
 from hgpo_rllib.algorithms.torch import fsdp
 from hgpo_rllib.algorithms.torch.flop_meter import FlopMeter
-from hgpo_rllib.algorithms.torch.token_loss import behaviour_weights, non_finite_terms, token_loss_terms
+from hgpo_rllib.algorithms.torch.token_loss import (
+    behaviour_weights,
+    non_finite_terms,
+    rows_with_gradient,
+    token_loss_terms,
+)
 from hgpo_rllib.columns import (
     ADVANTAGES,
     BEHAVIOUR_WEIGHT_CAPPED_KEY,
@@ -45,6 +54,8 @@ from hgpo_rllib.columns import (
     GRAD_NORM_PER_STEP_KEY,
     IDLE_MINIBATCHES_KEY,
     KL_KEY,
+    LEARNER_ROWS_SKIPPED_FRAC,
+    LEARNER_TOKENS_SKIPPED_FRAC,
     LOGP_GAP_KEY,
     LOSS_MASK,
     NUM_OPTIMIZER_STEPS,
@@ -94,6 +105,8 @@ class TextAgentTorchLearner(TextAgentLearner, TorchLearner):
         super().build()
         # Per module (one per role of a multi-agent system; DEFAULT_MODULE_ID otherwise).
         self._token_sums: dict[ModuleID, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+        # The rows and their real tokens the training passes were given and left out, over the update.
+        self._row_counts: dict[ModuleID, dict[str, float]] = defaultdict(lambda: defaultdict(float))
         self._minibatch_tokens: dict[ModuleID, torch.Tensor] = {}
         self._num_minibatches = 0
         self._grad_norms: dict[ModuleID, list[float]] = defaultdict(list)
@@ -171,6 +184,7 @@ class TextAgentTorchLearner(TextAgentLearner, TorchLearner):
     def before_gradient_based_update(self, *, timesteps: dict[str, Any]) -> None:
         super().before_gradient_based_update(timesteps=timesteps)
         self._token_sums.clear()
+        self._row_counts.clear()
         self._grad_norms.clear()
         self._idle_minibatches.clear()
         self._module_steps.clear()
@@ -214,7 +228,9 @@ class TextAgentTorchLearner(TextAgentLearner, TorchLearner):
     @override(TorchLearner)
     def _uncompiled_update(self, batch: dict[str, Any], **kwargs: Any) -> tuple[Any, Any, dict]:
         """One optimiser step per module on its minibatch rows, in micro-batches of its
-        ``micro_batch_size`` rows (per-module overrides apply: Dr. MAS's per-agent micro-batches)."""
+        ``micro_batch_size`` rows (per-module overrides apply: Dr. MAS's per-agent micro-batches),
+        less the rows it need not compute (:meth:`computed_rows`), whose tokens still count in the
+        token mean's divisor."""
         self._compute_off_policyness(batch)
         for optim in self._optimizer_parameters:
             optim.zero_grad(set_to_none=True)
@@ -222,8 +238,13 @@ class TextAgentTorchLearner(TextAgentLearner, TorchLearner):
         total: dict[ModuleID, torch.Tensor] = {}
         fwd_out: dict[ModuleID, Any] = {}
         for mid, rows in batch.items():
-            num_rows = len(rows[ADVANTAGES])
             self._minibatch_tokens[mid] = self._mean_tokens_per_learner(loss_mask(rows))
+            rows = self._rows_to_compute(mid, rows)
+            num_rows = len(rows[ADVANTAGES])
+            if not num_rows:
+                total[mid] = torch.zeros((), device=self._device)
+                self._zero_gradients(mid)
+                continue
             step = self.config.get_config_for_module(mid).micro_batch_size or num_rows
             starts = range(0, num_rows, step)
             for start in starts:
@@ -241,6 +262,46 @@ class TextAgentTorchLearner(TextAgentLearner, TorchLearner):
         grads = {pid: p.grad for pid, p in self._params.items() if p.grad is not None}
         self.apply_gradients(self.postprocess_gradients(grads))
         return fwd_out, total, {}
+
+    @override(TextAgentLearner)
+    def computed_rows(self, module_id: ModuleID, rows: dict[str, Any]) -> torch.Tensor | None:
+        """With :meth:`skips_zero_advantage_rows`: the rows with a non-zero advantage on a loss token
+        (:func:`rows_with_gradient`); else None (every row)."""
+        if not self.skips_zero_advantage_rows(module_id):
+            return None
+        return rows_with_gradient(rows[ADVANTAGES], loss_mask(rows))
+
+    def _rows_to_compute(self, module_id: ModuleID, rows: dict[str, Any]) -> dict[str, Any]:
+        """``rows`` less those :meth:`computed_rows` leaves out, counted for the skipped-row metrics.
+        Their loss tokens count in ``policy_loss``'s divisor: their policy loss is 0."""
+        real = rows[PROMPT_MASK].sum(dim=-1) + rows[RESP_MASK].sum(dim=-1)
+        counts = self._row_counts[module_id]
+        counts["rows"] += len(real)
+        counts["tokens"] += float(real.sum())
+        computed = self.computed_rows(module_id, rows)
+        if computed is None:
+            return rows
+        skipped = ~computed
+        counts["skipped_rows"] += float(skipped.sum())
+        counts["skipped_tokens"] += float(real[skipped].sum())
+        sums = self._token_sums[module_id]
+        sums["skipped_loss_tokens"] += float(loss_mask(rows)[skipped].sum())
+        sums[POLICY_LOSS_KEY] += 0.0  # reported even where every row was left out
+        if not skipped.any():
+            return rows
+        index = torch.nonzero(computed).squeeze(-1)
+        return {key: value[index] for key, value in rows.items()}
+
+    def _zero_gradients(self, module_id: ModuleID) -> None:
+        """Zero gradients for the parameters of ``module_id``'s optimisers that have none: its
+        minibatch computed no row, and AdamW would skip a parameter without a gradient, where a zero
+        one still moves it by its momentum and decays it (the policy's backward reaches every weight,
+        so these are the parameters a computed pass would have given a zero gradient)."""
+        for _, optimizer in self.get_optimizers_for_module(module_id):
+            for group in optimizer.param_groups:
+                for param in group["params"]:
+                    if param.grad is None:
+                        param.grad = torch.zeros_like(param)
 
     def _mean_tokens_per_learner(self, mask: torch.Tensor) -> torch.Tensor:
         """The loss tokens of this minibatch over all learners, divided by their number: a learner's
@@ -381,9 +442,12 @@ class TextAgentTorchLearner(TextAgentLearner, TorchLearner):
         gaps = {}
         for module_id, sums in self._token_sums.items():
             tokens = max(sums["tokens"], 1.0)
+            # The rows left out have a policy loss of 0; every other mean is over the computed rows.
+            all_tokens = max(sums["tokens"] + sums["skipped_loss_tokens"], 1.0)
             for key in _TOKEN_MEAN_KEYS:
                 if key in sums:
-                    self.metrics.log_value((module_id, key), sums[key] / tokens, window=1)
+                    mean = sums[key] / (all_tokens if key == POLICY_LOSS_KEY else tokens)
+                    self.metrics.log_value((module_id, key), mean, window=1)
             if LOGP_GAP_KEY in sums:
                 gaps[module_id] = sums[LOGP_GAP_KEY] / max(sums["first_minibatch_tokens"], 1.0)
                 self.metrics.log_value((module_id, LOGP_GAP_KEY), gaps[module_id], window=1)
@@ -391,6 +455,11 @@ class TextAgentTorchLearner(TextAgentLearner, TorchLearner):
             if self.distributed and len(self.module) > 1:
                 idle = self._idle_minibatches.get(module_id, 0)
                 self.metrics.log_value((module_id, IDLE_MINIBATCHES_KEY), idle, window=1)
+        for module_id, counts in self._row_counts.items():
+            rows_frac = counts["skipped_rows"] / max(counts["rows"], 1.0)
+            tokens_frac = counts["skipped_tokens"] / max(counts["tokens"], 1.0)
+            self.metrics.log_value((module_id, LEARNER_ROWS_SKIPPED_FRAC), rows_frac, window=1)
+            self.metrics.log_value((module_id, LEARNER_TOKENS_SKIPPED_FRAC), tokens_frac, window=1)
         # Every learner's norms are the same (computed after the gradient all-reduce, or over the
         # full sharded gradient); RLlib cannot merge one list per learner, so the first one reports it.
         first_learner = not self.distributed or torch.distributed.get_rank() == 0

@@ -70,6 +70,15 @@ def token_loss_terms(
     return TokenLossTerms(pg, kl, ratio, (pg_clipped > pg_unclipped).float(), dual_clipped.float())
 
 
+def rows_with_gradient(advantages: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """The rows ([N] bool) with a non-zero advantage on at least one loss token (``mask`` [N, T];
+    ``advantages`` [N] or [N, T]). Where A = 0 a token's policy loss is 0 whatever its ratio (the
+    clip and the dual clip alike), so the other rows add exactly nothing to the policy term or its
+    gradient. A non-finite advantage counts as non-zero."""
+    adv = advantages if advantages.dim() == 2 else advantages.unsqueeze(-1)
+    return ((adv != 0) & mask.bool()).any(dim=-1)
+
+
 def behaviour_weights(
     proximal_logp: torch.Tensor, behaviour_logp: torch.Tensor, cap: float
 ) -> tuple[torch.Tensor, torch.Tensor]:

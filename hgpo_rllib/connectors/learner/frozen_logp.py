@@ -9,7 +9,9 @@ RLlib minibatches the rows (docs/hgpo_algorithm.md §5):
   slightly, which would make the first minibatch's ratio differ from 1 and clip spuriously; they are
   kept as ``sampler_logp`` for the ``logp_gap_vs_sampler`` metric. With a gap threshold
   (``recompute_old_logp="auto"``) the pass is skipped where the sampler's matched the learner's in
-  the last update: they are then the old policy's (float32 HF sampling: ~3e-6 per token).
+  the last update: they are then the old policy's (float32 HF sampling: ~3e-6 per token). Rows the
+  update will not compute (the learner's ``computed_rows``: ``skip_zero_advantage_rows``) are left
+  out of it and keep the sampler's log-probs, which no loss reads.
 """
 
 from __future__ import annotations
@@ -33,13 +35,18 @@ from hgpo_rllib.columns import (
 
 
 def logp_in_chunks(
-    score: Callable[[dict[str, Any]], torch.Tensor], rows: dict[str, Any], chunk_rows: int | None
+    score: Callable[[dict[str, Any]], torch.Tensor],
+    rows: dict[str, Any],
+    chunk_rows: int | None,
+    index: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """``score`` (token rows -> per-row tensors: [n, T] log-probs, or a critic's [n, T, 3] values) over
-    ``rows`` in chunks, without gradients, as float32."""
+    ``rows`` (those at ``index`` only, if given) in chunks, without gradients, as float32."""
+    columns = [*TOKEN_COLUMNS, *(k for k in OPTIONAL_TOKEN_COLUMNS if k in rows)]
+    if index is not None:
+        rows = {k: rows[k][index] for k in columns}
     n = len(rows[TOKEN_COLUMNS[0]])
     chunk = chunk_rows or n
-    columns = [*TOKEN_COLUMNS, *(k for k in OPTIONAL_TOKEN_COLUMNS if k in rows)]
     with torch.no_grad():
         parts = [score({k: rows[k][s : s + chunk] for k in columns}) for s in range(0, n, chunk)]
     return torch.cat(parts).float()
@@ -101,16 +108,29 @@ class RecomputeOldLogp(_ChunkedLogp):
     and the pass is skipped where the module's last measured ``logp_gap_vs_sampler`` (the learner
     sets :attr:`last_gaps` after each update) is at most the threshold; it runs on the first update
     and wherever the gap exceeded it. Each update logs the choice (``old_logp_from_sampler``).
+
+    ``computed_rows`` (module id, rows -> a boolean mask of the rows the update computes, or None for
+    all): the pass scores only those, in chunks of each minibatch's own rows where ``spans`` (row
+    count -> the minibatches' cuts, or None) knows them, so that the chunks stay the training
+    micro-batches; the other rows keep the sampler's log-probs.
     """
 
     timer_key = "old_logp_s"
 
     def __init__(
-        self, *args: Any, single_step_rows: float = 0, gap_threshold: float | None = None, **kwargs: Any
+        self,
+        *args: Any,
+        single_step_rows: float = 0,
+        gap_threshold: float | None = None,
+        computed_rows: Callable[[str, dict[str, Any]], torch.Tensor | None] | None = None,
+        spans: Callable[[int], list[int] | None] | None = None,
+        **kwargs: Any,
     ):
         super().__init__(*args, **kwargs)
         self.single_step_rows = single_step_rows
         self.gap_threshold = gap_threshold
+        self.computed_rows = computed_rows
+        self.spans = spans
         #: Each module's mean absolute log-prob gap (learner - sampler, per token) in the last update
         #: that measured one; the same on every learner (the learner reduces it over all of them).
         self.last_gaps: dict[str, float] = {}
@@ -157,5 +177,27 @@ class RecomputeOldLogp(_ChunkedLogp):
         if self.sampler_matches(module_id):
             return False
         rows[SAMPLER_LOGP] = rows.pop(OLD_LOGP)
-        rows[OLD_LOGP] = logp_in_chunks(lambda b: module.forward_train(b)["logp"], rows, self.chunk_rows)
+
+        def score(chunk: dict[str, Any]) -> torch.Tensor:
+            return module.forward_train(chunk)["logp"]
+
+        computed = self.computed_rows(module_id, rows) if self.computed_rows else None
+        if computed is None:
+            rows[OLD_LOGP] = logp_in_chunks(score, rows, self.chunk_rows)
+        else:
+            rows[OLD_LOGP] = self._computed_logp(score, rows, computed)
         return True
+
+    def _computed_logp(
+        self, score: Callable[[dict[str, Any]], torch.Tensor], rows: dict[str, Any], computed: torch.Tensor
+    ) -> torch.Tensor:
+        """The learner's log-probs of the ``computed`` rows, minibatch by minibatch; the sampler's
+        elsewhere."""
+        old_logp = rows[SAMPLER_LOGP].float().clone()
+        num_rows = len(old_logp)
+        bounds = (self.spans(num_rows) if self.spans else None) or [0, num_rows]
+        for start, end in zip(bounds, bounds[1:], strict=False):
+            index = torch.nonzero(computed[start:end]).squeeze(-1) + start
+            if len(index):
+                old_logp[index] = logp_in_chunks(score, rows, self.chunk_rows, index)
+        return old_logp
