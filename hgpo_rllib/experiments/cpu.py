@@ -78,8 +78,11 @@ def tiny_hiper_config(env_name: str, env_config: dict[str, Any], settings: RunSe
 
 #: The real-model CPU preset's training (docs/models.md, "Iteration times"): LoRA adapters of rank 16 on
 #: every linear layer (the optimiser holds the adapters' state, not the model's, and runners receive
-#: merged weights); no KL term, which would cost a reference forward pass per row on 2 cores; prompts
-#: of at most 768 tokens (the oldest history records go first) and answers of at most 64 tokens.
+#: merged weights); no KL term, which would cost a reference forward pass per row on 2 cores, and no
+#: entropy bonus (the paper's 0.001): without either, the rows of groups whose episodes all returned the
+#: same (most groups of a weak policy on sparse rewards) carry no gradient and the learner skips them
+#: (``skip_zero_advantage_rows``); prompts of at most 768 tokens (the oldest history records go first)
+#: and answers of at most 64 tokens.
 REAL_MODEL_CPU_TRAINING = {
     "lr": 5e-5,
     "minibatch_size": 64,
@@ -87,6 +90,7 @@ REAL_MODEL_CPU_TRAINING = {
     "max_prompt_tokens": 768,
     "max_new_tokens": 64,
     "kl_coeff": 0.0,
+    "entropy_coeff": 0.0,
 }
 REAL_MODEL_LORA = {"r": 16}
 
