@@ -116,6 +116,8 @@ def build_config(spec: Spec) -> HGPOConfig:
             micro_batch_size=spec.micro_batch_size,
             num_epochs=1,
             share_prompt_prefixes=spec.share_prompt_prefixes,
+            # The same work as TRL's, which computes every row: no row left out for a zero advantage.
+            skip_zero_advantage_rows=False,
         )
         .reporting(progress_interval_s=0)
         .debugging(seed=spec.seed)

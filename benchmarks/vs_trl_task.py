@@ -138,6 +138,12 @@ def settings_rows(spec: Spec, spin_count: str) -> list[dict[str, str]]:
             yes,
         ),
         ("clip", f"`clip_param={CLIP}`", f"`epsilon={CLIP}`", yes),
+        (
+            "rows with zero advantage",
+            "computed (`skip_zero_advantage_rows=False`)",
+            "computed",
+            yes,
+        ),
         ("dual clip", "3.0", "none", "no (inactive: one step per batch, ratio 1)"),
         (
             "entropy",

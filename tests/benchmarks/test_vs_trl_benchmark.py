@@ -99,7 +99,7 @@ def test_groups_share_a_prompt_and_the_control_shares_none(tiny_dir: Path) -> No
 def test_every_setting_is_listed_and_the_unmatched_ones_are_named() -> None:
     spec = task.Spec(model="m", model_dir="/m", batches=[[{}] * 16], micro_batch_size=4, new_tokens=32)
     rows = task.settings_rows(spec, "3000")
-    assert len(rows) == 31 and len({row["setting"] for row in rows}) == 31
+    assert len(rows) == 32 and len({row["setting"] for row in rows}) == 32
     unmatched = [row["setting"] for row in rows if not row["matched"].startswith("yes")]
     assert unmatched == [
         "dual clip",
@@ -112,6 +112,9 @@ def test_every_setting_is_listed_and_the_unmatched_ones_are_named() -> None:
     by_name = {row["setting"]: row for row in rows}
     assert by_name["micro-batch"]["TRL"] == "`per_device_train_batch_size=4`, `gradient_accumulation_steps=4`"
     assert by_name["completion length"]["this package"] == "`min_new_tokens = max_new_tokens = 32`"
+    assert (
+        by_name["rows with zero advantage"]["this package"] == "computed (`skip_zero_advantage_rows=False`)"
+    )
     no_sharing = task.Spec(model="m", model_dir="/m", batches=[[{}] * 16], share_prompt_prefixes=False)
     assert {row["setting"]: row for row in task.settings_rows(no_sharing, "3000")}[
         "shared prompts in the learner"
