@@ -30,7 +30,10 @@ declares the smallest difference its seeds and games can detect (``declared_read
 
 Resumable across sittings: each run writes its own small result files under ``<output>/runs/<run>/``
 (``curve.csv``, ``trained.json``, the evaluation's ``episodes.csv`` ...) and its checkpoint under
-``--work-dir``; a rerun skips what is finished (training, then each evaluation seed). The tables
+``--work-dir``; a rerun skips what is finished (training, then each evaluation seed) and resumes a run
+mid-training: every iteration (``--checkpoint-every N``: every N) a run saves a resume checkpoint
+beside its final one (``<run>.resume/``, removed once trained), from which a rerun of the same command
+goes on with the curve so far, ending with the files of an uninterrupted run. The tables
 (``table.md``, ``per_run.csv``, ``comparisons.csv``: each variant against its own warm start and
 against GRPO, GiGPO and HGPO K = 2, paired by training seed and game, and where the two started from
 different warm starts their gains over them too, each sign-flip p beside the smallest one its seeds
@@ -47,6 +50,7 @@ import math
 import os
 import re
 import shlex
+import shutil
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -239,6 +243,52 @@ def warm_start_for(env: str, variant: Variant, given: Path | None) -> Path:
     return given or build_warm_start(warm_start_recipe("webshop"))
 
 
+#: A run's resume checkpoints (issue 64: a real-model run outlasts a sitting) sit beside its final
+#: checkpoint, in ``<checkpoint>.resume/``: ``iteration_<k>/`` holds the algorithm (``algorithm/``),
+#: the curve's rows so far and, written last, :data:`RESUME_MARKER`.
+RESUME_SUFFIX = ".resume"
+RESUME_MARKER = "resume.json"
+
+
+def build_algo(config):  # noqa: ANN001, ANN201 (an RLlib AlgorithmConfig and its Algorithm)
+    """The algorithm ``config`` builds (tests put a stand-in here)."""
+    return config.build_algo()
+
+
+def resume_folder(checkpoint: Path) -> Path:
+    return checkpoint.with_name(checkpoint.name + RESUME_SUFFIX)
+
+
+def latest_resume_point(folder: Path) -> Path | None:
+    """The newest complete resume checkpoint in ``folder``; None when there is none. One still under
+    its temporary name, or without its marker (an interrupted save), is ignored."""
+    complete = sorted(p for p in folder.glob("iteration_*") if (p / RESUME_MARKER).is_file())
+    return complete[-1] if complete else None
+
+
+def save_resume_point(
+    algo,  # noqa: ANN001 (an RLlib Algorithm)
+    folder: Path,
+    records: list[dict[str, object]],
+    marker: dict[str, object],
+    minutes: Callable[[], float],
+) -> None:
+    """Save ``algo`` and the curve's ``records`` as ``folder/iteration_<k>``: written under a temporary
+    name, the marker (``marker`` and the wall ``minutes()`` once saved) last, then renamed, so an
+    interrupted save never looks complete; the previous one is removed only then."""
+    point = folder / f"iteration_{len(records):06d}"
+    partial = folder / f".{point.name}.partial"
+    shutil.rmtree(partial, ignore_errors=True)
+    partial.mkdir(parents=True)
+    algo.save_to_path(str(partial / "algorithm"))
+    pd.DataFrame(records).to_csv(partial / "curve.csv", index=False)
+    (partial / RESUME_MARKER).write_text(json.dumps({**marker, "wall_minutes": minutes()}, indent=2))
+    partial.rename(point)
+    for older in folder.iterdir():
+        if older != point:
+            shutil.rmtree(older)
+
+
 def train(
     name: str,
     variant: Variant,
@@ -248,17 +298,62 @@ def train(
     run_dir: Path,
     checkpoint: Path | None,
     sampling: dict[str, float],
+    checkpoint_every: int = 1,
 ) -> None:
     """Train one (variant, seed) for ``iterations``; write its curve and (unless None) checkpoint.
-    ``sampling``: the example's settings of :data:`SAMPLING_TAGS` that the command replaces."""
+    ``sampling``: the example's settings of :data:`SAMPLING_TAGS` that the command replaces.
+
+    A run with a checkpoint saves a resume checkpoint every ``checkpoint_every`` iterations (but the
+    last) and, when called again after an interruption, restores the newest complete one and goes on
+    from the iteration after it with its curve: the final checkpoint, ``curve.csv`` and ``trained.json``
+    are those of an uninterrupted run, the minutes summed over the sittings (the iterations trained
+    after the last resume checkpoint are trained again, with fresh random draws). The resume
+    checkpoints are removed once ``trained.json`` is written. One of other settings is never restored:
+    :func:`check_run` stopped a run whose folder was begun with other settings before it trains, and a
+    resume checkpoint names the run folder and settings it was saved for, a stop for any other (another
+    ``--output`` on the same ``--work-dir``)."""
     config = with_sampling(variant_config(variant, warm_start), sampling)
     # Success per iteration: the window is one iteration's episodes, not the last 100.
     episodes_per_iteration = config.group_size * config.groups_per_iteration
     config.reporting(metrics_num_episodes_for_smoothing=episodes_per_iteration).debugging(seed=seed)
-    algo = config.build_algo()
-    records, start = [], time.perf_counter()
+    run_file = run_dir / "run.json"
+    owner = {
+        "run_dir": str(run_dir.resolve()),
+        "settings": json.loads(run_file.read_text()) if run_file.exists() else None,
+    }
+    resume = None if checkpoint is None else resume_folder(checkpoint)
+    point = None if resume is None else latest_resume_point(resume)
+    if point is not None:
+        saved = json.loads((point / RESUME_MARKER).read_text())
+        if {key: saved[key] for key in owner} != owner:
+            raise SystemExit(
+                f"{point} was saved by another run ({saved['run_dir']}, settings {saved['settings']}); "
+                "choose another --work-dir, or delete it to train this run from its start"
+            )
+    algo = build_algo(config)
+    records: list[dict[str, object]] = []
+    minutes_before = 0.0
     try:
-        for _ in tqdm(range(iterations), desc=run_name(name, seed), unit="it", leave=False):
+        if point is not None:
+            algo.restore_from_path(str(point / "algorithm"))
+            records = pd.read_csv(point / "curve.csv").to_dict("records")
+            minutes_before = saved["wall_minutes"]
+            pd.DataFrame(records).to_csv(run_dir / "curve.csv", index=False)  # rows after it: trained again
+            print(f"resuming {run_name(name, seed)} from iteration {len(records) + 1} of {iterations}")
+        start = time.perf_counter()
+
+        def minutes() -> float:
+            return minutes_before + (time.perf_counter() - start) / 60
+
+        progress = tqdm(
+            range(len(records), iterations),
+            desc=run_name(name, seed),
+            unit="it",
+            leave=False,
+            initial=len(records),
+            total=iterations,
+        )
+        for _ in progress:
             result = algo.train()
             runners = result["env_runners"]
             # Of the groups trained on: those whose advantages are not all zero, and among them those
@@ -271,7 +366,7 @@ def train(
                     "variant": name,
                     "seed": seed,
                     "iteration": result["training_iteration"],
-                    "minutes": (time.perf_counter() - start) / 60,
+                    "minutes": minutes(),
                     "success": runners[SUCCESS_RATE],
                     "episode_len": runners["episode_len_mean"],
                     "invalid_rate": runners[INVALID_ACTION_RATE],
@@ -283,6 +378,9 @@ def train(
                 }
             )
             pd.DataFrame(records).to_csv(run_dir / "curve.csv", index=False)
+            # The last iteration's state is the final checkpoint's, saved next.
+            if resume is not None and len(records) < iterations and len(records) % checkpoint_every == 0:
+                save_resume_point(algo, resume, records, owner, minutes)
         if checkpoint is not None:
             algo.save_to_path(str(checkpoint))
     finally:
@@ -299,7 +397,7 @@ def train(
                 "temperature": config.temperature,
                 "informative_groups": sum(r["informative_groups"] for r in records),
                 "reward_differing_groups": sum(r["reward_differing_groups"] for r in records),
-                "wall_minutes": (time.perf_counter() - start) / 60,
+                "wall_minutes": minutes(),
                 "load_1min_median": float(pd.Series([r["load_1min"] for r in records]).median()),
                 "warm_start": str(warm_start),
                 "checkpoint": None if checkpoint is None else str(checkpoint),
@@ -307,6 +405,8 @@ def train(
             indent=2,
         )
     )
+    if resume is not None:
+        shutil.rmtree(resume, ignore_errors=True)
 
 
 def with_sampling(config, sampling: dict[str, float]):  # noqa: ANN001, ANN201 (an RLlib AlgorithmConfig)
@@ -790,7 +890,9 @@ def signal_check(
 
 def check_run(run_dir: Path, settings: dict[str, object]) -> dict[str, object] | None:
     """The settings a run in ``run_dir`` was begun with (None: a new run); a stop when they differ from
-    ``settings`` (its warm start's weights apart, known once the warm start is found)."""
+    ``settings`` (its warm start's weights apart, known once the warm start is found). Checked before
+    :func:`train` goes on from a resume checkpoint, which names the run folder and settings it was
+    saved for: one of other settings is never restored."""
     saved_file = run_dir / "run.json"
     saved = json.loads(saved_file.read_text()) if saved_file.exists() else None
     if saved is not None and without_weights(saved) != settings:
@@ -828,6 +930,12 @@ def main() -> None:
     )
     parser.add_argument(
         "--iterations", type=int, default=6, help="training iterations per run (every run the same)"
+    )
+    parser.add_argument(
+        "--checkpoint-every",
+        type=int,
+        default=1,
+        help="iterations between a run's resume checkpoints (a rerun goes on from the last)",
     )
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4], help="training seeds")
     parser.add_argument("--variants", nargs="+", help="default: the env's Table 1 rows")
@@ -879,6 +987,7 @@ def main() -> None:
         parser.error(f"no variant(s) {unknown} in the {table} table; choose from {list(VARIANTS[table])}")
     sizes = (
         args.iterations,
+        args.checkpoint_every,
         args.eval_episodes,
         args.group_size,
         args.groups_per_iteration,
@@ -886,8 +995,8 @@ def main() -> None:
     )
     if any(size is not None and size < 1 for size in sizes):
         parser.error(
-            "--iterations, --eval-episodes, --group-size, --groups-per-iteration and --train-max-steps "
-            "must be > 0"
+            "--iterations, --checkpoint-every, --eval-episodes, --group-size, --groups-per-iteration and "
+            "--train-max-steps must be > 0"
         )
     if args.temperature is not None and not args.temperature > 0:
         parser.error(f"--temperature must be > 0, got {args.temperature}")
@@ -954,7 +1063,17 @@ def main() -> None:
                 if not (out / DECLARED_READING).exists():  # after the warm starts' evaluations
                     declare_reading(out, env, len(args.seeds))
                 if not (run_dir / "trained.json").exists():
-                    train(name, variant, seed, policy, args.iterations, run_dir, checkpoint, sampling)
+                    train(
+                        name,
+                        variant,
+                        seed,
+                        policy,
+                        args.iterations,
+                        run_dir,
+                        checkpoint,
+                        sampling,
+                        checkpoint_every=args.checkpoint_every,
+                    )
                 policy = trained_checkpoint(run_dir)
             evaluate(
                 policy,
@@ -969,7 +1088,8 @@ def main() -> None:
             )
     except KeyboardInterrupt:
         raise SystemExit(
-            f"interrupted; finished runs are kept: rerun the same command to go on ({out})"
+            f"interrupted; finished runs and each run's last resume checkpoint are kept: rerun the same "
+            f"command to go on ({out})"
         ) from None
     finally:
         ray.shutdown()

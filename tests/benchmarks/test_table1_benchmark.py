@@ -13,6 +13,7 @@ import pytest
 from helpers import benchmark_module
 
 from hgpo_rllib import HiPERConfig
+from hgpo_rllib.columns import INVALID_ACTION_RATE, SUCCESS_RATE
 from hgpo_rllib.evaluation.output_dir import reusable_episodes
 from hgpo_rllib.evaluation.policy_loading import read_policy_settings
 from hgpo_rllib.evaluation.protocol import evaluation_settings
@@ -256,7 +257,7 @@ def test_evaluated_rows_need_no_warm_start_and_a_new_one_is_not_mixed_in(
         reused.append(reuse)
 
     monkeypatch.setattr(table1, "warm_start_for", build)
-    monkeypatch.setattr(table1, "train", lambda *args: None)
+    monkeypatch.setattr(table1, "train", lambda *args, **kwargs: None)
     monkeypatch.setattr(table1, "trained_checkpoint", lambda run_dir: run_dir)
     monkeypatch.setattr(table1, "evaluate", evaluate)
     monkeypatch.setattr(table1, "write_tables", lambda out: "")
@@ -403,7 +404,8 @@ def test_the_real_models_table_keeps_its_own_folders_and_declares_its_reading_fi
     out = tmp_path / "docs" / SMOLLM2_TABLE
     trained: list[tuple[str, Path | None, bool]] = []
 
-    def train(name, variant, seed, warm_start, iterations, run_dir, checkpoint, sampling) -> None:
+    def train(name, variant, seed, warm_start, iterations, run_dir, checkpoint, sampling, checkpoint_every):
+        assert checkpoint_every == 1  # the default: a resume checkpoint every iteration
         trained.append((run_dir.name, checkpoint, (out / table1.DECLARED_READING).exists()))
 
     def evaluate(policy: Path, output: Path, episodes: int, env_config: dict, **_: object) -> None:
@@ -562,3 +564,179 @@ def test_the_signal_check_trains_once_then_sizes_from_its_files(
     monkeypatch.setattr(table1, "cpu_dtype", lambda: "float16")  # another default: not mixed in
     with pytest.raises(SystemExit, match="signal_check_groups2_steps15_temp0.7 was run with other settings"):
         table1.main()
+
+
+class Clock:
+    """``time.perf_counter`` of a training whose every iteration takes 6 minutes."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+
+    def perf_counter(self) -> float:
+        return self.seconds
+
+
+class FakeAlgo:
+    """An Algorithm's train/save/restore/stop, its state the iteration; Ctrl-C in the iteration
+    ``interrupt_train`` or in the save after ``interrupt_save``."""
+
+    def __init__(self, clock: Clock, interrupt_train: int = 0, interrupt_save: int = 0) -> None:
+        self.clock, self.interrupt_train, self.interrupt_save = clock, interrupt_train, interrupt_save
+        self.iteration = 0
+        self.calls: list[tuple[str, int]] = []
+
+    def train(self) -> dict:
+        if self.iteration + 1 == self.interrupt_train:
+            raise KeyboardInterrupt
+        self.iteration += 1
+        self.clock.seconds += 360
+        runners = {SUCCESS_RATE: self.iteration / 10, "episode_len_mean": 5.0, INVALID_ACTION_RATE: 0.25}
+        learner = {"num_informative_groups": 2, "num_groups": 4, "num_reward_differing_groups": 1}
+        return {
+            "training_iteration": self.iteration,
+            "env_runners": runners,
+            "learners": {"default_policy": learner},
+        }
+
+    def save_to_path(self, path: str) -> None:
+        self.calls.append(("save", self.iteration))
+        Path(path).mkdir(parents=True, exist_ok=True)  # as RLlib's: into a folder already there
+        if self.iteration == self.interrupt_save:
+            raise KeyboardInterrupt  # before its state is written
+        (Path(path) / "state.json").write_text(json.dumps({"iteration": self.iteration}))
+
+    def restore_from_path(self, path: str) -> None:
+        self.iteration = json.loads((Path(path) / "state.json").read_text())["iteration"]
+        self.calls.append(("restore", self.iteration))
+
+    def stop(self) -> None:
+        self.calls.append(("stop", self.iteration))
+
+
+class FakeConfig:
+    """What train() reads of a config: its groups, step limit and temperature."""
+
+    group_size, groups_per_iteration, env_config, temperature = 2, 2, {"max_steps": 8}, 0.6
+
+    def reporting(self, **_: object) -> FakeConfig:
+        return self
+
+    def debugging(self, **_: object) -> FakeConfig:
+        return self
+
+
+@pytest.fixture
+def fake_training(monkeypatch: pytest.MonkeyPatch) -> Clock:
+    """train() without Ray or models: :class:`FakeConfig`, 6 minutes an iteration, load 2."""
+    clock = Clock()
+    monkeypatch.setattr(table1, "variant_config", lambda variant, warm_start: FakeConfig())
+    monkeypatch.setattr(table1, "time", clock)
+    monkeypatch.setattr(table1.os, "getloadavg", lambda: (2.0, 1.0, 1.0))
+    return clock
+
+
+def train_grpo(out: Path, algo: FakeAlgo, monkeypatch: pytest.MonkeyPatch, checkpoint_every: int = 1) -> None:
+    """table1.train() of GRPO seed 0 for 5 iterations into ``out/run`` and ``out/work/grpo-seed0``, from
+    the warm start ``out/../warm``."""
+    monkeypatch.setattr(table1, "build_algo", lambda config: algo)
+    run_dir = out / "run"
+    run_dir.mkdir(parents=True, exist_ok=True)
+    if not (run_dir / "run.json").exists():
+        (run_dir / "run.json").write_text(json.dumps({"variant": "GRPO", "seed": 0, "iterations": 5}))
+    grpo = table1.VARIANTS["alfworld"]["GRPO"]
+    checkpoint = out / "work" / "grpo-seed0"
+    table1.train(
+        "GRPO", grpo, 0, out.parent / "warm", 5, run_dir, checkpoint, {}, checkpoint_every=checkpoint_every
+    )
+
+
+def test_an_interrupted_run_resumes_and_ends_as_an_uninterrupted_one(
+    tmp_path: Path, fake_training: Clock, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    """Ctrl-C in iteration 3 of 5 keeps the resume checkpoint of iteration 2; the rerun restores it and
+    trains 3 to 5: the same curve, trained.json and final checkpoint as a run never interrupted, its
+    minutes summed over the sittings (6 a kept iteration), and no resume folder left."""
+    whole = FakeAlgo(fake_training)
+    train_grpo(tmp_path / "whole", whole, monkeypatch)
+    assert whole.calls == [("save", 1), ("save", 2), ("save", 3), ("save", 4), ("save", 5), ("stop", 5)]
+    first = FakeAlgo(fake_training, interrupt_train=3)
+    with pytest.raises(KeyboardInterrupt):
+        train_grpo(tmp_path / "cut", first, monkeypatch)
+    resume = tmp_path / "cut" / "work" / "grpo-seed0.resume"
+    assert [p.name for p in resume.iterdir()] == ["iteration_000002"]
+    assert len(pd.read_csv(resume / "iteration_000002" / "curve.csv")) == 2
+    fake_training.seconds += 3600  # the interrupted iteration's and the pause's time is not counted
+    capsys.readouterr()
+    second = FakeAlgo(fake_training)
+    train_grpo(tmp_path / "cut", second, monkeypatch)
+    assert capsys.readouterr().out == "resuming grpo-seed0 from iteration 3 of 5\n"
+    assert first.calls == [("save", 1), ("save", 2), ("stop", 2)]
+    assert second.calls == [("restore", 2), ("save", 3), ("save", 4), ("save", 5), ("stop", 5)]
+    curve = pd.read_csv(tmp_path / "cut" / "run" / "curve.csv")
+    assert curve["iteration"].tolist() == [1, 2, 3, 4, 5]
+    assert curve["minutes"].tolist() == [6.0, 12.0, 18.0, 24.0, 30.0]
+    assert curve["success"].tolist() == [0.1, 0.2, 0.3, 0.4, 0.5]
+    assert (tmp_path / "cut" / "run" / "curve.csv").read_text() == (
+        tmp_path / "whole" / "run" / "curve.csv"
+    ).read_text()
+    trained = {
+        run: json.loads((tmp_path / run / "run" / "trained.json").read_text()) for run in ("whole", "cut")
+    }
+    for run, record in trained.items():
+        checkpoint = tmp_path / run / "work" / "grpo-seed0"
+        assert record.pop("checkpoint") == str(checkpoint)
+        assert json.loads((checkpoint / "state.json").read_text()) == {"iteration": 5}
+        assert not (tmp_path / run / "work" / "grpo-seed0.resume").exists()
+    assert trained["cut"] == trained["whole"]
+    assert trained["cut"] == {
+        "variant": "GRPO",
+        "seed": 0,
+        "iterations": 5,
+        "group_size": 2,
+        "groups_per_iteration": 2,
+        "max_steps": 8,
+        "temperature": 0.6,
+        "informative_groups": 10,
+        "reward_differing_groups": 5,
+        "wall_minutes": 30.0,
+        "load_1min_median": 2.0,
+        "warm_start": str(tmp_path / "warm"),
+    }
+
+
+def test_a_half_written_resume_checkpoint_is_ignored(
+    tmp_path: Path, fake_training: Clock, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    """Ctrl-C inside the save after iteration 4 (every 2nd iteration saved) leaves its folder under a
+    temporary name, iteration 2's still whole: the rerun goes on from 3. A temporary folder alone is no
+    resume checkpoint, nor is one saved for another run folder (another --output, same --work-dir)."""
+    first = FakeAlgo(fake_training, interrupt_save=4)
+    with pytest.raises(KeyboardInterrupt):
+        train_grpo(tmp_path, first, monkeypatch, checkpoint_every=2)
+    resume = tmp_path / "work" / "grpo-seed0.resume"
+    assert sorted(p.name for p in resume.iterdir()) == [".iteration_000004.partial", "iteration_000002"]
+    assert len(pd.read_csv(tmp_path / "run" / "curve.csv")) == 4  # written before the save
+    other = tmp_path / "other" / "run"
+    other.mkdir(parents=True)
+    (other / "run.json").write_text(json.dumps({"variant": "GRPO", "seed": 0, "iterations": 5}))
+    grpo = table1.VARIANTS["alfworld"]["GRPO"]
+    with pytest.raises(SystemExit, match=r"iteration_000002 was saved by another run \(.*/run, settings"):
+        table1.train("GRPO", grpo, 0, tmp_path / "warm", 5, other, tmp_path / "work" / "grpo-seed0", {})
+    capsys.readouterr()
+    second = FakeAlgo(fake_training)
+    train_grpo(tmp_path, second, monkeypatch, checkpoint_every=2)
+    assert capsys.readouterr().out == "resuming grpo-seed0 from iteration 3 of 5\n"
+    assert second.calls == [("restore", 2), ("save", 4), ("save", 5), ("stop", 5)]
+    assert pd.read_csv(tmp_path / "run" / "curve.csv")["iteration"].tolist() == [1, 2, 3, 4, 5]
+    assert not resume.exists()
+    # Only a temporary folder (its marker never written): the run starts from iteration 1.
+    (tmp_path / "run" / "trained.json").unlink()
+    partial = resume / ".iteration_000003.partial"
+    (partial / "algorithm").mkdir(parents=True)
+    (partial / "algorithm" / "state.json").write_text(json.dumps({"iteration": 3}))
+    third = FakeAlgo(fake_training)
+    train_grpo(tmp_path, third, monkeypatch, checkpoint_every=2)
+    assert capsys.readouterr().out == ""
+    assert third.calls == [("save", 2), ("save", 4), ("save", 5), ("stop", 5)]
+    assert json.loads((tmp_path / "run" / "trained.json").read_text())["iterations"] == 5
+    assert not resume.exists()
