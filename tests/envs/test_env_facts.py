@@ -256,11 +256,15 @@ def test_a_user_env_in_its_own_file_is_evaluated_on_its_split_with_its_score(tmp
         "success",
         "steps",
         "invalid_rate",
+        "length_cut_rate",
+        "prompt_cut_rate",
         "score",
         "heads",
         "tails",
     ]
     assert list(summary["split"]) == ["holdout"]
+    # The random baseline generates nothing: no turn of it is cut or not.
+    assert summary[["length_cut_rate", "prompt_cut_rate"]].isna().all().all()
     per_seed = pd.read_csv(tmp_path / "eval" / "per_seed.csv")
     # The score is 50% for a loss and 100% for a win, in percent as success is.
     assert ((per_seed["score"] - (50 + per_seed["success"] / 2)).abs() < 1e-6).all()
