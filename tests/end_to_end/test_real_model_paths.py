@@ -68,8 +68,16 @@ STEPS = 2
 KEYCHEST = {"max_steps": STEPS, "num_layouts": 1}
 GROUPS = 2
 ROWS = GROUPS * GROUP_SIZE * STEPS
-#: The CPU preset's training, with KeyChest-sized prompts and short answers.
-TRAINING = {**REAL_MODEL_CPU_TRAINING, "max_prompt_tokens": 384, "max_new_tokens": 16}
+#: The CPU preset's training, with KeyChest-sized prompts and short answers, and the algorithm's
+#: default entropy bonus: the zero-shot model's answers are all invalid, so every advantage is 0, and
+#: without the bonus (the preset has none) no row would carry a gradient (nor be computed), while these
+#: tests check the passes and the step themselves.
+TRAINING = {
+    **REAL_MODEL_CPU_TRAINING,
+    "max_prompt_tokens": 384,
+    "max_new_tokens": 16,
+    "entropy_coeff": HGPOConfig().entropy_coeff,
+}
 LR = TRAINING["lr"]
 #: LoRA r 16 on every linear layer of SmolLM2's 30 decoder layers (q, k, v, o, gate, up, down): an
 #: A and a B matrix each; the checkpoint holds these alone.
