@@ -61,8 +61,10 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "recompute": {"num_epochs": 2, "recompute_old_logp": True},
     "auto": {"num_epochs": 2, "recompute_old_logp": "auto"},
 }
-#: Learner metrics reported as means over the measured iterations (prompt_sharing.sharing_stats, the
-#: FLOP meter, the old-log-prob pass, the loss).
+#: Learner metrics reported as means over the measured iterations that report them
+#: (prompt_sharing.sharing_stats, the FLOP meter, the old-log-prob pass, the loss): an update whose rows
+#: all carry advantage 0 computes no pass (``skip_zero_advantage_rows``), so it has no FLOP rate,
+#: padding or log-prob gap, and the table says over how many iterations each mean is.
 LEARNER = (
     "num_row_tokens",
     "learner_flops",
@@ -102,11 +104,23 @@ def build_config(args: argparse.Namespace, variant: str) -> HGPOConfig:
     return config
 
 
+def reported_means(reported: dict[str, list[float]]) -> dict[str, float]:
+    """Each metric's mean over the iterations that reported it (NaN: not reported), and under
+    ``"<metric> iterations"`` their number."""
+    means = {}
+    for name, values in reported.items():
+        present = [value for value in values if not math.isnan(value)]
+        means[name] = sum(present) / len(present) if present else math.nan
+        means[f"{name} iterations"] = len(present)
+    return means
+
+
 def profile(args: argparse.Namespace, config: HGPOConfig) -> dict[str, float]:
     """Mean seconds per phase and learner metrics of ``config`` over ``args.iterations`` iterations
     after ``args.warmup`` ones (first generate/forward calls, lazy imports; ``auto``'s first pass)."""
     algo = config.build_algo()
     totals: dict[str, float] = defaultdict(float)
+    reported: dict[str, list[float]] = defaultdict(list)
     try:
         for _ in range(args.warmup):
             algo.train()
@@ -124,16 +138,24 @@ def profile(args: argparse.Namespace, config: HGPOConfig) -> dict[str, float]:
             totals["weight sync"] += phases["weight_sync"]
             totals["step rows"] += learner["num_step_rows"]
             for name in LEARNER:
-                totals[name] += learner.get(name, float("nan"))
+                reported[name].append(learner.get(name, math.nan))
             for name in ALL_MODULES:
-                totals[name] += result["learners"]["__all_modules__"].get(name, float("nan"))
+                reported[name].append(result["learners"]["__all_modules__"].get(name, math.nan))
     finally:
         algo.stop()
     means = {k: v / args.iterations for k, v in totals.items()}
+    means.update(reported_means(reported), iterations=args.iterations)
     means["rest"] = means["learner update"] - sum(
         means[k] for k in ("advantage connector", "old log-probs", "reference log-probs")
     )
     return means
+
+
+def metric_cell(run: dict[str, float], key: str) -> str:
+    """A learner metric's mean, with the number of iterations it is over where not all reported it."""
+    counted, iterations = run.get(f"{key} iterations"), run.get("iterations")
+    partial = counted is not None and iterations is not None and counted < iterations
+    return f"{run[key]:.6g}" + (f" ({counted:g} of {iterations:g} iterations)" if partial else "")
 
 
 def print_table(runs: dict[str, dict[str, float]]) -> str:
@@ -152,7 +174,7 @@ def print_table(runs: dict[str, dict[str, float]]) -> str:
     lines += ["", "| learner batch (mean per iteration) | " + " | ".join(names) + " |"]
     lines.append("|---|" + "---:|" * len(names))
     for key in ("step rows", *LEARNER, *ALL_MODULES):
-        lines.append(f"| {key} | " + " | ".join(f"{runs[n][key]:.6g}" for n in names) + " |")
+        lines.append(f"| {key} | " + " | ".join(metric_cell(runs[n], key) for n in names) + " |")
     share = 100 * first["advantage connector"] / first["iteration"]
     lines += [
         "",

@@ -73,3 +73,21 @@ def test_the_table_gives_each_variants_seconds_share_and_ratio_to_the_first():
     assert "|   old log-probs (no grad) | 2.0000 (20.00%) | 0.0000 (0.00%, 0.000x) |" in lines
     assert "| old_logp_from_sampler | nan | 1 |" in lines
     assert "| learner_peak_fraction | 0.25 | 0.25 |" in lines
+
+
+def test_a_learner_metric_is_averaged_over_the_iterations_that_report_it():
+    # An update whose rows all carry advantage 0 runs no pass, so it reports no FLOP rate.
+    means = bench.reported_means(
+        {"learner_peak_fraction": [0.5, math.nan, 0.25], "logp_gap_vs_sampler": [math.nan]}
+    )
+    assert means == {
+        "learner_peak_fraction": 0.375,
+        "learner_peak_fraction iterations": 2,
+        "logp_gap_vs_sampler": pytest.approx(math.nan, nan_ok=True),
+        "logp_gap_vs_sampler iterations": 0,
+    }
+    run = means | {"iterations": 3}
+    assert bench.metric_cell(run, "learner_peak_fraction") == "0.375 (2 of 3 iterations)"
+    assert (
+        bench.metric_cell(run | {"learner_peak_fraction iterations": 3}, "learner_peak_fraction") == "0.375"
+    )
