@@ -7,6 +7,7 @@ from pathlib import Path
 
 from hgpo_rllib.cli.args import count, json_dict
 from hgpo_rllib.cli.quiet import hide_harmless_lines
+from hgpo_rllib.evaluation.policy_loading import PLAY_BACKENDS, PLAY_DTYPES
 from hgpo_rllib.evaluation.protocol import DEFAULT_SEEDS, evaluate
 from hgpo_rllib.experiments.teams import team_warm_start_config
 
@@ -61,6 +62,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "episode's slot starts the next task at once (continuous batching; default 16)",
     )
     parser.add_argument(
+        "--dtype",
+        choices=PLAY_DTYPES,
+        help="play the checkpoint in this dtype (default: its own, float32 for the shipped warm starts); "
+        "cpu: bfloat16 where the CPU has it natively (AVX512_BF16, AMX: ~2.5x float32's matmuls), else "
+        "float32; an evaluation in another dtype is another evaluation (--output, --reuse)",
+    )
+    parser.add_argument(
+        "--inference-backend",
+        choices=PLAY_BACKENDS,
+        help="generate with HF generate or vLLM (default: the checkpoint's own engine; HF on a CPU); "
+        "an evaluation with another engine is another evaluation (--output, --reuse)",
+    )
+    parser.add_argument(
         "--samples",
         type=count(1),
         default=1,
@@ -85,6 +99,8 @@ def run(args: argparse.Namespace) -> int:
         samples=args.samples,
         team_config=team,
         reuse=args.reuse,
+        torch_dtype=args.dtype,
+        inference_backend=args.inference_backend,
     )
     print(summary.to_markdown(index=False))
     print(f"Tables written to {args.output}")

@@ -2,7 +2,9 @@
 
 :class:`CheckpointPolicy` puts the policy's RLModule behind the very prompt connector it was trained with
 (same template, K, chat format and ``env_config``), samples at its ``eval_temperature`` and returns the
-decoded answers. :func:`export_merged` writes a plain Hugging Face model directory from a checkpoint.
+decoded answers, in its own dtype and engine or in those the evaluation asks for (``rllib evaluate
+--dtype/--inference-backend``). :func:`export_merged` writes a plain Hugging Face model directory from
+a checkpoint.
 """
 
 from __future__ import annotations
@@ -25,10 +27,13 @@ from envs.common.spaces import TextSpace
 from hgpo_rllib.algorithms.checkpoints import ENV_RECORD
 from hgpo_rllib.algorithms.hgpo.hgpo import HGPOConfig
 from hgpo_rllib.algorithms.text_agent import TextAgentConfig
+from hgpo_rllib.algorithms.torch.matmul_rate import emulated
 from hgpo_rllib.columns import ACTION_TEXT, LENGTH_CUT, PROMPT_CUT, RESP_MASK
 from hgpo_rllib.evaluation.rollout import Answers, EpisodeSlot
+from hgpo_rllib.rl_module.config import LLMModuleConfig
 from hgpo_rllib.rl_module.llm_rl_module import LLMRLModule
 from hgpo_rllib.rl_module.model_sources import weights_digest
+from hgpo_rllib.rl_module.models import TORCH_DTYPES, cpu_dtype, resolve_inference_backend
 from hgpo_rllib.rl_module.prompts import ONE_USER_TURN
 from hgpo_rllib.run_records import read_record
 from hgpo_rllib.warm_start.format import (
@@ -47,6 +52,11 @@ CTOR_FILE = "class_and_ctor_args.pkl"
 POLICY_RECORD = "hgpo_policy.json"
 #: The newest policy-folder layout this version reads.
 POLICY_FORMAT = 1
+#: The dtypes a policy can be played in; "cpu": :func:`~hgpo_rllib.rl_module.models.cpu_dtype`
+#: (bfloat16 where the CPU multiplies it natively, else float32).
+PLAY_DTYPES = ("float32", "bfloat16", "cpu")
+#: The engines a policy can be played with: HF ``generate`` or vLLM.
+PLAY_BACKENDS = ("hf", "vllm")
 
 
 def read_policy_settings(path: Path) -> dict[str, Any]:
@@ -135,6 +145,49 @@ def config_for_warm_start(
             **temperature,
         )
     )
+
+
+def played_as(
+    own_dtype: str, own_backend: str, torch_dtype: str | None, inference_backend: str | None
+) -> dict[str, str | None]:
+    """What an evaluation asks of a policy that plays in ``own_dtype`` with ``own_backend`` (resolved):
+    ``torch_dtype`` ("cpu": :func:`~hgpo_rllib.rl_module.models.cpu_dtype`) and ``inference_backend``
+    where they differ from its own, None where they do not or are not given: an evaluation asking for
+    what the policy plays anyway is the policy's own evaluation. An engine that cannot run here (vLLM
+    not installed) is a ValueError: one line from ``rllib evaluate``."""
+    if torch_dtype is not None and torch_dtype not in PLAY_DTYPES:
+        raise ValueError(f"dtype must be one of {PLAY_DTYPES}, got {torch_dtype!r}")
+    if inference_backend is not None and inference_backend not in PLAY_BACKENDS:
+        raise ValueError(f"inference backend must be one of {PLAY_BACKENDS}, got {inference_backend!r}")
+    if inference_backend is not None:
+        try:
+            resolve_inference_backend(inference_backend)
+        except (ImportError, RuntimeError) as exc:
+            raise ValueError(str(exc)) from None
+    dtype = cpu_dtype() if torch_dtype == "cpu" else torch_dtype
+    return {
+        "torch_dtype": None if dtype == own_dtype else dtype,
+        "inference_backend": None if inference_backend == own_backend else inference_backend,
+    }
+
+
+def weights_dtype(module: LLMRLModule) -> str:
+    """The dtype the module's policy weights are in, by name: what it plays in. A restored algorithm
+    checkpoint's module is the learner's, in float32 masters whatever its ``torch_dtype``."""
+    dtype = next(module.lm.parameters()).dtype
+    return next(name for name, known in TORCH_DTYPES.items() if known == dtype)
+
+
+def say_if_emulated(module: LLMRLModule) -> None:
+    """One line where ``module`` generates in bfloat16 on a CPU that emulates it (slower than float32)."""
+    device = "cuda" if module.backend == "vllm" and torch.cuda.is_available() else "cpu"
+    dtype = weights_dtype(module)
+    if emulated(TORCH_DTYPES[dtype], device):
+        print(
+            f"note: this CPU has no native bfloat16 (AVX512_BF16 or AMX): the policy plays in {dtype} "
+            "emulated, slower than in float32",
+            file=sys.stderr,
+        )
 
 
 def save_merged_model_dir(module: LLMRLModule, out: Path) -> None:
@@ -243,15 +296,31 @@ class CheckpointPolicy:
     warm-start model directory of ``rllib sft`` behind the prompt settings it was trained with."""
 
     def __init__(
-        self, checkpoint: str | Path, env_config: dict[str, Any] | None = None, env: str | None = None
+        self,
+        checkpoint: str | Path,
+        env_config: dict[str, Any] | None = None,
+        env: str | None = None,
+        *,
+        torch_dtype: str | None = None,
+        inference_backend: str | None = None,
     ):
         """``env_config`` entries override the checkpoint's; prompts and the caller's env both use
         the merged ``self.env_config``, so the two cannot disagree (e.g. on ``require_tags``). ``env``,
         the user's, must be the env the policy was trained on; for a policy folder whose env this
-        process does not know, it is the env played (received folders run no code)."""
+        process does not know, it is the env played (received folders run no code). ``torch_dtype``
+        (one of :data:`PLAY_DTYPES`) and ``inference_backend`` (one of :data:`PLAY_BACKENDS`) play the
+        policy in another dtype or engine than its own (None: its own); ``self.overrides`` keeps those
+        that differ from its own (:func:`played_as`). A policy folder's module is built in them, an
+        algorithm checkpoint's restored one cast to them (:meth:`LLMRLModule.play_in`)."""
         path = Path(checkpoint).expanduser().resolve()
         if is_policy_folder(path):
             config = config_for_warm_start(path, env=env)
+            own = LLMModuleConfig.from_model_config(config.model_config)  # built inference-only in it
+            own_backend = resolve_inference_backend(own.inference_backend)
+            self.overrides = played_as(own.torch_dtype, own_backend, torch_dtype, inference_backend)
+            changed = {key: value for key, value in self.overrides.items() if value is not None}
+            if changed:
+                config.rl_module(model_config={**config.model_config, **changed})
             module = inference_module(config)
         else:
             ctor_file, module_dir = path / CTOR_FILE, path / MODULE_DIR
@@ -261,6 +330,14 @@ class CheckpointPolicy:
                     f"(no {POLICY_RECORD} or {SFT_CONFIG})"
                 )
             config, module = _load_rllib_checkpoint(path, module_dir, env)
+            own_dtype = weights_dtype(module)
+            self.overrides = played_as(own_dtype, module.backend, torch_dtype, inference_backend)
+            if any(value is not None for value in self.overrides.values()):
+                module.play_in(
+                    self.overrides["torch_dtype"] or own_dtype,
+                    self.overrides["inference_backend"] or module.backend,
+                )
+        say_if_emulated(module)
         self._attach(config, module, env_config or {})
 
     @classmethod
@@ -268,6 +345,7 @@ class CheckpointPolicy:
         """The policy of ``config``'s own model, untrained (a base model played zero-shot, as
         ``benchmarks/eval_throughput.py`` plays SmolLM2)."""
         policy = cls.__new__(cls)
+        policy.overrides = {"torch_dtype": None, "inference_backend": None}
         policy._attach(config, inference_module(config), {})
         return policy
 
@@ -277,6 +355,11 @@ class CheckpointPolicy:
         self.module = module
         self.prompt_pipeline = self.config.build_env_to_module_connector()
         self.generated_tokens = 0  # the answers' tokens so far (the evaluation's tokens per second)
+
+    @property
+    def engine(self) -> dict[str, str]:
+        """What the policy plays in: its weights' dtype and its module's resolved ``inference_backend``."""
+        return {"torch_dtype": weights_dtype(self.module), "inference_backend": self.module.backend}
 
     def reseed(self, seed: int) -> CheckpointPolicy:
         """Seed the sampler for one evaluation seed."""

@@ -69,19 +69,42 @@ def summarize(episodes: pd.DataFrame, facts: EvaluationFacts) -> tuple[pd.DataFr
 
 
 def evaluation_settings(
-    env_name: str, episodes: int | None, env_config: dict[str, Any], checkpoint: Path | None
+    env_name: str,
+    episodes: int | None,
+    env_config: dict[str, Any],
+    checkpoint: Path | None,
+    *,
+    torch_dtype: str | None = None,
+    inference_backend: str | None = None,
 ) -> dict[str, Any]:
     """The settings record of an evaluation of ``checkpoint`` (resolved; None: baselines only), but for
     its splits: the policy's path, for the reader, and its weights' digest where it has one
     (:func:`~hgpo_rllib.evaluation.policy_loading.policy_weights`), which decides the match instead
-    (:func:`~hgpo_rllib.evaluation.output_dir.changed_evaluation`)."""
+    (:func:`~hgpo_rllib.evaluation.output_dir.changed_evaluation`); the dtype and the engine the policy
+    is played in where they are not its own (:attr:`CheckpointPolicy.overrides`; None: its own).
+
+    Both overrides take part in the match: episodes played in bfloat16 are other answers than float32
+    ones, and vLLM's sampling draws other answers than HF's even in the same dtype, so an output or a
+    ``reuse`` of another dtype or engine is never mixed in. A record written before they were recorded
+    has neither key and reads as None for both (``changed_settings`` compares ``saved.get``): it
+    matches an evaluation in the policy's own dtype and engine, the only one there was then."""
     return {
         "env": env_name,
         "episodes": episodes,
         "env_config": env_config,
         "checkpoint": None if checkpoint is None else str(checkpoint),
         "policy_weights": None if checkpoint is None else policy_weights(checkpoint),
+        "torch_dtype": torch_dtype,
+        "inference_backend": inference_backend,
     }
+
+
+def played_line(policy: CheckpointPolicy) -> str:
+    """The line of ``summary.md`` saying what the checkpoint played in (every episode of the output
+    did: the settings record holds the overrides)."""
+    own = "not its own" if any(value is not None for value in policy.overrides.values()) else "its own"
+    engine = policy.engine
+    return f"- the checkpoint plays in {engine['torch_dtype']} with {engine['inference_backend']} ({own})"
 
 
 def evaluate(
@@ -98,6 +121,8 @@ def evaluate(
     samples: int = 1,
     team_config: AlgorithmConfig | None = None,
     reuse: Sequence[str | Path] = (),
+    torch_dtype: str | None = None,
+    inference_backend: str | None = None,
 ) -> pd.DataFrame:
     """Evaluate a checkpoint (and/or the baselines) and write tables to ``output``.
 
@@ -121,6 +146,10 @@ def evaluate(
     lay), each (split, policy, seed) it finished is copied from it instead of played again
     (:func:`~hgpo_rllib.evaluation.output_dir.reusable_episodes`). A policy folder naming an env
     this process does not know plays ``env`` (received folders run no code, docs/reliability.md).
+    ``torch_dtype`` ("float32", "bfloat16" or "cpu": bfloat16 where the CPU has it natively) and
+    ``inference_backend`` ("hf" or "vllm") play the checkpoint in another dtype or engine than its own
+    (None: its own); they are part of the evaluation's settings (:func:`evaluation_settings`), and
+    ``summary.md`` and ``throughput.json`` say what the policy played in.
     """
     if (episodes is not None and episodes < 1) or not seeds or batch_size < 1 or samples < 1:
         raise ValueError("episodes, batch_size and samples must be >= 1 and at least one seed is needed")
@@ -131,11 +160,17 @@ def evaluate(
         raise ValueError(f"unknown baselines {unknown}; choose from ['expert', 'random']")
     if checkpoint is None and (env is None or (baselines is not None and not baselines)):
         raise ValueError("nothing to evaluate: give a checkpoint, or an env and at least one baseline")
+    if checkpoint is None and (torch_dtype is not None or inference_backend is not None):
+        raise ValueError("--dtype and --inference-backend choose how a checkpoint plays: give one")
     if checkpoint is not None and (
         team_config is not None or is_team_checkpoint(Path(checkpoint).expanduser())
     ):
         if baselines:
             raise ValueError("a team is evaluated without baselines (--baselines '')")
+        if torch_dtype is not None or inference_backend is not None:
+            raise ValueError(
+                "a team plays in its modules' own dtype and engine (no --dtype, --inference-backend)"
+            )
         return evaluate_team(
             Path(checkpoint).expanduser().resolve(),
             team_config,
@@ -154,12 +189,20 @@ def evaluate(
     config = dict(env_config or {})
     policies: dict[str, Callable[[int], Policy]] = {}
     throughput = Throughput(batch_size)
+    trained = None
     if checkpoint is not None:
-        trained = CheckpointPolicy(checkpoint, env_config=config, env=env)
+        trained = CheckpointPolicy(
+            checkpoint,
+            env_config=config,
+            env=env,
+            torch_dtype=torch_dtype,
+            inference_backend=inference_backend,
+        )
         env = envs.env_name(str(trained.config.env))
         config = trained.env_config
         policies["checkpoint"] = trained.reseed
         throughput.token_counts = {"checkpoint": lambda: trained.generated_tokens}
+        throughput.engines = {"checkpoint": trained.engine}
     assert env is not None  # checked above: a checkpoint or --env
     envs.env_creator(env)  # an unknown env: one line naming the known ones
     env_name = envs.env_name(env)
@@ -198,7 +241,8 @@ def evaluate(
         return play_split
 
     checkpoint_path = None if checkpoint is None else Path(checkpoint).expanduser().resolve()
-    settings = evaluation_settings(env_name, episodes, config, checkpoint_path)
+    overrides = {} if trained is None else trained.overrides
+    settings = evaluation_settings(env_name, episodes, config, checkpoint_path, **overrides)
     players = {name: player(make_policy) for name, make_policy in policies.items()}
     make_env = envs.env_creator(env_name)
     table, lines = play_all(
@@ -214,5 +258,7 @@ def evaluate(
         reuse=reuse,
         throughput=throughput,
     )
+    if trained is not None:
+        lines.append(played_line(trained))
     out_dir = Path(output).expanduser()
     return write_tables(out_dir, env_name, lines, seeds, *summarize(table, facts), throughput)

@@ -46,10 +46,13 @@ class PlayTime:
 class Throughput:
     """The play of each policy of one evaluation in this process. ``token_counts`` gives, per policy
     that generates text, the count of tokens it has generated so far (read before and after each
-    play); ``batch_size`` is the episodes in flight at once, recorded beside the figures."""
+    play); ``batch_size`` is the episodes in flight at once, recorded beside the figures; ``engines``
+    gives, per policy that generates text, what it plays in (``torch_dtype`` and
+    ``inference_backend``), recorded beside its figures."""
 
     batch_size: int
     token_counts: Mapping[str, Callable[[], int]] = field(default_factory=dict)
+    engines: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
     played: dict[str, PlayTime] = field(default_factory=dict)
     _excluded: float = 0.0
 
@@ -97,6 +100,7 @@ class Throughput:
                     "episodes_per_hour": _rounded(play.episodes_per_hour),
                     "generated_tokens": play.generated_tokens,
                     "generated_tokens_per_s": _rounded(play.generated_tokens_per_s),
+                    **self.engines.get(policy, {}),
                 }
                 for policy, play in self.played.items()
             },

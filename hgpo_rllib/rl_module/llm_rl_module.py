@@ -11,6 +11,7 @@ one device the learner reproduces the sampler's log-probs exactly (the "log-prob
 from __future__ import annotations
 
 import copy
+import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
@@ -297,6 +298,25 @@ class LLMRLModule(TorchRLModule, InferenceOnlyAPI, TokenPolicyAPI):
             else:
                 self._generator = HFGenerator(self.lm, share_prefill=self.llm_config.share_prompt_prefill)
         return self._generator
+
+    def play_in(self, torch_dtype: str, inference_backend: str) -> None:
+        """Generate in ``torch_dtype`` with ``inference_backend`` from now on (an evaluation's levers,
+        ``rllib evaluate --dtype/--inference-backend``, on a module restored as it was saved): the
+        policy's weights are cast, ``llm_config`` and ``model_config`` say so, and the next answer
+        starts the engine anew. For playing only: a training learner's float32 masters stay float32."""
+        backend = resolve_inference_backend(inference_backend)  # before anything changes
+        self.model_config = {
+            **self.model_config,
+            "torch_dtype": torch_dtype,
+            "inference_backend": inference_backend,
+        }
+        self.llm_config = dataclasses.replace(
+            self.llm_config, torch_dtype=torch_dtype, inference_backend=inference_backend
+        )
+        self.backend = backend
+        self.compute_dtype = TORCH_DTYPES[torch_dtype]
+        self.lm.to(self.compute_dtype)
+        self.close_generator()
 
     def close_generator(self) -> None:
         """Shut the generation engine down (an env runner's ``stop``); a later call starts a new one."""

@@ -1,5 +1,6 @@
-"""Checks of ``benchmarks/eval_throughput.py``: the ratios and lever shares it reports, its table, the
-answers it compares across paths, and one tiny run of every HF path on WebShop."""
+"""Checks of ``benchmarks/eval_throughput.py``: the ratios and lever shares it reports, its table (with
+the bfloat16 lever and vLLM in bfloat16), the answers it compares across paths (exactly in the policy's
+own dtype, counted in another), and one tiny run of every HF path, bfloat16 included, on WebShop."""
 
 from __future__ import annotations
 
@@ -34,12 +35,12 @@ def test_each_lever_takes_its_log_share_of_the_chained_speed_up() -> None:
     }
 
 
-def _result(seconds: float, tokens: int, answers: dict[int, list[str]]) -> dict[str, Any]:
+def _result(seconds: float, tokens: int, answers: dict[int, list[str]], won: int = 3) -> dict[str, Any]:
     return {
         "seconds": seconds,
         "episodes": 8,
         "steps": 40,
-        "won": 3,
+        "won": won,
         "tokens": tokens,
         "answers": answers,
         "warm_up_s": 2.0,
@@ -54,6 +55,15 @@ CANNED = {
     "continuous batching, 8 in flight": _result(90.0, 3600, SAME),
     "+ prefill once (rllib evaluate's default)": _result(45.0, 3600, SAME),
     "vLLM's CPU build, 8 in flight": _result(60.0, 3000, {**SAME, 2: ["search[d]"]}),
+}
+
+
+#: The same, then the default path in bfloat16 in 18 s (2.5x more: 20x in all) and vLLM in bfloat16 in
+#: 24 s (0.75x HF's bfloat16 path); in bfloat16 one episode's answers differ, and one more goal is won.
+IN_BF16 = {
+    **{name: result for name, result in CANNED.items() if not name.startswith("vLLM")},
+    "+ bfloat16 (rllib evaluate --dtype bfloat16)": _result(18.0, 3600, {**SAME, 2: ["search[e]"]}, won=4),
+    "vLLM's CPU build in bfloat16, 8 in flight": _result(24.0, 3000, SAME),
 }
 
 
@@ -77,26 +87,91 @@ def test_the_table_gives_each_path_its_rate_ratio_and_lever_share() -> None:
     }
 
 
+def test_the_bfloat16_lever_is_the_third_of_the_chain_and_vllm_plays_in_it() -> None:
+    chosen = bench.paths(8, vllm=True, dtype="bfloat16")
+    assert [(path.lever, path.dtype, path.backend) for path in chosen] == [
+        (None, None, "hf"),
+        ("continuous batching", None, "hf"),
+        ("prefill once", None, "hf"),
+        ("bfloat16", "bfloat16", "hf"),
+        (None, "bfloat16", "vllm"),
+    ]
+    rows = bench.table(chosen, IN_BF16).splitlines()[2:]
+    assert [row.split(" | ")[6:10] for row in rows] == [  # vs baseline, lever, step, share
+        ["1.00x", "-", "-", "-"],
+        ["4.00x", "continuous batching", "4.00x", "46%"],  # log 4 / log 20
+        ["8.00x", "prefill once", "2.00x", "23%"],
+        ["20.00x", "bfloat16", "2.50x", "31%"],
+        ["15.00x", "vLLM instead of HF", "0.75x", "-"],  # beside HF in bfloat16
+    ]
+    assert rows[3] == (
+        "| + bfloat16 (rllib evaluate --dtype bfloat16) | 8 | 40 | 18.0 | 1,600.0 | 200.0 | 20.00x "
+        "| bfloat16 | 2.50x | 31% | 2.0 | 0.5/0.4/0.3 / 1.0/0.6/0.4 |"
+    )
+    differ = bench.differing_episodes(IN_BF16, "one episode at a time (baseline)")
+    assert bench.answers_report(chosen, IN_BF16, differ) == (
+        "Same answers on every path in the policy's own dtype: yes, every episode's answers equal the "
+        "baseline's (40 steps, 3 goals won).\n\n"
+        "In bfloat16 (other rounding, other answers allowed): + bfloat16 (rllib evaluate --dtype bfloat16): "
+        "1 of 8 episodes' answers differ from the baseline's; 4 goals won (baseline 3).\n\n"
+        "In bfloat16 (other rounding, other answers allowed): vLLM's CPU build in bfloat16, 8 in flight: "
+        "0 of 8 episodes' answers differ from the baseline's; 3 goals won (baseline 3).\n"
+    )
+
+
 def test_a_path_whose_answers_differ_fails_the_run_after_writing_its_table(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(bench, "play_path", lambda policy, env, config, tasks, path: CANNED[path.name])
+    monkeypatch.setattr(bench, "play_path", lambda policy, env, config, tasks, path, own: CANNED[path.name])
     argv = ["--model", "tiny-qwen2", "--goals", "8", "--vllm", "--output", str(tmp_path)]
     with pytest.raises(SystemExit, match="the levers changed the answers"):
         bench.main(argv)
     text = (tmp_path / "eval_throughput_webshop.md").read_text()
-    assert "Same answers on every path: **no**; episodes whose answers differ from the baseline's: " in text
-    assert text.rstrip().endswith("vLLM's CPU build, 8 in flight 1.")
+    assert text.rstrip().endswith(
+        "Same answers on every path in the policy's own dtype: **no**; episodes whose answers differ from "
+        "the baseline's: vLLM's CPU build, 8 in flight 1."
+    )
+
+
+def test_a_path_in_bfloat16_may_differ_and_the_run_goes_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(bench, "play_path", lambda policy, env, config, tasks, path, own: IN_BF16[path.name])
+    argv = [
+        "--model",
+        "tiny-qwen2",
+        "--goals",
+        "8",
+        "--vllm",
+        "--dtype",
+        "bfloat16",
+        "--output",
+        str(tmp_path),
+    ]
+    assert bench.main(argv)["differing"]["+ bfloat16 (rllib evaluate --dtype bfloat16)"] == 1
+    text = (tmp_path / "eval_throughput_webshop.md").read_text()
+    assert "tiny-qwen2 (zero-shot) in float32 on webshop `test`" in text
+    assert "1 of 8 episodes' answers differ from the baseline's; 4 goals won (baseline 3)." in text
+    with pytest.raises(SystemExit):  # the policy's own dtype is no other path
+        bench.main([*argv, "--dtype", "float32"])
 
 
 def test_every_hf_path_plays_the_same_episodes_on_the_tiny_preset(tmp_path: Path) -> None:
+    """The float32 levers give the baseline's answers; the bfloat16 path plays the same goals with the
+    weights in bfloat16 (on a CPU without native bfloat16 too, emulated: the tiny model is cheap)."""
     argv = ["--model", "tiny-qwen2", "--goals", "3", "--batch-size", "2", "--max-steps", "2"]
-    result = bench.main([*argv, "--output", str(tmp_path)])
-    names = [path.name for path in bench.paths(2, vllm=False)]
-    assert list(result["results"]) == names and set(result["differing"].values()) == {0}
+    result = bench.main([*argv, "--dtype", "bfloat16", "--output", str(tmp_path)])
+    chosen = bench.paths(2, vllm=False, dtype="bfloat16")
+    assert list(result["results"]) == [path.name for path in chosen]
+    assert [result["differing"][path.name] for path in chosen[:3]] == [0, 0, 0]
+    assert result["differing"][chosen[3].name] in range(4)
     for played in result["results"].values():
         assert played["episodes"] == 3 and played["steps"] == 3 * 2  # a random model never buys
         assert sorted(played["answers"]) == bench.task_seeds(123, 3) and played["tokens"] >= 6
     text = (tmp_path / "eval_throughput_webshop.md").read_text()
-    assert "Same answers on every path: yes" in text and "CPU: " in text and "`uptime` at the start: " in text
+    assert "Same answers on every path in the policy's own dtype: yes" in text and "CPU: " in text
+    assert (
+        "`uptime` at the start: " in text and "In bfloat16 (other rounding, other answers allowed): " in text
+    )
     assert "| continuous batching, 2 in flight | 3 | 6 |" in text
+    assert "| + bfloat16 (rllib evaluate --dtype bfloat16) | 3 | 6 |" in text

@@ -376,6 +376,8 @@ def test_the_warm_start_row_reuses_the_shipped_webshop_evaluation_from_any_check
         "env_config": {"max_steps": 15},
         "checkpoint": str(shipped),
         "policy_weights": "09d869e3b28a2bd8",
+        "torch_dtype": None,
+        "inference_backend": None,
     }
     evaluation = table1.ROOT / "docs" / "results" / "webshop_shipped_warm_start_eval_smollm2-135m-instruct"
     recorded = read_record(evaluation / "evaluation.json")

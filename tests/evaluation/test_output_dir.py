@@ -82,6 +82,8 @@ def test_a_policy_folder_is_the_same_evaluation_by_its_weights_wherever_it_lies(
         **FOLDER,
         "checkpoint": str(folder),
         "policy_weights": digest,
+        "torch_dtype": None,
+        "inference_backend": None,
         "splits": [None],
     }
     clone = Path(shutil.copytree(folder, tmp_path / "clone" / "policy"))
