@@ -58,14 +58,17 @@ def main() -> None:
         evaluation = {"env": "alfworld", "split": "out", "seeds": [args.seed]}
     if args.model:
         command, name = f"{command} --model {args.model}", f"{name}_{args.model}"
-    built = build_warm_start(recipe, args.cache, use_shipped=False)
-    shipped = ship_warm_start(
-        recipe,
-        built,
-        evaluation=evaluation,
-        output=args.output or ROOT / "docs" / "results" / name,
-        build_command=command,
-    )
+    try:
+        built = build_warm_start(recipe, args.cache, use_shipped=False)
+        shipped = ship_warm_start(
+            recipe,
+            built,
+            evaluation=evaluation,
+            output=args.output or ROOT / "docs" / "results" / name,
+            build_command=command,
+        )
+    except KeyboardInterrupt:
+        raise SystemExit(f"interrupted; the build and the evaluation resume: rerun `{command}`") from None
     print(describe(shipped))
 
 
