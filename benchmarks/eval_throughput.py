@@ -33,8 +33,8 @@ played at its own prompt settings; greedy here whatever its ``eval_temperature``
 tiny-qwen2`` checks the plumbing. Run on idle cores (an estimated 30-45 minutes on 2 cores at the
 defaults, plus vLLM's engine start; each further path 5-10 minutes):
 ``python benchmarks/eval_throughput.py --vllm --dtype bfloat16``. Writes
-``docs/results/eval_throughput_<env>.md`` (``_<policy folder name>`` added for ``--policy``) or into
-``--output``; records the CPU and the load.
+``docs/results/eval_throughput_<env>.md`` (``_<policy folder name>`` added for ``--policy``,
+``_<dtype>`` for ``--dtype``) or into ``--output``; records the CPU and the load.
 """
 
 from __future__ import annotations
@@ -263,6 +263,14 @@ def load_policy(args: argparse.Namespace) -> CheckpointPolicy:
     )
 
 
+def result_name(args: argparse.Namespace, env_name: str) -> str:
+    """``eval_throughput_<env>[_<policy folder>][_<dtype>]``: a run with another dtype path does not
+    replace the result of one without."""
+    policy = f"_{args.policy.resolve().name}" if args.policy is not None else ""
+    dtype = f"_{args.dtype}" if args.dtype is not None else ""
+    return f"eval_throughput_{env_name}{policy}{dtype}"
+
+
 def main(argv: list[str] | None = None, results_dir: Path = RESULTS_DIR) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--env", choices=["webshop", "alfworld"], help="default: the policy's, else webshop")
@@ -324,8 +332,7 @@ def main(argv: list[str] | None = None, results_dir: Path = RESULTS_DIR) -> dict
         f"{table(chosen, results)}\n\n{answers_report(chosen, results, differ)}"
     )
     print(report)
-    suffix = f"_{args.policy.resolve().name}" if args.policy is not None else ""
-    write_result(f"eval_throughput_{env_name}{suffix}", "Evaluation throughput", report, args.output)
+    write_result(result_name(args, env_name), "Evaluation throughput", report, args.output)
     if not same:
         raise SystemExit("the levers changed the answers (see the lines under the table)")
     return {"results": results, "differing": differ}

@@ -149,7 +149,7 @@ def test_a_path_in_bfloat16_may_differ_and_the_run_goes_on(
         str(tmp_path),
     ]
     assert bench.main(argv)["differing"]["+ bfloat16 (rllib evaluate --dtype bfloat16)"] == 1
-    text = (tmp_path / "eval_throughput_webshop.md").read_text()
+    text = (tmp_path / "eval_throughput_webshop_bfloat16.md").read_text()
     assert "tiny-qwen2 (zero-shot) in float32 on webshop `test`" in text
     assert "1 of 8 episodes' answers differ from the baseline's; 4 goals won (baseline 3)." in text
     with pytest.raises(SystemExit):  # the policy's own dtype is no other path
@@ -168,7 +168,7 @@ def test_every_hf_path_plays_the_same_episodes_on_the_tiny_preset(tmp_path: Path
     for played in result["results"].values():
         assert played["episodes"] == 3 and played["steps"] == 3 * 2  # a random model never buys
         assert sorted(played["answers"]) == bench.task_seeds(123, 3) and played["tokens"] >= 6
-    text = (tmp_path / "eval_throughput_webshop.md").read_text()
+    text = (tmp_path / "eval_throughput_webshop_bfloat16.md").read_text()
     assert "Same answers on every path in the policy's own dtype: yes" in text and "CPU: " in text
     assert (
         "`uptime` at the start: " in text and "In bfloat16 (other rounding, other answers allowed): " in text
