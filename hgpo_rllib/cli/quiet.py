@@ -47,6 +47,13 @@ HARMLESS_LINES: dict[str, tuple[tuple[str, str], ...]] = {
             "Tune's resume hint names its Python API; the CLI's last line gives the command instead",
         ),
     ),
+    "vllm.renderers.base": (
+        (
+            "Chat template warmup failed",
+            "the module hands vLLM token ids (its engine starts without a tokenizer) and never asks it "
+            "to render a chat; vLLM's start-up warm-up of the chat template has nothing to render with",
+        ),
+    ),
 }
 
 

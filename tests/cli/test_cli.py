@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gc
 import json
+import logging
 import re
 import subprocess
 import sys
@@ -587,3 +588,14 @@ def test_rehearsal_preset_trains_evaluates_checkpoints_and_resumes(
     config = results["config"].iloc[-1]
     assert (config["num_learners"], config["evaluation_num_env_runners"]) == (2, 1)
     assert config["_model_config"]["torch_dtype"] == "bfloat16"
+
+
+def test_vllms_chat_template_warmup_warning_is_hidden(caplog: pytest.LogCaptureFixture) -> None:
+    """vLLM's engine starts without a tokenizer (the module gives it token ids), so its chat-template
+    warm-up logs a warning with a traceback at every start; nothing else from that logger is hidden."""
+    hide_harmless_lines()
+    logger = logging.getLogger("vllm.renderers.base")
+    with caplog.at_level(logging.WARNING, logger="vllm.renderers.base"):
+        logger.warning("Chat template warmup failed", exc_info=True)
+        logger.warning("Chat template missing")
+    assert [record.getMessage() for record in caplog.records] == ["Chat template missing"]
