@@ -77,6 +77,7 @@ from hgpo_rllib.evaluation.comparison import (  # noqa: E402
     minimum_detectable_difference,
     sign_flip_floor,
 )
+from hgpo_rllib.evaluation.policy_loading import PLAY_BACKENDS, PLAY_DTYPES  # noqa: E402
 from hgpo_rllib.experiments.experiment_file import load_experiment_file  # noqa: E402
 from hgpo_rllib.rl_module.model_sources import weights_digest  # noqa: E402
 from hgpo_rllib.rl_module.models import cpu_dtype  # noqa: E402
@@ -963,6 +964,17 @@ def main() -> None:
     parser.add_argument("--eval-seeds", type=int, nargs="+", default=[123])
     parser.add_argument("--eval-max-steps", type=int, help="step limit (default: ALFWorld 50, WebShop 15)")
     parser.add_argument(
+        "--eval-dtype",
+        choices=PLAY_DTYPES,
+        help="every policy of the table (warm start included) plays its evaluation in this dtype (rllib "
+        "evaluate --dtype; default: each policy's own); recorded per run, so rows are never mixed",
+    )
+    parser.add_argument(
+        "--eval-inference-backend",
+        choices=PLAY_BACKENDS,
+        help="and with this engine (rllib evaluate --inference-backend; default: each policy's own)",
+    )
+    parser.add_argument(
         "--output",
         type=Path,
         help="result files (small; committed); default docs/results/table1/<env>[_<model>]",
@@ -1013,6 +1025,10 @@ def main() -> None:
         "temperature": args.temperature,
     }
     sampling = {key: value for key, value in given.items() if value is not None}
+    # How the policies play their evaluations, where the command sets it (recorded only then, as the
+    # sampling): a warm start's shipped evaluation in its own dtype and engine is then played again.
+    playing = {"torch_dtype": args.eval_dtype, "inference_backend": args.eval_inference_backend}
+    played_as = {f"eval_{key}": value for key, value in playing.items() if value is not None}
     # A real model's runs record the dtype they compute in: runs of another default are not pooled.
     common = {"env": env, **({"model": args.model, "torch_dtype": cpu_dtype()} if args.model else {})}
     # Warm starts, one row each; then seed-major runs, so that a sitting that ends early leaves every
@@ -1052,6 +1068,7 @@ def main() -> None:
                 "iterations": None if seed is None else args.iterations,
                 "eval_episodes": eval_episodes,
                 "eval_max_steps": max_steps,
+                **played_as,
                 **({} if seed is None else sampling),
             }
             saved = check_run(run_dir, settings)
@@ -1085,6 +1102,7 @@ def main() -> None:
                 baselines=(),
                 env_config={"max_steps": max_steps},
                 reuse=shipping_evaluations,
+                **playing,
             )
     except KeyboardInterrupt:
         raise SystemExit(

@@ -468,6 +468,42 @@ def test_the_real_models_table_keeps_its_own_folders_and_declares_its_reading_fi
         table1.main()
 
 
+def test_the_tables_evaluations_play_in_the_dtype_and_engine_it_names(
+    tmp_path: Path, model_cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """--eval-dtype/--eval-inference-backend reach every evaluation, the warm start's included, and
+    each run records them: a later sitting without them is refused, not pooled."""
+    build_smollm2_warm_start()
+    monkeypatch.setattr(table1, "cpu_dtype", lambda: "float32")
+    monkeypatch.setattr(table1, "RESULTS", tmp_path / "docs")
+    monkeypatch.chdir(tmp_path)
+    played: list[tuple[str, object, object]] = []
+
+    def evaluate(policy: Path, output: Path, episodes: int, **kwargs: object) -> None:
+        played.append((output.parent.name, kwargs["torch_dtype"], kwargs["inference_backend"]))
+        games = {"split": "test", "policy": "checkpoint", "seed": 123, "task_seed": range(episodes)}
+        output.mkdir(parents=True)
+        pd.DataFrame(games).assign(won=False, score=0.5).to_csv(output / "episodes.csv", index=False)
+
+    monkeypatch.setattr(table1, "train", lambda *args, **kwargs: None)
+    monkeypatch.setattr(table1, "trained_checkpoint", lambda run_dir: run_dir)
+    monkeypatch.setattr(table1, "evaluate", evaluate)
+    monkeypatch.setattr(table1, "write_tables", lambda out: "")
+    monkeypatch.setattr(table1.ray, "init", lambda **_: None)
+    monkeypatch.setattr(table1.ray, "shutdown", lambda: None)
+    argv = ["table1.py", "--env", "webshop", "--model", table1.SMOLLM2, "--seeds", "0", "--variants", "GRPO"]
+    monkeypatch.setattr(sys, "argv", [*argv, "--eval-dtype", "bfloat16", "--eval-inference-backend", "vllm"])
+    table1.main()
+    assert played == [("warm-start-k-2", "bfloat16", "vllm"), ("grpo-seed0", "bfloat16", "vllm")]
+    settings = json.loads(
+        (tmp_path / "docs" / SMOLLM2_TABLE / "runs" / "grpo-seed0" / "run.json").read_text()
+    )
+    assert (settings["eval_torch_dtype"], settings["eval_inference_backend"]) == ("bfloat16", "vllm")
+    monkeypatch.setattr(sys, "argv", argv)  # the policies' own dtype and engine: other evaluations
+    with pytest.raises(SystemExit, match="warm-start-k-2 was run with other settings"):
+        table1.main()
+
+
 def write_signal_check(
     run_dir: Path, differing: list[int], success: list[float], groups_per_iteration: int = 2
 ) -> None:
