@@ -195,6 +195,8 @@ def cutting_policy() -> CheckpointPolicy:
 #: vLLM's engine settings in tests: eager mode and an explicit KV cache size skip vLLM's compilation
 #: and memory profiling at start-up.
 VLLM_ENGINE_ARGS = {"enforce_eager": True, "kv_cache_memory_bytes": 64 << 20}
+#: The tiny model with 32-wide heads: vLLM's CPU attention has no kernel for 16.
+TINY_VLLM_MODEL = {**TINY_MODEL, "tiny_model": {**TINY_MODEL["tiny_model"], "hidden_size": 64}}
 
 #: HiPER's tiny policy with a tiny critic beside it.
 TINY_HIPER_MODEL = {**TINY_MODEL, "critic_tiny_model": MICRO}

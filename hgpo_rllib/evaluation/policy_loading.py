@@ -332,11 +332,11 @@ class CheckpointPolicy:
             config, module = _load_rllib_checkpoint(path, module_dir, env)
             own_dtype = weights_dtype(module)
             self.overrides = played_as(own_dtype, module.backend, torch_dtype, inference_backend)
-            if any(value is not None for value in self.overrides.values()):
-                module.play_in(
-                    self.overrides["torch_dtype"] or own_dtype,
-                    self.overrides["inference_backend"] or module.backend,
-                )
+            # Always: the restored module is the learner's, whose LoRA adapters are folded in to play.
+            module.play_in(
+                self.overrides["torch_dtype"] or own_dtype,
+                self.overrides["inference_backend"] or module.backend,
+            )
         say_if_emulated(module)
         self._attach(config, module, env_config or {})
 

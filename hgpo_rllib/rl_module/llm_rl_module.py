@@ -303,7 +303,9 @@ class LLMRLModule(TorchRLModule, InferenceOnlyAPI, TokenPolicyAPI):
         """Generate in ``torch_dtype`` with ``inference_backend`` from now on (an evaluation's levers,
         ``rllib evaluate --dtype/--inference-backend``, on a module restored as it was saved): the
         policy's weights are cast, ``llm_config`` and ``model_config`` say so, and the next answer
-        starts the engine anew. For playing only: a training learner's float32 masters stay float32."""
+        starts the engine anew. A restored learner's LoRA adapters are folded into the weights first
+        (in their own dtype, then cast), as the env runners' copies hold them: vLLM loads a plain
+        model's weights. For playing only: a training learner's float32 masters stay float32."""
         backend = resolve_inference_backend(inference_backend)  # before anything changes
         self.model_config = {
             **self.model_config,
@@ -315,6 +317,8 @@ class LLMRLModule(TorchRLModule, InferenceOnlyAPI, TokenPolicyAPI):
         )
         self.backend = backend
         self.compute_dtype = TORCH_DTYPES[torch_dtype]
+        if isinstance(self.lm, PeftModel):
+            self.lm = self.lm.merge_and_unload()
         self.lm.to(self.compute_dtype)
         self.close_generator()
 

@@ -5,14 +5,18 @@ module cast to it, and what differs from the policy's own is kept for the evalua
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
-from helpers import DATA
+from helpers import DATA, TINY_VLLM_MODEL, VLLM_ENGINE_ARGS, keychest_config
+from ray.rllib.core import DEFAULT_MODULE_ID
 
 from hgpo_rllib.evaluation import policy_loading
 from hgpo_rllib.evaluation.policy_folder import export_policy
 from hgpo_rllib.evaluation.policy_loading import CheckpointPolicy, played_as
+from hgpo_rllib.evaluation.rollout import play
+from hgpo_rllib.rl_module.vllm_generation import VLLMGenerator
 
 CHECKPOINT = DATA / "checkpoints" / "keychest_hgpo_0.1.0"
 #: The committed checkpoint was saved by 0.1.0: its pickles name moved modules.
@@ -98,3 +102,42 @@ def test_bfloat16_on_a_cpu_that_emulates_it_says_so_in_one_line(
         "note: this CPU has no native bfloat16 (AVX512_BF16 or AMX): the policy plays in bfloat16 "
         "emulated, slower than in float32"
     ]
+
+
+def test_a_lora_checkpoint_sampled_with_hf_plays_in_bfloat16_with_vllm(
+    tmp_path: Path, ray_session: None
+) -> None:
+    """What the real-model WebShop table asks of its checkpoints (``--eval-dtype cpu
+    --eval-inference-backend vllm``): a LoRA policy trained with HF generation, restored from its
+    algorithm checkpoint, cast to bfloat16 and played by a vLLM engine."""
+    model = {**TINY_VLLM_MODEL, "lora": {"r": 4}, "vllm_engine_args": VLLM_ENGINE_ARGS}
+    algo = keychest_config(remote_runners=0).rl_module(model_config=model).build_algo()
+
+    def train_adapters(learner: Any) -> None:  # adapters that change the weights (B starts at 0)
+        with torch.no_grad():
+            for name, parameter in learner.module[DEFAULT_MODULE_ID].unwrapped().lm.named_parameters():
+                if "lora_B" in name:
+                    parameter.fill_(0.01)
+
+    try:
+        algo.learner_group.foreach_learner(train_adapters)
+        checkpoint = algo.save_to_path(tmp_path / "checkpoint")
+    finally:
+        algo.stop()
+    policy = CheckpointPolicy(checkpoint, torch_dtype="bfloat16", inference_backend="vllm")
+    try:
+        assert policy.overrides == {"torch_dtype": "bfloat16", "inference_backend": "vllm"}
+        assert policy.engine == {"torch_dtype": "bfloat16", "inference_backend": "vllm"}
+        # The engine loads the module's plain model: the adapters folded into the base's weights.
+        base = CheckpointPolicy.from_config(
+            keychest_config(remote_runners=0).rl_module(model_config=TINY_VLLM_MODEL)
+        )
+        name = "model.layers.0.self_attn.q_proj.weight"
+        played, untrained = policy.module.lm.state_dict()[name], base.module.lm.state_dict()[name]
+        assert not policy.module.uses_lora and played.dtype == torch.bfloat16
+        assert not torch.equal(played, untrained.to(torch.bfloat16))
+        records = play("keychest", {"max_steps": 2}, policy, [0, 1], batch_size=2)
+        assert isinstance(policy.module.generator(), VLLMGenerator)
+        assert [record["steps"] for record in records] == [2, 2] and policy.generated_tokens > 0
+    finally:
+        policy.module.close_generator()

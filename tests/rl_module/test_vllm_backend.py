@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-from helpers import TINY_MODEL, VLLM_ENGINE_ARGS, keychest_config
+from helpers import TINY_MODEL, TINY_VLLM_MODEL, VLLM_ENGINE_ARGS, keychest_config
 from ray.rllib.core.columns import Columns
 
 from hgpo_rllib import HGPO
@@ -33,9 +33,6 @@ from hgpo_rllib.orphans import (
 )
 from hgpo_rllib.rl_module import LLMRLModule
 from hgpo_rllib.rl_module.vllm_generation import VLLMGenerator, engine_state
-
-# test_algorithm's tiny model, with 32-wide heads: vLLM's CPU attention has no kernel for 16.
-TINY_VLLM_MODEL = {**TINY_MODEL, "tiny_model": {**TINY_MODEL["tiny_model"], "hidden_size": 64}}
 
 
 @pytest.fixture(scope="module")
