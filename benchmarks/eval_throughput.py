@@ -58,10 +58,10 @@ import envs
 from hgpo_rllib.algorithms.hgpo.hgpo import HGPOConfig
 from hgpo_rllib.algorithms.torch.matmul_rate import emulated
 from hgpo_rllib.evaluation.output_dir import eval_splits
-from hgpo_rllib.evaluation.policy_loading import PLAY_DTYPES, CheckpointPolicy
+from hgpo_rllib.evaluation.policy_loading import PLAY_DTYPES, CheckpointPolicy, play_dtype
 from hgpo_rllib.evaluation.rollout import EpisodeSlot, Policy, play, task_seeds
 from hgpo_rllib.experiments.cpu import REAL_MODEL_CPU_TRAINING
-from hgpo_rllib.rl_module.models import TORCH_DTYPES, cpu_dtype
+from hgpo_rllib.rl_module.models import TORCH_DTYPES
 
 REAL_MODEL = "smollm2-135m-instruct"
 #: vLLM's CPU engine as benchmarks/prefill_once.py starts it: eager, 1 GiB of KV cache.
@@ -301,7 +301,7 @@ def main(argv: list[str] | None = None, results_dir: Path = RESULTS_DIR) -> dict
     load_start = uptime()
     policy = load_policy(args)
     own_dtype = policy.engine["torch_dtype"]
-    dtype = cpu_dtype() if args.dtype == "cpu" else args.dtype
+    dtype = play_dtype(args.dtype)
     if dtype == own_dtype:
         parser.error(f"--dtype {args.dtype} is {dtype}, the policy's own dtype: no other path to play")
     if dtype is not None and emulated(TORCH_DTYPES[dtype]):

@@ -147,6 +147,12 @@ def config_for_warm_start(
     )
 
 
+def play_dtype(torch_dtype: str | None) -> str | None:
+    """The dtype of :data:`PLAY_DTYPES` named ``torch_dtype``: "cpu" is
+    :func:`~hgpo_rllib.rl_module.models.cpu_dtype` (None stays None: the policy's own)."""
+    return cpu_dtype() if torch_dtype == "cpu" else torch_dtype
+
+
 def played_as(
     own_dtype: str, own_backend: str, torch_dtype: str | None, inference_backend: str | None
 ) -> dict[str, str | None]:
@@ -164,7 +170,7 @@ def played_as(
             resolve_inference_backend(inference_backend)
         except (ImportError, RuntimeError) as exc:
             raise ValueError(str(exc)) from None
-    dtype = cpu_dtype() if torch_dtype == "cpu" else torch_dtype
+    dtype = play_dtype(torch_dtype)
     return {
         "torch_dtype": None if dtype == own_dtype else dtype,
         "inference_backend": None if inference_backend == own_backend else inference_backend,
