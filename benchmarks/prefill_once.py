@@ -7,8 +7,12 @@ The batch is what an env runner's ``generate`` gets at a group's first step: ``-
 different lengths, so left padding is in), ``--new-tokens`` sampled per row with no stop token. Each
 repeat runs both paths with the same torch seed, alternating which goes first; the table gives
 medians and checks the two paths' tokens (equal) and log-probs (largest gap). The prefill is the
-call up to the start of its second forward (a forward pre-hook times it): the prompts' forward, the
-shared path's copy of the cache to the rows, the first token's sampling; decoding is the rest. Each
+call up to the start of the decoder's second forward (a forward pre-hook on the decoder times it,
+which both paths call: ``generate`` through the model, the shared prefill directly): the prompts'
+forward, the shared path's copy of the cache to the rows, the first token's sampling; decoding is the
+rest, the same forwards on both paths. The prompt tokens each path computes (every row's, or each
+distinct prompt's once) are in the table, with the prefill's seconds per 1,000 of them: the check
+that the prefill's time tracks the tokens it computes. Each
 phase's minor page faults (``ru_minflt``, fresh pages the kernel zeroes for the allocator) are counted
 too: glibc's malloc hands tensors of a few MB out of fresh ``mmap`` pages and returns them when freed,
 and a decode that allocates the growing KV cache that way pays a fault per 4 KiB page, each step.
@@ -48,6 +52,7 @@ from hgpo_rllib.rl_module.config import LLMModuleConfig
 from hgpo_rllib.rl_module.generation import Generated, HFGenerator
 from hgpo_rllib.rl_module.model_sources import local_model_dir
 from hgpo_rllib.rl_module.models import load_lm
+from hgpo_rllib.rl_module.shared_prefill import distinct_rows
 from hgpo_rllib.rl_module.vllm_generation import VLLMGenerator
 
 REAL_MODEL = "smollm2-135m-instruct"
@@ -91,10 +96,10 @@ def minor_faults() -> int:
 def timed_generate(
     generator: HFGenerator, ids: torch.Tensor, mask: torch.Tensor, new_tokens: int, seed: int
 ) -> tuple[Generated, tuple[float, float, int, int]]:
-    """One sampled ``generate`` call: its result; the prefill's seconds, the whole call's, and the
-    prefill's and the decode's minor page faults."""
+    """One sampled ``generate`` call: its result; the prefill's seconds (up to the decoder's second
+    forward), the whole call's, and the prefill's and the decode's minor page faults."""
     starts: list[tuple[float, int]] = []
-    hook = generator.lm.register_forward_pre_hook(
+    hook = generator.lm.get_decoder().register_forward_pre_hook(
         lambda *_: starts.append((time.perf_counter(), minor_faults()))
     )
     torch.manual_seed(seed)
@@ -175,27 +180,32 @@ def measure_vllm(
     }
 
 
-def table(result: dict[str, Any], rows: int, prompt_tokens: int, new_tokens: int) -> str:
-    """Markdown rows per path: seconds, prompt tokens/s of the prefill, generated tokens/s, minor
-    page faults of the prefill and of the decode."""
+def table(
+    result: dict[str, Any], rows: int, prompt_tokens: int, computed_tokens: dict[str, int], new_tokens: int
+) -> str:
+    """Markdown rows per path: seconds, prompt tokens computed and the prefill's seconds per 1,000 of
+    them, prompt tokens/s of the prefill, generated tokens/s, minor page faults of the prefill and of
+    the decode."""
     lines = [
-        "| path | prefill s | prompt tok/s (prefill) | decode s | generated tok/s (decode) "
-        "| generate s | generated tok/s (call) | call speed-up "
+        "| path | prefill s | prompt tokens computed | prefill s per 1k computed | prompt tok/s (prefill) "
+        "| decode s | generated tok/s (decode) | generate s | generated tok/s (call) | call speed-up "
         "| page faults (prefill) | page faults (decode) |",
-        "|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|",
+        "|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|",
     ]
     base_total = result["medians"]["every row prefilled"][1]
     for name, (prefill, total, prefill_faults, decode_faults) in result["medians"].items():
         decode = total - prefill
+        computed = computed_tokens[name]
         lines.append(
-            f"| {name} | {prefill:.2f} | {prompt_tokens / prefill:,.0f} | {decode:.2f} "
+            f"| {name} | {prefill:.2f} | {computed:,} | {1000 * prefill / computed:.3f} "
+            f"| {prompt_tokens / prefill:,.0f} | {decode:.2f} "
             f"| {rows * (new_tokens - 1) / decode:,.0f} | {total:.2f} | {rows * new_tokens / total:,.0f} "
             f"| {base_total / total:.2f}x | {prefill_faults:,.0f} | {decode_faults:,.0f} |"
         )
     if "vllm" in result:
         vllm = result["vllm"]
         lines.append(
-            f"| vLLM (CPU build), prefix caching | - | - | - | - | {vllm['call_s']:.2f} "
+            f"| vLLM (CPU build), prefix caching | - | - | - | - | - | - | {vllm['call_s']:.2f} "
             f"| {vllm['generated'] / vllm['call_s']:,.0f} | {base_total / vllm['call_s']:.2f}x | - | - |"
         )
     return "\n".join(lines)
@@ -222,7 +232,12 @@ def main(argv: list[str] | None = None, results_dir: Path = RESULTS_DIR) -> dict
     if args.vllm:
         result["vllm"] = measure_vllm(lm, tokenizer, model_dir, ids, mask, args.new_tokens, args.repeats)
     rows, prompt_tokens = len(ids), int(mask.sum())
-    body = table(result, rows, prompt_tokens, args.new_tokens)
+    computed = {
+        "every row prefilled": prompt_tokens,
+        "prefilled once per prompt": int(distinct_rows(ids, mask)[1].sum()),
+    }
+    result["computed_prompt_tokens"] = computed
+    body = table(result, rows, prompt_tokens, computed, args.new_tokens)
     report = (
         f"{model_name}; {args.groups} groups x {args.group_size} rows, {prompt_tokens:,} prompt tokens "
         f"({args.prompt_tokens} - 7 x group), {args.new_tokens} sampled tokens per row; medians of "

@@ -27,6 +27,8 @@ def test_both_paths_agree_and_the_table_is_written(tmp_path: Path) -> None:
     text = (tmp_path / "prefill_once.md").read_text()
     assert "| prefilled once per prompt |" in text and "CPU: " in text and "`uptime` before: " in text
     assert "| page faults (prefill) | page faults (decode) |" in text and "GLIBC_TUNABLES=" in text
+    # Each group's 24-token prompt once, against its 3 rows' 72 (the second group's 17 tokens).
+    assert result["computed_prompt_tokens"] == {"every row prefilled": 123, "prefilled once per prompt": 41}
 
 
 def test_the_vllm_row_gives_whole_calls_against_the_plain_path() -> None:
@@ -39,9 +41,12 @@ def test_the_vllm_row_gives_whole_calls_against_the_plain_path() -> None:
         },
         "vllm": {"start_s": 90.0, "call_s": 2.0, "generated": 30},
     }
-    rows = bench.table(result, rows=4, prompt_tokens=400, new_tokens=8).splitlines()[2:]
+    computed = {"every row prefilled": 400, "prefilled once per prompt": 200}
+    rows = bench.table(
+        result, rows=4, prompt_tokens=400, computed_tokens=computed, new_tokens=8
+    ).splitlines()[2:]
     assert rows == [
-        "| every row prefilled | 3.00 | 133 | 5.00 | 6 | 8.00 | 4 | 1.00x | 1,500 | 0 |",
-        "| prefilled once per prompt | 1.00 | 400 | 3.00 | 9 | 4.00 | 8 | 2.00x | 20 | 7 |",
-        "| vLLM (CPU build), prefix caching | - | - | - | - | 2.00 | 15 | 4.00x | - | - |",
+        "| every row prefilled | 3.00 | 400 | 7.500 | 133 | 5.00 | 6 | 8.00 | 4 | 1.00x | 1,500 | 0 |",
+        "| prefilled once per prompt | 1.00 | 200 | 5.000 | 400 | 3.00 | 9 | 4.00 | 8 | 2.00x | 20 | 7 |",
+        "| vLLM (CPU build), prefix caching | - | - | - | - | - | - | 2.00 | 15 | 4.00x | - | - |",
     ]
