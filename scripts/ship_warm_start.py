@@ -3,7 +3,8 @@ evaluate the shipped copy: ALFWorld's (the CPU main job's at ``-k`` and ``--answ
 134 ``eval_out_of_distribution`` games, WebShop's (K = 4, ``envs/webshop/facts.py``) on its first 100
 test goals; with ``--model`` the env's recipe for that pretrained base (a LoRA adapter, K = 2).
 
-    python scripts/ship_warm_start.py --cache ~/.cache/hgpo_rllib [--env webshop] [--model NAME]
+    python scripts/ship_warm_start.py --cache ~/.cache/hgpo_rllib [--env webshop] [--model NAME] \
+        [--eval-dtype cpu --eval-inference-backend vllm]
 
 Resumable: the build and the evaluation both continue where an interrupted run stopped.
 """
@@ -14,6 +15,7 @@ import argparse
 from pathlib import Path
 
 import envs
+from hgpo_rllib.evaluation.policy_loading import PLAY_BACKENDS, PLAY_DTYPES
 from hgpo_rllib.warm_start.cache import build_warm_start, warm_start_recipe
 from hgpo_rllib.warm_start.shipping import describe, ship_warm_start
 
@@ -31,6 +33,16 @@ def main() -> None:
         help="the warm start of this pretrained base instead (the env's WarmStartFacts.base_recipes)",
     )
     parser.add_argument("--seed", type=int, default=123, help="evaluation seed (one pass over the split)")
+    parser.add_argument(
+        "--eval-dtype",
+        choices=PLAY_DTYPES,
+        help="the evaluation plays in this dtype (rllib evaluate --dtype; default: the warm start's own)",
+    )
+    parser.add_argument(
+        "--eval-inference-backend",
+        choices=PLAY_BACKENDS,
+        help="and with this engine (rllib evaluate --inference-backend; default: the warm start's own)",
+    )
     parser.add_argument(
         "--output",
         type=Path,
@@ -58,6 +70,13 @@ def main() -> None:
         evaluation = {"env": "alfworld", "split": "out", "seeds": [args.seed]}
     if args.model:
         command, name = f"{command} --model {args.model}", f"{name}_{args.model}"
+    playing = (
+        ("--eval-dtype", "torch_dtype", args.eval_dtype),
+        ("--eval-inference-backend", "inference_backend", args.eval_inference_backend),
+    )
+    for flag, key, value in playing:
+        if value:  # in the evaluation's settings record: a rerun without the flag never mixes them
+            command, name, evaluation[key] = f"{command} {flag} {value}", f"{name}_{value}", value
     try:
         built = build_warm_start(recipe, args.cache, use_shipped=False)
         shipped = ship_warm_start(
