@@ -44,7 +44,7 @@ KEYCHEST = Path(__file__).resolve().parents[1] / "tuned_examples" / "hgpo_keyche
 #: ``model_config`` key by key). ``baseline`` is the path before issue 63's levers: float32, each copy
 #: of a group's prompt prefilled, rows as they come, no shared prefixes, the rows of zero advantage
 #: computed; ``float32`` is the default with float32 instead of the CPU's dtype (bf16's share where
-#: the CPU has it natively).
+#: the CPU has it natively); ``vllm`` samples with vLLM's CPU build instead of HF ``generate``.
 VARIANTS: dict[str, dict[str, Any]] = {
     "default": {},
     "baseline": {
@@ -54,6 +54,7 @@ VARIANTS: dict[str, dict[str, Any]] = {
         "model_config": {"torch_dtype": "float32", "share_prompt_prefill": False},
     },
     "float32": {"model_config": {"torch_dtype": "float32"}},
+    "vllm": {"model_config": {"inference_backend": "vllm"}},
     "plain": {"share_prompt_prefixes": False, "length_buckets": False},
     "buckets": {"share_prompt_prefixes": False, "length_buckets": True},
     "shared": {"share_prompt_prefixes": True},

@@ -45,6 +45,16 @@ def test_the_baseline_and_float32_variants_set_the_modules_dtype_and_prefill(var
     assert model_config["constrain_to_admissible"]  # merged key by key: the experiment's settings stay
 
 
+def test_the_vllm_variant_samples_with_vllm_in_the_experiments_dtype():
+    args = bench.parse_args(
+        ["--config", '{"model_config": {"torch_dtype": "bfloat16"}}', "--variants", "vllm"]
+    )
+    model_config = bench.build_config(args, "vllm").user_model_config()
+    assert (model_config["inference_backend"], model_config["torch_dtype"]) == ("vllm", "bfloat16")
+    default = bench.build_config(args, "default").user_model_config()
+    assert default.get("inference_backend", "auto") == "auto"
+
+
 @pytest.mark.parametrize(("variant", "skips"), [("default", True), ("baseline", False), ("noskip", False)])
 def test_the_baseline_and_noskip_variants_compute_the_rows_of_zero_advantage(variant, skips):
     config = bench.build_config(bench.parse_args(["--variants", variant]), variant)
