@@ -79,6 +79,10 @@ class ModelShape:
         """The key (and value) heads' width, kv_heads x head_dim."""
         return self.kv_heads * self.head_dim
 
+    def kv_bytes_per_token(self, dtype_bytes: int) -> int:
+        """The KV cache of one token: a key and a value per layer."""
+        return 2 * self.layers * self.kv_width * dtype_bytes
+
     def matrices(self) -> dict[str, tuple[int, int]]:
         """(in, out) features of each linear layer of one decoder layer."""
         q, kv = self.attention_width, self.kv_width

@@ -10,10 +10,10 @@ Ray starts once per test run: test modules that need it declare
 by several test modules live in ``tests/helpers.py`` (``from helpers import ...``).
 
 Layout: ``tests/<sub-package>/`` mirrors ``hgpo_rllib/`` (``core/`` its top-level modules), ``envs/`` the
-envs package, ``benchmarks/`` and ``scripts/`` the checks of those folders' scripts, ``end_to_end/`` whole jobs through
-several layers; repo-wide checks and the shared support stay here. Test file basenames are unique
-(pytest's default prepend import mode puts each folder on ``sys.path``, and this file puts ``tests/``
-there, so ``from helpers import`` works from every folder).
+envs package, ``benchmarks/`` and ``scripts/`` the checks of those folders' scripts, ``end_to_end/``
+whole jobs through several layers; repo-wide checks and the shared support stay here. Test file
+basenames are unique (pytest's default prepend import mode puts each folder on ``sys.path``, and this
+file puts ``tests/`` there, so ``from helpers import`` works from every folder).
 """
 
 from __future__ import annotations

@@ -192,9 +192,9 @@ def cutting_policy() -> CheckpointPolicy:
     return CheckpointPolicy.from_config(config)
 
 
-#: vLLM's engine settings in tests: eager mode and an explicit KV cache size skip vLLM's compilation
-#: and memory profiling at start-up.
-VLLM_ENGINE_ARGS = {"enforce_eager": True, "kv_cache_memory_bytes": 64 << 20}
+#: vLLM's engine settings in tests: eager mode skips vLLM's compilation at start-up (and, with the
+#: explicit KV cache size the module gives a CPU engine, its memory profiling).
+VLLM_ENGINE_ARGS = {"enforce_eager": True}
 #: The tiny model with 32-wide heads: vLLM's CPU attention has no kernel for 16.
 TINY_VLLM_MODEL = {**TINY_MODEL, "tiny_model": {**TINY_MODEL["tiny_model"], "hidden_size": 64}}
 

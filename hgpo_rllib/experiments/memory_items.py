@@ -43,11 +43,6 @@ VLLM_RESERVE_BYTES = 2 * GIB
 _HEAD_FP32_TENSORS = 5
 
 
-def kv_bytes_per_token(shape: ModelShape, dtype_bytes: int) -> int:
-    """The KV cache of one token: a key and a value per layer."""
-    return 2 * shape.layers * shape.kv_width * dtype_bytes
-
-
 def layer_activation_bytes_per_token(shape: ModelShape, dtype_bytes: int) -> int:
     """Tensors one decoder layer keeps for backward, per token (flash/memory-efficient attention).
 
@@ -227,7 +222,7 @@ def env_runner_items(
     a = DTYPE_BYTES[torch_dtype]
     weights = shape.num_params() * a
     items = [Item("module weights (torch)", weights, "the RLModule's copy, loaded with weight syncs")]
-    kv_per_seq = kv_bytes_per_token(shape, a) * seq_tokens
+    kv_per_seq = shape.kv_bytes_per_token(a) * seq_tokens
     problems: list[str] = []
     if vllm:
         budget = int(vllm_utilization * gpu_bytes)

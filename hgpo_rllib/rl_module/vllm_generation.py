@@ -25,7 +25,9 @@ from typing import Any
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from vllm import LLM, SamplingParams
+from vllm.platforms import current_platform
 
+from hgpo_rllib.model_shape import ModelShape
 from hgpo_rllib.orphans import (
     host_tag,
     owner_tag,
@@ -166,14 +168,29 @@ class WeightSyncExtension:
             head.quant_method.process_weights_after_loading(head)
 
 
+#: Full-length sequences a CPU engine's KV cache holds at once: an env runner's batch (the WebShop
+#: table's 24 episodes, an evaluation's 16) with room to spare. vLLM queues the requests beyond it.
+CPU_KV_SEQUENCES = 64
+
+
+def cpu_kv_cache_bytes(config: Any, dtype: str, max_model_len: int) -> int:
+    """The KV cache of :data:`CPU_KV_SEQUENCES` sequences of ``max_model_len`` tokens in ``dtype``
+    (SmolLM2-135M in bf16 at 1,096 tokens: 1.5 GiB, where vLLM's default took 10.4 GiB of 23.5)."""
+    dtype_bytes = torch.empty((), dtype=getattr(torch, dtype)).element_size()
+    shape = ModelShape.from_config(config.get_text_config(decoder=True))
+    return CPU_KV_SEQUENCES * max_model_len * shape.kv_bytes_per_token(dtype_bytes)
+
+
 class VLLMGenerator(Generator):
     """A vLLM engine that samples exactly from softmax(logits / temperature) and returns its log-probs.
 
     ``logprobs_mode="processed_logprobs"`` makes the returned log-probs those of the tempered
     distribution actually sampled from (vLLM's default reports raw, untempered log-probs), and
     ``generation_config="vllm"`` stops a checkpoint's generation_config.json from changing top_k/top_p.
-    On CPU, ``gpu_memory_utilization`` is the share of host memory vLLM reserves, unless
-    ``VLLM_CPU_KVCACHE_SPACE`` (GiB) sets the KV cache size.
+    On CPU, vLLM's CPU build would take ``gpu_memory_utilization`` of the host's memory for its KV
+    cache (half of it by default), beside the learner and the other runners on the same machine; there
+    the cache holds :data:`CPU_KV_SEQUENCES` full-length sequences instead (:func:`cpu_kv_cache_bytes`),
+    unless ``engine_args`` set ``kv_cache_memory_bytes`` or ``VLLM_CPU_KVCACHE_SPACE`` (GiB) is set.
     """
 
     def __init__(
@@ -188,6 +205,11 @@ class VLLMGenerator(Generator):
         sampling_seed: int,
         engine_args: Mapping[str, Any] | None = None,
     ) -> None:
+        if current_platform.is_cpu():
+            engine_args = {
+                "kv_cache_memory_bytes": cpu_kv_cache_bytes(lm.config, dtype, max_model_len),
+                **(engine_args or {}),
+            }
         nbytes = sum(t.nbytes for t in lm.state_dict().values())
         # Holds the shared file of the syncs, the in-memory tiny preset's checkpoint (vLLM loads
         # only from a directory) and the names of the engine's shared-memory queues; removed with

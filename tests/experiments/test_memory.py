@@ -51,7 +51,7 @@ def test_a_head_dim_of_its_own_sizes_the_attention_weights() -> None:
     # A layer: q and o 32 x 64, k and v 32 x 32, the MLP 3 x 32 x 48, two norms of 32: 10,816; two
     # layers, untied embeddings and head 2 x 64 x 32, the final norm: 25,760.
     assert shape.num_params() == sum(p.numel() for p in lm.parameters()) == 25_760
-    assert memory_items.kv_bytes_per_token(shape, 2) == 2 * 2 * 32 * 2
+    assert shape.kv_bytes_per_token(2) == 2 * 2 * 32 * 2
 
 
 def test_lora_parameter_count_matches_peft() -> None:

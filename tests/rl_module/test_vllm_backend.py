@@ -21,6 +21,7 @@ import pytest
 import torch
 from helpers import TINY_MODEL, TINY_VLLM_MODEL, VLLM_ENGINE_ARGS, keychest_config
 from ray.rllib.core.columns import Columns
+from transformers import LlamaConfig
 
 from hgpo_rllib import HGPO
 from hgpo_rllib.columns import ALLOWED_IDS
@@ -32,7 +33,12 @@ from hgpo_rllib.orphans import (
     shared_files_record,
 )
 from hgpo_rllib.rl_module import LLMRLModule
-from hgpo_rllib.rl_module.vllm_generation import VLLMGenerator, engine_state
+from hgpo_rllib.rl_module.vllm_generation import (
+    CPU_KV_SEQUENCES,
+    VLLMGenerator,
+    cpu_kv_cache_bytes,
+    engine_state,
+)
 
 
 @pytest.fixture(scope="module")
@@ -114,6 +120,18 @@ def test_weight_sync_moves_the_engine_to_the_new_weights(algo: HGPO) -> None:
         module.set_state(original)
     batch, out = sample(module)
     assert teacher_forced_gap(module, batch, out) < 1e-4 and old_weights_gap < 1e-4
+
+
+def test_a_cpu_engine_s_kv_cache_holds_cpu_kv_sequences_not_half_the_host(algo: HGPO) -> None:
+    """vLLM's CPU build would take gpu_memory_utilization (0.5) of the host's memory for its KV cache;
+    the module sizes it to CPU_KV_SEQUENCES full-length sequences."""
+    module = runner_module(algo)
+    max_model_len = module.prompt_token_limit + module.llm_config.max_new_tokens
+    cache = module.generator()._llm.llm_engine.vllm_config.cache_config
+    expected = cpu_kv_cache_bytes(module.lm.config, module.llm_config.torch_dtype, max_model_len)
+    c = module.lm.config
+    per_token = 2 * c.num_hidden_layers * c.num_key_value_heads * (c.hidden_size // c.num_attention_heads) * 4
+    assert cache.kv_cache_memory_bytes == expected == CPU_KV_SEQUENCES * max_model_len * per_token
 
 
 def test_sync_sends_tied_weights_once_in_the_engine_dtype(algo: HGPO) -> None:
@@ -199,3 +217,10 @@ def test_a_runner_s_engine_queues_are_removed_when_it_is_killed_and_when_it_stop
         algorithm.stop()
     assert not [name for name in new_queues if (SHARED_MEMORY / name).exists()]
     assert not Path(new_weights_dir).exists() and not shared_files_record(new_weights_dir).exists()
+
+
+def test_the_cpu_kv_cache_of_smollm2_sized_sequences() -> None:
+    """SmolLM2-135M's shape (30 layers, 3 KV heads of 64) in bf16 at the WebShop table's 1,096 tokens:
+    64 sequences of 23,040 bytes a token, 1.5 GiB."""
+    config = LlamaConfig(num_hidden_layers=30, hidden_size=576, num_attention_heads=9, num_key_value_heads=3)
+    assert cpu_kv_cache_bytes(config, "bfloat16", 1096) == 64 * 1096 * 23_040 == 1_616_117_760
