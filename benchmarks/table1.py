@@ -24,9 +24,10 @@ check's: the first 100 task seeds of evaluation seed 123 (100 draws among the 50
 episodes name each drawn ``goal_index``), score and success. ``--signal-check`` first trains the GRPO
 row for 2 iterations from the warm start and sizes the runs from how many of its groups had
 differing rewards (``signal_check[_<sampling>].md``/``.json``, a folder per sampling asked for);
-``--group-size``, ``--groups-per-iteration``, ``--train-max-steps`` and ``--temperature`` then set the
-rows' (and the check's) sampling, recorded with each run. Before the first training run, the table
-declares the smallest difference its seeds and games can detect (``declared_reading.md``).
+``--group-size``, ``--groups-per-iteration``, ``--train-max-steps``, ``--temperature`` and
+``--inference-backend`` then set the rows' (and the check's) sampling, recorded with each run. Before
+the first training run, the table declares the smallest difference its seeds and games can detect
+(``declared_reading.md``).
 
 Resumable across sittings: each run writes its own small result files under ``<output>/runs/<run>/``
 (``curve.csv``, ``trained.json``, the evaluation's ``episodes.csv`` ...) and its checkpoint under
@@ -179,12 +180,13 @@ SIGNAL_ITERATIONS = 2
 SIGNAL_CHECK = "signal_check"
 #: The sampling a command may set instead of the example's (recorded with each run, and naming its
 #: signal check's folder by these tags): episodes per group, groups per iteration, the training
-#: episodes' step limit and the exploration temperature.
+#: episodes' step limit, the exploration temperature and the engine that samples them.
 SAMPLING_TAGS = {
     "group_size": "size",
     "groups_per_iteration": "groups",
     "max_steps": "steps",
     "temperature": "temp",
+    "inference_backend": "",
 }
 #: Informative groups (episodes' rewards that differ) each run should train on.
 INFORMATIVE_GROUPS_TARGET = 30
@@ -298,7 +300,7 @@ def train(
     iterations: int,
     run_dir: Path,
     checkpoint: Path | None,
-    sampling: dict[str, float],
+    sampling: dict[str, float | str],
     checkpoint_every: int = 1,
 ) -> None:
     """Train one (variant, seed) for ``iterations``; write its curve and (unless None) checkpoint.
@@ -410,9 +412,10 @@ def train(
         shutil.rmtree(resume, ignore_errors=True)
 
 
-def with_sampling(config, sampling: dict[str, float]):  # noqa: ANN001, ANN201 (an RLlib AlgorithmConfig)
+def with_sampling(config, sampling: dict[str, float | str]):  # noqa: ANN001, ANN201 (an RLlib AlgorithmConfig)
     """``config`` with ``sampling`` (:data:`SAMPLING_TAGS`) in place of its own: the groups (and an
-    env per episode of an iteration), the env's step limit, the policy's exploration temperature."""
+    env per episode of an iteration), the env's step limit, the policy's exploration temperature and
+    its generation engine."""
     groups = {key: sampling[key] for key in ("group_size", "groups_per_iteration") if key in sampling}
     if groups:
         config.training(**groups)
@@ -421,14 +424,26 @@ def with_sampling(config, sampling: dict[str, float]):  # noqa: ANN001, ANN201 (
         config.environment(env_config={**config.env_config, "max_steps": sampling["max_steps"]})
     if "temperature" in sampling:
         config.training(temperature=sampling["temperature"])
+    if "inference_backend" in sampling:
+        config.rl_module(
+            model_config={**config.user_model_config(), "inference_backend": sampling["inference_backend"]}
+        )
     return config
 
 
-def signal_check_name(sampling: dict[str, float]) -> str:
+def tagged(value: float | str) -> str:
+    """A setting's value in a folder name: numbers in their short form (0.6, 15), names as they are."""
+    return value if isinstance(value, str) else f"{value:g}"
+
+
+def signal_check_name(sampling: dict[str, float | str]) -> str:
     """The folder (and report) name of a signal check at ``sampling``: ``signal_check`` with a tag per
     setting the command gave, e.g. ``signal_check_size4_groups4_steps15_temp0.7``."""
     return "_".join(
-        [SIGNAL_CHECK, *(f"{tag}{sampling[key]:g}" for key, tag in SAMPLING_TAGS.items() if key in sampling)]
+        [
+            SIGNAL_CHECK,
+            *(f"{tag}{tagged(sampling[key])}" for key, tag in SAMPLING_TAGS.items() if key in sampling),
+        ]
     )
 
 
@@ -855,7 +870,7 @@ def signal_check(
     out: Path,
     variant: Variant,
     seed: int,
-    sampling: dict[str, float],
+    sampling: dict[str, float | str],
     common: dict[str, object],
     warm_start: Callable[[str], tuple[Path, str]],
     command: str,
@@ -951,6 +966,11 @@ def main() -> None:
         "--temperature", type=float, help="the policy's exploration temperature (default: the module's, 1)"
     )
     parser.add_argument(
+        "--inference-backend",
+        choices=PLAY_BACKENDS,
+        help="the engine that samples the training episodes (default: the example's; on CPU HF generate)",
+    )
+    parser.add_argument(
         "--signal-check",
         action="store_true",
         help=f"train {SIGNAL_VARIANT} from the warm start for {SIGNAL_ITERATIONS} iterations (the first "
@@ -1023,6 +1043,7 @@ def main() -> None:
         "groups_per_iteration": args.groups_per_iteration,
         "max_steps": args.train_max_steps,
         "temperature": args.temperature,
+        "inference_backend": args.inference_backend,
     }
     sampling = {key: value for key, value in given.items() if value is not None}
     # How the policies play their evaluations, where the command sets it (recorded only then, as the

@@ -350,6 +350,17 @@ def test_a_commands_sampling_replaces_the_examples_and_names_its_signal_check(mo
     assert table1.signal_check_name({}) == "signal_check"
 
 
+def test_a_commands_engine_samples_the_runs_and_names_its_signal_check(model_cache: Path) -> None:
+    """--inference-backend vllm: the runs' module samples with vLLM; its other settings are kept."""
+    warm_start = build_smollm2_warm_start()
+    sampling = {"groups_per_iteration": 6, "inference_backend": "vllm"}
+    config = table1.with_sampling(
+        table1.variant_config(table1.VARIANTS[SMOLLM2_TABLE]["GRPO"], warm_start), sampling
+    )
+    assert config.model_config["inference_backend"] == "vllm" and config.model_config["lora"] == {"r": 16}
+    assert table1.signal_check_name(sampling) == "signal_check_groups6_vllm"
+
+
 def test_the_warm_start_row_reuses_the_shipped_webshop_evaluation_from_any_checkout(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
