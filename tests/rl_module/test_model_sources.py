@@ -76,9 +76,9 @@ def test_the_shipped_adapters_load_over_the_raw_smollm2_conversion(smollm2_dir: 
     """They are keyed by the GGUF file's sha256, which only the conversion's own directory takes as its
     identity (a folder exported from it is identified by its own weights)."""
     shipped = sorted(record.parent for record in SHIPPED_DIR.glob(f"*/{ADAPTER_RECORD}"))
-    assert [folder.name for folder in shipped] == ["webshop-ca143eb9a6"]
+    assert [folder.name for folder in shipped] == ["alfworld-48368a375b", "webshop-ca143eb9a6"]
     sha = file_sha256(short_name_file(SMOLLM2))
-    assert [adapter_base(folder) for folder in shipped] == [(smollm2_dir, sha)]
+    assert [adapter_base(folder) for folder in shipped] == [(smollm2_dir, sha)] * 2
 
 
 def test_a_model_id_resolves_offline_from_the_hugging_face_cache(
