@@ -232,10 +232,8 @@ def main(argv: list[str] | None = None, results_dir: Path = RESULTS_DIR) -> dict
     if args.vllm:
         result["vllm"] = measure_vllm(lm, tokenizer, model_dir, ids, mask, args.new_tokens, args.repeats)
     rows, prompt_tokens = len(ids), int(mask.sum())
-    computed = {
-        "every row prefilled": prompt_tokens,
-        "prefilled once per prompt": int(distinct_rows(ids, mask)[1].sum()),
-    }
+    distinct_tokens = int(distinct_rows(ids, mask)[1].sum())
+    computed = {name: distinct_tokens if shared else prompt_tokens for name, shared in PATHS.items()}
     result["computed_prompt_tokens"] = computed
     body = table(result, rows, prompt_tokens, computed, args.new_tokens)
     report = (

@@ -79,7 +79,7 @@ from hgpo_rllib.evaluation.comparison import (  # noqa: E402
     sign_flip_floor,
 )
 from hgpo_rllib.evaluation.policy_loading import PLAY_BACKENDS, PLAY_DTYPES  # noqa: E402
-from hgpo_rllib.experiments.experiment_file import load_experiment_file  # noqa: E402
+from hgpo_rllib.experiments.experiment_file import apply_config_overrides, load_experiment_file  # noqa: E402
 from hgpo_rllib.rl_module.model_sources import weights_digest  # noqa: E402
 from hgpo_rllib.rl_module.models import cpu_dtype  # noqa: E402
 from hgpo_rllib.warm_start.cache import (  # noqa: E402
@@ -425,9 +425,7 @@ def with_sampling(config, sampling: dict[str, float | str]):  # noqa: ANN001, AN
     if "temperature" in sampling:
         config.training(temperature=sampling["temperature"])
     if "inference_backend" in sampling:
-        config.rl_module(
-            model_config={**config.user_model_config(), "inference_backend": sampling["inference_backend"]}
-        )
+        apply_config_overrides(config, {"model_config": {"inference_backend": sampling["inference_backend"]}})
     return config
 
 

@@ -38,6 +38,7 @@ from hgpo_rllib.orphans import (
 )
 from hgpo_rllib.rl_module.engine_weights import engine_tensors
 from hgpo_rllib.rl_module.generation import Generated, Generator
+from hgpo_rllib.rl_module.models import TORCH_DTYPES
 
 #: The start of every weight directory's name (:func:`remove_orphaned_weight_dirs`).
 WEIGHTS_DIR_PREFIX = "hgpo-vllm-"
@@ -176,9 +177,8 @@ CPU_KV_SEQUENCES = 64
 def cpu_kv_cache_bytes(config: Any, dtype: str, max_model_len: int) -> int:
     """The KV cache of :data:`CPU_KV_SEQUENCES` sequences of ``max_model_len`` tokens in ``dtype``
     (SmolLM2-135M in bf16 at 1,096 tokens: 1.5 GiB, where vLLM's default took 10.4 GiB of 23.5)."""
-    dtype_bytes = torch.empty((), dtype=getattr(torch, dtype)).element_size()
     shape = ModelShape.from_config(config.get_text_config(decoder=True))
-    return CPU_KV_SEQUENCES * max_model_len * shape.kv_bytes_per_token(dtype_bytes)
+    return CPU_KV_SEQUENCES * max_model_len * shape.kv_bytes_per_token(TORCH_DTYPES[dtype].itemsize)
 
 
 class VLLMGenerator(Generator):
