@@ -28,7 +28,7 @@ from collections.abc import Callable
 import torch
 from peft import PeftModel
 from results_file import write_result  # benchmarks/ is on sys.path when run as a script
-from transformers import PreTrainedModel, PreTrainedTokenizerBase
+from transformers import PreTrainedModel
 from vllm import LLM, SamplingParams
 from vllm.lora.request import LoRARequest
 from weight_sync import build_lm
@@ -94,7 +94,6 @@ def generate(
 def measure_merged(
     policy: PeftModel,
     runner_lm: PreTrainedModel,
-    tokenizer: PreTrainedTokenizerBase,
     states: list[torch.Generator],
     prompts: list[list[int]],
     new_tokens: int,
@@ -102,7 +101,6 @@ def measure_merged(
     """Merged weights through the project's sync path: sync times, then greedy generation."""
     engine = VLLMGenerator(
         runner_lm,
-        tokenizer,
         None,
         dtype=DTYPE,
         gpu_memory_utilization=0.5,
@@ -150,7 +148,7 @@ def main() -> None:
 
     # (a) merged weights through the project's sync path.
     merged_tokens, merged_logps, row = measure_merged(
-        policy, runner_lm, tokenizer, updates(args.syncs), prompts, args.new_tokens
+        policy, runner_lm, updates(args.syncs), prompts, args.new_tokens
     )
     rows.append(row)
     gc.collect()  # the merged engine's processes are gone before the LoRA engine starts

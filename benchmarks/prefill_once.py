@@ -144,7 +144,6 @@ def measure(lm: Any, ids: torch.Tensor, mask: torch.Tensor, new_tokens: int, rep
 
 def measure_vllm(
     lm: Any,
-    tokenizer: Any,
     model_dir: str | None,
     ids: torch.Tensor,
     mask: torch.Tensor,
@@ -157,7 +156,6 @@ def measure_vllm(
     started = time.perf_counter()
     engine = VLLMGenerator(
         lm,
-        tokenizer,
         model_dir,
         dtype=dtype,
         gpu_memory_utilization=0.3,
@@ -234,13 +232,11 @@ def main(argv: list[str] | None = None, results_dir: Path = RESULTS_DIR) -> dict
     if args.new_tokens < 2:
         parser.error("--new-tokens must be at least 2 (the prefill is timed up to the second forward)")
     load_before = uptime()
-    tokenizer, lm, model_dir, model_name = load_model(args.tiny, args.dtype)
+    _, lm, model_dir, model_name = load_model(args.tiny, args.dtype)
     ids, mask = group_batch(args.groups, args.group_size, args.prompt_tokens, lm.config.vocab_size)
     result = measure(lm, ids, mask, args.new_tokens, args.repeats)
     if args.vllm:
-        result["vllm"] = measure_vllm(
-            lm, tokenizer, model_dir, ids, mask, args.new_tokens, args.repeats, args.dtype
-        )
+        result["vllm"] = measure_vllm(lm, model_dir, ids, mask, args.new_tokens, args.repeats, args.dtype)
     rows, prompt_tokens = len(ids), int(mask.sum())
     distinct_tokens = int(distinct_rows(ids, mask)[1].sum())
     computed = {name: distinct_tokens if shared else prompt_tokens for name, shared in PATHS.items()}

@@ -285,7 +285,6 @@ class LLMRLModule(TorchRLModule, InferenceOnlyAPI, TokenPolicyAPI):
                 cfg = self.llm_config
                 self._generator = VLLMGenerator(
                     self.lm,
-                    self.tokenizer,
                     self._model_dir,
                     dtype=cfg.torch_dtype,
                     gpu_memory_utilization=cfg.vllm_gpu_memory_utilization,

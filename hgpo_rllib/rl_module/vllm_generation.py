@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import glob
+import logging
 import math
 import os
 import shutil
@@ -23,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from transformers import PreTrainedModel, PreTrainedTokenizerBase
+from transformers import PreTrainedModel
 from vllm import LLM, SamplingParams
 from vllm.platforms import current_platform
 
@@ -47,6 +48,18 @@ WEIGHTS_DIR_PREFIX = "hgpo-vllm-"
 SHARED_WEIGHTS_FILE = "sync.weights"
 #: Each tensor's offset in the shared file is a multiple of this (aligned loads in the workers).
 ALIGNMENT = 64
+
+
+class _SkippedTokenizerWarmup(logging.Filter):
+    """Drops vLLM's "Chat template warmup failed" warning and its traceback: the engine warms its
+    chat template up at start, which needs the tokenizer these engines skip on purpose (prompts
+    arrive as token ids), so the failure is expected and says nothing to the user."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith("Chat template warmup failed")
+
+
+logging.getLogger("vllm.renderers.base").addFilter(_SkippedTokenizerWarmup())
 
 
 def engine_state(lm: PreTrainedModel, dtype: torch.dtype) -> dict[str, torch.Tensor]:
@@ -196,7 +209,6 @@ class VLLMGenerator(Generator):
     def __init__(
         self,
         lm: PreTrainedModel,
-        tokenizer: PreTrainedTokenizerBase,
         model_dir: str | None,
         *,
         dtype: str,
@@ -211,19 +223,21 @@ class VLLMGenerator(Generator):
                 **(engine_args or {}),
             }
         nbytes = sum(t.nbytes for t in lm.state_dict().values())
-        # Holds the shared file of the syncs, the in-memory tiny preset's checkpoint (vLLM loads
-        # only from a directory) and the names of the engine's shared-memory queues; removed with
-        # the generator, or by the next engine if killed (the queues too, which only a clean
-        # shutdown unlinks).
+        # Holds the shared file of the syncs, the in-memory tiny preset's config (vLLM reads a
+        # model's config from a directory) and the names of the engine's shared-memory queues;
+        # removed with the generator, or by the next engine if killed (the queues too, which only a
+        # clean shutdown unlinks).
         scratch = _scratch_dir(nbytes)
         remove_orphaned_weight_dirs(scratch)
         self._weights_dir = tempfile.TemporaryDirectory(prefix=_weights_dir_prefix(), dir=scratch)
         if model_dir is None:
-            lm.save_pretrained(self._weights_dir.name)
-            tokenizer.save_pretrained(self._weights_dir.name)
+            lm.config.save_pretrained(self._weights_dir.name)
         with recording_shared_files(self._weights_dir.name):
             self._llm: LLM | None = LLM(
                 model=model_dir or self._weights_dir.name,
+                # The module's own weights are put in below, in the engine's dtype: a checkpoint read
+                # now would be replaced at once (and vLLM warns for each tensor it narrows).
+                load_format="dummy",
                 dtype=dtype,
                 gpu_memory_utilization=gpu_memory_utilization,
                 max_model_len=max_model_len,
@@ -237,8 +251,7 @@ class VLLMGenerator(Generator):
             )
         self.dtype: torch.dtype = self._llm.llm_engine.model_config.dtype
         self._shared = SharedWeights(self._weights_dir.name)
-        if model_dir is not None:  # the module's weights may already differ from the checkpoint's
-            self.load_weights(lm)
+        self.load_weights(lm)
 
     def load_weights(self, lm: PreTrainedModel) -> int:
         """Put the torch model's current weights into the engine; returns the bytes copied.

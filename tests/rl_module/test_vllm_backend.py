@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import glob
+import logging
 import os
 import signal
 import time
@@ -224,3 +225,22 @@ def test_the_cpu_kv_cache_of_smollm2_sized_sequences() -> None:
     64 sequences of 23,040 bytes a token, 1.5 GiB."""
     config = LlamaConfig(num_hidden_layers=30, hidden_size=576, num_attention_heads=9, num_key_value_heads=3)
     assert cpu_kv_cache_bytes(config, "bfloat16", 1096) == 64 * 1096 * 23_040 == 1_616_117_760
+
+
+def test_vllm_s_expected_tokenizer_warmup_failure_is_not_shown_and_its_other_warnings_are() -> None:
+    """The engines skip the tokenizer, so vLLM's chat-template warmup fails at every start; that
+    warning (a 15-line traceback) is dropped, any other of the same logger kept."""
+    logger = logging.getLogger("vllm.renderers.base")
+    seen: list[str] = []
+    handler = logging.Handler()
+    handler.emit = lambda record: seen.append(record.getMessage())  # type: ignore[method-assign]
+    logger.addHandler(handler)
+    try:
+        try:
+            raise ValueError("Tokenizer not available when `skip_tokenizer_init=True`")
+        except ValueError:
+            logger.warning("Chat template warmup failed", exc_info=True)
+        logger.warning("Using None for EOS token id because tokenizer is not initialized")
+    finally:
+        logger.removeHandler(handler)
+    assert seen == ["Using None for EOS token id because tokenizer is not initialized"]
