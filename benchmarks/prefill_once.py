@@ -60,20 +60,19 @@ REAL_MODEL = "smollm2-135m-instruct"
 PATHS = {"every row prefilled": False, "prefilled once per prompt": True}
 
 
-def load_model(tiny: bool, dtype: str) -> tuple[Any, Any, str | None, str]:
-    """Tokenizer, model in ``dtype``, model directory (None for the tiny preset) and name: the real
-    model where it resolves (and ``tiny`` is not asked), else the tiny preset."""
+def load_model(tiny: bool, dtype: str) -> tuple[Any, str | None, str]:
+    """The model in ``dtype``, its directory (None for the tiny preset) and its name: the real model
+    where it resolves (and ``tiny`` is not asked), else the tiny preset."""
     if not tiny:
         try:
             local_model_dir(REAL_MODEL)
         except (ValueError, FileNotFoundError) as err:
             print(f"{REAL_MODEL} not available ({err}); the tiny preset instead")
         else:
-            return (
-                *load_lm(LLMModuleConfig(model=REAL_MODEL), TORCH_DTYPES[dtype]),
-                f"{REAL_MODEL} ({dtype})",
-            )
-    return (*load_lm(LLMModuleConfig(), TORCH_DTYPES[dtype]), f"tiny-qwen2 (random init, {dtype})")
+            _, lm, model_dir = load_lm(LLMModuleConfig(model=REAL_MODEL), TORCH_DTYPES[dtype])
+            return lm, model_dir, f"{REAL_MODEL} ({dtype})"
+    _, lm, _ = load_lm(LLMModuleConfig(), TORCH_DTYPES[dtype])
+    return lm, None, f"tiny-qwen2 (random init, {dtype})"
 
 
 def group_batch(
@@ -232,7 +231,7 @@ def main(argv: list[str] | None = None, results_dir: Path = RESULTS_DIR) -> dict
     if args.new_tokens < 2:
         parser.error("--new-tokens must be at least 2 (the prefill is timed up to the second forward)")
     load_before = uptime()
-    _, lm, model_dir, model_name = load_model(args.tiny, args.dtype)
+    lm, model_dir, model_name = load_model(args.tiny, args.dtype)
     ids, mask = group_batch(args.groups, args.group_size, args.prompt_tokens, lm.config.vocab_size)
     result = measure(lm, ids, mask, args.new_tokens, args.repeats)
     if args.vllm:

@@ -966,7 +966,7 @@ def main() -> None:
     parser.add_argument(
         "--inference-backend",
         choices=PLAY_BACKENDS,
-        help="the engine that samples the training episodes (default: the example's; on CPU HF generate)",
+        help="the engine that samples the training episodes (default: the example's own)",
     )
     parser.add_argument(
         "--signal-check",

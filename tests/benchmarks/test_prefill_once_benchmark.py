@@ -55,8 +55,9 @@ def test_the_vllm_row_gives_whole_calls_against_the_plain_path() -> None:
 def test_dtype_loads_the_model_in_it_and_the_table_names_it(tmp_path: Path) -> None:
     """``--dtype bfloat16``: the model (and vLLM's row, were it asked) compute in bf16, as a CPU with
     native bf16 runs them; the table says so."""
-    _, lm, _, name = bench.load_model(tiny=True, dtype="bfloat16")
+    lm, model_dir, name = bench.load_model(tiny=True, dtype="bfloat16")
     assert {p.dtype for p in lm.parameters()} == {torch.bfloat16} and name.endswith("bfloat16)")
+    assert model_dir is None  # the tiny preset lives in memory
     argv = ["--tiny", "--group-size", "2", "--prompt-tokens", "16", "--new-tokens", "2", "--repeats", "1"]
     bench.main([*argv, "--dtype", "bfloat16", "--output", str(tmp_path), "--name", "bf16"])
     assert (tmp_path / "bf16.md").read_text().count("tiny-qwen2 (random init, bfloat16);") == 1
