@@ -645,7 +645,7 @@ def plot_curves(curves: pd.DataFrame, path: Path, title: str) -> None:
         stats = group.groupby("iteration")["success"].mean()
         ax.plot(stats.index, stats.to_numpy(), marker="o", label=variant)
     ax.set(xlabel="training iteration", ylabel="training success (per iteration)", ylim=(0, 1.02))
-    ax.set_title(f"{title} from the warm starts: mean over training seeds")
+    ax.set_title(f"{title} from the warm starts\nmean over training seeds")
     ax.legend(loc="best")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
