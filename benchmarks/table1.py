@@ -292,6 +292,12 @@ def save_resume_point(
             shutil.rmtree(older)
 
 
+#: The learner's step-grouping statistics each curve row keeps (NaN where the estimator has none,
+#: GRPO): the share of steps alone in their current-state group (GiGPO's anchor group, HGPO's level
+#: 1), and alone at every level of HGPO's hierarchy, whose advantage is 0 (docs/hgpo_algorithm.md §4.6).
+STEP_GROUPING = ("level1_singleton_frac", "all_levels_singleton_frac")
+
+
 def train(
     name: str,
     variant: Variant,
@@ -364,6 +370,9 @@ def train(
             flat = flatten_dict(dict(result), delimiter="/")
             informative, trained = informative_groups(flat) or (0, 0)
             differing = int(flat.get(f"learners/{DEFAULT_MODULE_ID}/num_reward_differing_groups", 0))
+            learner = {
+                stat: flat.get(f"learners/{DEFAULT_MODULE_ID}/{stat}", math.nan) for stat in STEP_GROUPING
+            }
             records.append(
                 {
                     "variant": name,
@@ -376,6 +385,7 @@ def train(
                     "informative_groups": informative,
                     "reward_differing_groups": differing,
                     "groups": trained,
+                    **learner,
                     # The machine's 1-minute load: the iterations' minutes depend on it.
                     "load_1min": os.getloadavg()[0],
                 }

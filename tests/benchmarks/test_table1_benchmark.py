@@ -627,10 +627,14 @@ class Clock:
 
 class FakeAlgo:
     """An Algorithm's train/save/restore/stop, its state the iteration; Ctrl-C in the iteration
-    ``interrupt_train`` or in the save after ``interrupt_save``."""
+    ``interrupt_train`` or in the save after ``interrupt_save``; its learner reports HGPO's step
+    grouping unless ``grouping`` is False (GRPO's)."""
 
-    def __init__(self, clock: Clock, interrupt_train: int = 0, interrupt_save: int = 0) -> None:
+    def __init__(
+        self, clock: Clock, interrupt_train: int = 0, interrupt_save: int = 0, grouping: bool = True
+    ) -> None:
         self.clock, self.interrupt_train, self.interrupt_save = clock, interrupt_train, interrupt_save
+        self.grouping = grouping
         self.iteration = 0
         self.calls: list[tuple[str, int]] = []
 
@@ -641,6 +645,8 @@ class FakeAlgo:
         self.clock.seconds += 360
         runners = {SUCCESS_RATE: self.iteration / 10, "episode_len_mean": 5.0, INVALID_ACTION_RATE: 0.25}
         learner = {"num_informative_groups": 2, "num_groups": 4, "num_reward_differing_groups": 1}
+        if self.grouping:
+            learner |= {"level1_singleton_frac": 0.5, "all_levels_singleton_frac": self.iteration / 20}
         return {
             "training_iteration": self.iteration,
             "env_runners": runners,
@@ -725,6 +731,8 @@ def test_an_interrupted_run_resumes_and_ends_as_an_uninterrupted_one(
     assert curve["iteration"].tolist() == [1, 2, 3, 4, 5]
     assert curve["minutes"].tolist() == [6.0, 12.0, 18.0, 24.0, 30.0]
     assert curve["success"].tolist() == [0.1, 0.2, 0.3, 0.4, 0.5]
+    assert curve["level1_singleton_frac"].tolist() == [0.5] * 5  # the learner's step grouping, kept
+    assert curve["all_levels_singleton_frac"].tolist() == [0.05, 0.1, 0.15, 0.2, 0.25]
     assert (tmp_path / "cut" / "run" / "curve.csv").read_text() == (
         tmp_path / "whole" / "run" / "curve.csv"
     ).read_text()
@@ -751,6 +759,14 @@ def test_an_interrupted_run_resumes_and_ends_as_an_uninterrupted_one(
         "load_1min_median": 2.0,
         "warm_start": str(tmp_path / "warm"),
     }
+
+
+def test_an_estimator_without_step_groups_leaves_their_columns_empty(
+    tmp_path: Path, fake_training: Clock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    train_grpo(tmp_path, FakeAlgo(fake_training, grouping=False), monkeypatch)
+    curve = pd.read_csv(tmp_path / "run" / "curve.csv")
+    assert len(curve) == 5 and curve[list(table1.STEP_GROUPING)].isna().all().all()
 
 
 def test_a_half_written_resume_checkpoint_is_ignored(
