@@ -292,10 +292,11 @@ def save_resume_point(
             shutil.rmtree(older)
 
 
-#: The learner's step-grouping statistics each curve row keeps (NaN where the estimator has none,
-#: GRPO): the share of steps alone in their current-state group (GiGPO's anchor group, HGPO's level
-#: 1), and alone at every level of HGPO's hierarchy, whose advantage is 0 (docs/hgpo_algorithm.md §4.6).
-STEP_GROUPING = ("level1_singleton_frac", "all_levels_singleton_frac")
+#: The learner's step-grouping statistics each curve row keeps, where its estimator groups steps
+#: (GRPO does not): per level d the share of steps alone in their group (d = 1 the current-state
+#: group, GiGPO's anchor group; HGPO's d = 2 .. K + 1 add the history window's records), and the
+#: share alone at every level, whose HGPO advantage is 0 (docs/hgpo_algorithm.md §4.6).
+STEP_GROUPING = re.compile(rf"learners/{DEFAULT_MODULE_ID}/(level\d+|all_levels)_singleton_frac")
 
 
 def train(
@@ -370,8 +371,8 @@ def train(
             flat = flatten_dict(dict(result), delimiter="/")
             informative, trained = informative_groups(flat) or (0, 0)
             differing = int(flat.get(f"learners/{DEFAULT_MODULE_ID}/num_reward_differing_groups", 0))
-            learner = {
-                stat: flat.get(f"learners/{DEFAULT_MODULE_ID}/{stat}", math.nan) for stat in STEP_GROUPING
+            grouping = {
+                key.rsplit("/", 1)[1]: value for key, value in flat.items() if STEP_GROUPING.fullmatch(key)
             }
             records.append(
                 {
@@ -385,7 +386,7 @@ def train(
                     "informative_groups": informative,
                     "reward_differing_groups": differing,
                     "groups": trained,
-                    **learner,
+                    **grouping,
                     # The machine's 1-minute load: the iterations' minutes depend on it.
                     "load_1min": os.getloadavg()[0],
                 }

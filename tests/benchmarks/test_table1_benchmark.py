@@ -646,7 +646,12 @@ class FakeAlgo:
         runners = {SUCCESS_RATE: self.iteration / 10, "episode_len_mean": 5.0, INVALID_ACTION_RATE: 0.25}
         learner = {"num_informative_groups": 2, "num_groups": 4, "num_reward_differing_groups": 1}
         if self.grouping:
-            learner |= {"level1_singleton_frac": 0.5, "all_levels_singleton_frac": self.iteration / 20}
+            learner |= {
+                "level1_singleton_frac": self.iteration / 20,
+                "level2_singleton_frac": 0.5,
+                "all_levels_singleton_frac": self.iteration / 20,
+                "level2_group_size_mean": 1.5,
+            }
         return {
             "training_iteration": self.iteration,
             "env_runners": runners,
@@ -731,8 +736,9 @@ def test_an_interrupted_run_resumes_and_ends_as_an_uninterrupted_one(
     assert curve["iteration"].tolist() == [1, 2, 3, 4, 5]
     assert curve["minutes"].tolist() == [6.0, 12.0, 18.0, 24.0, 30.0]
     assert curve["success"].tolist() == [0.1, 0.2, 0.3, 0.4, 0.5]
-    assert curve["level1_singleton_frac"].tolist() == [0.5] * 5  # the learner's step grouping, kept
-    assert curve["all_levels_singleton_frac"].tolist() == [0.05, 0.1, 0.15, 0.2, 0.25]
+    grouping = ["level1_singleton_frac", "level2_singleton_frac", "all_levels_singleton_frac"]
+    assert [column for column in curve if "singleton" in column or "level" in column] == grouping
+    assert curve[grouping].to_numpy().tolist() == [[i / 20, 0.5, i / 20] for i in range(1, 6)]
     assert (tmp_path / "cut" / "run" / "curve.csv").read_text() == (
         tmp_path / "whole" / "run" / "curve.csv"
     ).read_text()
@@ -761,12 +767,12 @@ def test_an_interrupted_run_resumes_and_ends_as_an_uninterrupted_one(
     }
 
 
-def test_an_estimator_without_step_groups_leaves_their_columns_empty(
+def test_an_estimator_without_step_groups_has_no_grouping_columns(
     tmp_path: Path, fake_training: Clock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     train_grpo(tmp_path, FakeAlgo(fake_training, grouping=False), monkeypatch)
     curve = pd.read_csv(tmp_path / "run" / "curve.csv")
-    assert len(curve) == 5 and curve[list(table1.STEP_GROUPING)].isna().all().all()
+    assert len(curve) == 5 and not [column for column in curve if "singleton" in column]
 
 
 def test_a_half_written_resume_checkpoint_is_ignored(
