@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import os
 import re
+import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,9 +29,11 @@ from helpers import (
 )
 
 from hgpo_rllib import HGPO
+from hgpo_rllib.algorithms import text_agent_learner
 from hgpo_rllib.columns import GROUP_ID, PROMPT_IDS, TASK_SEED
 from hgpo_rllib.connectors.learner.group_advantages import GroupAdvantages
 from hgpo_rllib.env_runner import GroupedEnvRunner
+from hgpo_rllib.progress import reported_minibatches
 
 pytestmark = pytest.mark.usefixtures("ray_session")
 
@@ -37,7 +41,19 @@ LR = 1e-3  # keychest_config's learning rate
 
 
 # ------------------------------------------------------------------------------------------
-def test_two_iterations_report_every_metric(capsys: pytest.CaptureFixture[str]) -> None:
+def slow_minibatches(*args: Any, **kwargs: Any) -> Iterator[Any]:
+    """The learner's minibatches, each step followed by 0.25 s (5 progress intervals): the learning
+    phase lasts long enough for a progress line however fast the machine (the tiny model's update
+    could end before the printing thread read the board once: CI saw no learning line)."""
+    for minibatch in reported_minibatches(*args, **kwargs):
+        yield minibatch
+        time.sleep(0.25)
+
+
+def test_two_iterations_report_every_metric(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(text_agent_learner, "reported_minibatches", slow_minibatches)  # the local learner
     algo = keychest_config().reporting(progress_interval_s=0.05).build_algo()
     try:
         initial = learner_weights(algo)
