@@ -5,29 +5,22 @@ only with AVX512-BF16 or AMX-BF16, emulated otherwise), the cores and the load (
 from __future__ import annotations
 
 import os
-import platform
 import subprocess
 from pathlib import Path
+
+from hgpo_rllib.cpu_features import CPUINFO, cpu_flags, cpu_model_name
 
 #: The /proc/cpuinfo flags that decide CPU matmul speed in float32 and bfloat16.
 SPEED_FLAGS = ("avx2", "fma", "avx512f", "avx512_bf16", "amx_bf16")
 
 
-def cpu_description(cpuinfo: str | Path = "/proc/cpuinfo") -> tuple[str, list[str]]:
-    """The CPU's model name and which of :data:`SPEED_FLAGS` it has (Linux's /proc/cpuinfo)."""
-    name, flags = platform.processor() or platform.machine(), set()
-    path = Path(cpuinfo)
-    for line in path.read_text().splitlines() if path.exists() else []:
-        key, _, value = line.partition(":")
-        if key.strip() == "model name":
-            name = value.strip()
-        elif key.strip() == "flags":
-            flags = set(value.split())
-            break
-    return name, [flag for flag in SPEED_FLAGS if flag in flags]
+def cpu_description(cpuinfo: str | Path = CPUINFO) -> tuple[str, list[str]]:
+    """The CPU's model name and which of :data:`SPEED_FLAGS` it has."""
+    flags = cpu_flags(cpuinfo)
+    return cpu_model_name(cpuinfo), [flag for flag in SPEED_FLAGS if flag in flags]
 
 
-def cpu_line(cpuinfo: str | Path = "/proc/cpuinfo") -> str:
+def cpu_line(cpuinfo: str | Path = CPUINFO) -> str:
     """One line: the CPU's model name, the cores this process may use, and each speed flag yes/no."""
     name, flags = cpu_description(cpuinfo)
     marks = ", ".join(f"{flag} {'yes' if flag in flags else 'no'}" for flag in SPEED_FLAGS)

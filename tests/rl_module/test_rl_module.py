@@ -156,15 +156,6 @@ def test_backend_selection(
             resolve_inference_backend("vllm")
 
 
-def test_bf16_is_chosen_only_where_the_cpu_multiplies_it_natively(tmp_path: Path) -> None:
-    cpuinfo = tmp_path / "cpuinfo"
-    cpuinfo.write_text("processor\t: 0\nflags\t\t: fpu sse avx2 avx512f avx512bw\n")
-    assert not models.cpu_has_native_bf16(cpuinfo)  # AVX-512 without its bf16 extension
-    cpuinfo.write_text("processor\t: 0\nflags\t\t: fpu sse avx2 avx512f avx512_bf16\n")
-    assert models.cpu_has_native_bf16(cpuinfo)
-    assert not models.cpu_has_native_bf16(tmp_path / "missing")
-
-
 @pytest.mark.parametrize(
     ("flags", "build", "engine"),
     [

@@ -17,8 +17,8 @@ import time
 
 import torch
 
+from hgpo_rllib.cpu_features import cpu_has_native_bf16
 from hgpo_rllib.model_shape import ModelShape
-from hgpo_rllib.rl_module.models import cpu_has_native_bf16
 
 #: Tokens of the learner's probe: a micro-batch of 4 rows of 512 tokens.
 PROBE_TOKENS = 2048
@@ -41,7 +41,7 @@ def _sync(device: torch.device) -> None:
 def emulated(dtype: torch.dtype, device: str | torch.device = "cpu") -> bool:
     """Whether torch emulates ``dtype``'s matmuls on ``device``: bfloat16 (and float16, which no CPU
     without native bfloat16 has either) on a CPU without AVX512_BF16 or AMX
-    (:func:`~hgpo_rllib.rl_module.models.cpu_has_native_bf16`)."""
+    (:func:`~hgpo_rllib.cpu_features.cpu_has_native_bf16`)."""
     half = dtype in (torch.bfloat16, torch.float16)
     return half and torch.device(device).type == "cpu" and not cpu_has_native_bf16()
 
