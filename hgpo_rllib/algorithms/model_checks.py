@@ -89,7 +89,7 @@ def memory_errors(config: Any) -> list[str]:
     if torch.cuda.is_available():
         gpu_gb = torch.cuda.get_device_properties(0).total_memory / GB
     try:
-        plans = memory_plan.plan_for_config(config, gpu_gb)
+        plans = memory_plan.plan_for_config(config, gpu_gb, local_model_dir)
     except (ValueError, FileNotFoundError) as exc:  # e.g. a config.json without the model's sizes
         return [f"memory plan: {exc}"]
     return [f"memory plan: {e}" for e in memory_plan.fit_errors(plans)]

@@ -22,6 +22,7 @@ from hgpo_rllib.experiments.memory_plan import (
     shape_for_config,
 )
 from hgpo_rllib.experiments.settings import PRESETS
+from hgpo_rllib.rl_module.model_sources import local_model_dir
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -30,13 +31,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--preset", choices=PRESETS, help="the experiment file's --preset (default: cpu)")
     parser.add_argument(
         "--model",
-        help="model directory with a config.json (default for paper presets: "
-        "the shipped architecture of the preset's Qwen2.5 model)",
+        help="the model as --model of the experiment names it: a directory with a config.json, a .gguf "
+        "file, a short name or an adapter folder (default for paper presets: the shipped architecture "
+        "of the preset's Qwen2.5 model)",
     )
     parser.add_argument(
         "--critic",
-        help="HiPER's critic model directory (default for paper presets: the shipped architecture of "
-        "Qwen2.5-1.5B, the authors' critic)",
+        help="HiPER's critic model, named as --model (default for paper presets: the shipped "
+        "architecture of Qwen2.5-1.5B, the authors' critic)",
     )
     parser.add_argument("--gpu-memory-gb", type=float, default=DEFAULT_GPU_MEMORY_GB)
 
@@ -45,11 +47,11 @@ def run(args: argparse.Namespace) -> int:
     module = import_experiment_module(args.experiment)
     settings = _settings(args, declared_settings(module))
     config = load_experiment_file(args.experiment, settings, module=module).config
-    plans = plan_for_config(config, args.gpu_memory_gb)
+    plans = plan_for_config(config, args.gpu_memory_gb, local_model_dir)
     if not plans:
         print("no role of this config uses a GPU (CPU run): nothing to plan")
         return 0
-    size = shape_for_config(config).num_params() / 1e9
+    size = shape_for_config(config, local_model_dir).num_params() / 1e9
     print(f"model: {config.user_model_config().get('model')} ({size:.2f}B parameters)")
     print(format_plan(plans))
     errors = fit_errors(plans)

@@ -5,7 +5,8 @@
 A run fails late and expensively when a GPU runs out of memory (after the model loads, the first wave
 samples and the first update starts), so ``HGPOConfig.validate()`` checks this plan first and names
 the setting to change. The model's size comes from its ``config.json`` alone (a directory holding
-only that file is enough), so the plan runs on any machine.
+only that file is enough), so the plan runs on any machine; a GGUF file, a short name or an adapter
+folder is first resolved to its directory by the caller, as training resolves it.
 
 Per role and GPU, in bytes, the plan holds the lines of :mod:`~hgpo_rllib.experiments.memory_items`
 (learner, critic, env runner). **One shared GPU**: when the roles ask for fractions of a GPU that add
@@ -17,7 +18,8 @@ GPU, as vLLM checks at start-up); Ray's fractions themselves only place the acto
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+import os
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +46,9 @@ MODEL_CONFIGS_DIR = Path(__file__).resolve().parents[1] / "model_configs"  # hgp
 PRESET_MODELS = {"paper-1.5b": "qwen2.5-1.5b", "paper-7b": "qwen2.5-7b", "gpu-0.5b": "qwen2.5-0.5b"}
 #: The role of a plan where every GPU role shares one GPU (fractional GPUs, e.g. ``--preset gpu-0.5b``).
 SHARED_GPU_ROLE = "one GPU shared by the learner and env runners"
+#: Maps ``model_config["model"]`` (or the critic's) to the local directory holding its config.json: the
+#: caller's resolver of GGUF files, short names and adapter folders (rl_module.model_sources).
+ModelDir = Callable[[str], str | os.PathLike]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -76,12 +81,12 @@ def num_llms(config: Any) -> int:
     return len(config.policies) if config.is_multi_agent else 1
 
 
-def shape_for_config(config: Any) -> ModelShape:
+def shape_for_config(config: Any, model_dir: ModelDir = Path) -> ModelShape:
     """The model's shape: its directory's config.json, or the tiny preset's Qwen2 settings."""
     mc = config.user_model_config()
     model = mc.get("model", TINY_PRESET)
     if model != TINY_PRESET:
-        return ModelShape.from_model_dir(model)
+        return ModelShape.from_model_dir(model_dir(model))
     vocab = int(mc.get("tokenizer_vocab_size", 1024))
     return ModelShape.from_config(
         {**TINY_MODEL_DEFAULTS, **mc.get("tiny_model", {}), "vocab_size": vocab, "model_type": "qwen2"},
@@ -109,15 +114,21 @@ def shares_one_gpu(config: Any) -> bool:
     return any(gpus < 1 for _, gpus in used) and 0 < sum(count * gpus for count, gpus in used) <= 1
 
 
-def plan_for_config(config: Any, gpu_memory_gb: float = DEFAULT_GPU_MEMORY_GB) -> list[RolePlan]:
-    """Per-role plans of an HGPOConfig's GPU roles (roles without GPUs are left out); one plan of
-    their sum when they share one GPU (:func:`shares_one_gpu`)."""
-    plans = _role_plans(config, gpu_memory_gb)
+def plan_for_config(
+    config: Any, gpu_memory_gb: float = DEFAULT_GPU_MEMORY_GB, model_dir: ModelDir = Path
+) -> list[RolePlan]:
+    """Per-role plans of an HGPOConfig's GPU roles (roles without GPUs are left out, and a config
+    without any reads no model); one plan of their sum when they share one GPU
+    (:func:`shares_one_gpu`). ``model_dir`` maps the policy's and the critic's ``model`` to the
+    directory holding their config.json (by default the name is that directory)."""
+    if not (config.num_gpus_per_learner > 0 or config.num_gpus_per_env_runner > 0):
+        return []
+    plans = _role_plans(config, gpu_memory_gb, model_dir)
     if not shares_one_gpu(config):
         return plans
     runners = [p for p in plans if p.role == "env runner"]
     if runners and evaluation_gpus(config) > 0:  # the evaluation runner holds what a runner holds
-        evaluation = _runner_plan(config, gpu_memory_gb, config.evaluation_config or {})
+        evaluation = _runner_plan(config, gpu_memory_gb, model_dir, config.evaluation_config or {})
         plans.append(dataclasses.replace(evaluation, role="evaluation env runner"))
     items = tuple(
         dataclasses.replace(item, name=f"{plan.role}: {item.name}") for plan in plans for item in plan.items
@@ -127,8 +138,8 @@ def plan_for_config(config: Any, gpu_memory_gb: float = DEFAULT_GPU_MEMORY_GB) -
     return [RolePlan(SHARED_GPU_ROLE, 1, items, int(gpu_memory_gb * GB), problems, hint)]
 
 
-def _role_plans(config: Any, gpu_memory_gb: float) -> list[RolePlan]:
-    shape = shape_for_config(config)
+def _role_plans(config: Any, gpu_memory_gb: float, model_dir: ModelDir) -> list[RolePlan]:
+    shape = shape_for_config(config, model_dir)
     mc = LLMModuleConfig.from_model_config(config.user_model_config())
     budget = int(gpu_memory_gb * GB)
     plans = []
@@ -164,7 +175,7 @@ def _role_plans(config: Any, gpu_memory_gb: float) -> list[RolePlan]:
             (acts, _head) = activation_items(shape, settings)
             items.append(dataclasses.replace(acts, name=f"critic {acts.name}", note="the trunk's value pass"))
         elif mc.critic is not None and mc.critic != TINY_PRESET:
-            items += critic_items(ModelShape.from_model_dir(mc.critic), settings)
+            items += critic_items(ModelShape.from_model_dir(model_dir(mc.critic)), settings)
         plans.append(
             RolePlan(
                 "learner",
@@ -175,13 +186,15 @@ def _role_plans(config: Any, gpu_memory_gb: float) -> list[RolePlan]:
             )
         )
     if config.num_gpus_per_env_runner > 0:
-        plans.append(_runner_plan(config, gpu_memory_gb))
+        plans.append(_runner_plan(config, gpu_memory_gb, model_dir))
     return plans
 
 
-def _runner_plan(config: Any, gpu_memory_gb: float, overrides: Mapping[str, Any] | None = None) -> RolePlan:
+def _runner_plan(
+    config: Any, gpu_memory_gb: float, model_dir: ModelDir, overrides: Mapping[str, Any] | None = None
+) -> RolePlan:
     """An env runner's plan; ``overrides``: an evaluation runner's ``evaluation_config``."""
-    shape = shape_for_config(config)
+    shape = shape_for_config(config, model_dir)
     mc = LLMModuleConfig.from_model_config(config.user_model_config())
     budget = int(gpu_memory_gb * GB)
     items, problems = env_runner_items(

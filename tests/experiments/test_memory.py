@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import copy
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -208,6 +209,26 @@ def test_rllib_memory_is_a_subcommand_of_the_rllib_command(capsys: pytest.Captur
     assert out.startswith("usage: rllib memory [-h]") and "--preset" in out and "--gpu-memory-gb" in out
     assert rllib_memory("tuned_examples/hgpo_alfworld.py") == 0
     assert capsys.readouterr().out == "no role of this config uses a GPU (CPU run): nothing to plan\n"
+
+
+def test_a_model_named_as_training_names_it_is_planned_from_its_directory(
+    smollm2_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A GGUF short name is planned from the directory training loads (the plan once read
+    ``smollm2-135m-instruct/config.json`` and refused every GPU run of a GGUF model or warm start); a
+    CPU run, whose model is then the shipped warm start's adapter folder, reads no model at all."""
+    gpu = ["tuned_examples/hgpo_webshop.py", "--preset", "gpu-0.5b", "--model", "smollm2-135m-instruct"]
+    assert rllib_memory(*gpu) == 0
+    assert "(0.13B parameters)" in capsys.readouterr().out
+    assert rllib_memory("tuned_examples/hgpo_webshop.py", "--model", "smollm2-135m-instruct") == 0
+    assert capsys.readouterr().out.endswith("no role of this config uses a GPU (CPU run): nothing to plan\n")
+    config = paper_config("gpu-0.5b", "webshop")
+    config.rl_module(model_config={**config.user_model_config(), "model": "smollm2-135m-instruct"})
+    config.validate()  # the memory check of a GPU run resolves the name as the model check does
+    (shared,) = memory_plan.plan_for_config(config, 80, lambda name: smollm2_dir)
+    assert shared.fits and memory_plan.shape_for_config(config, lambda name: smollm2_dir).num_params() == (
+        ModelShape.from_model_dir(smollm2_dir).num_params()
+    )
 
 
 # ------------------------------------------------------------------------- chunked log-probs
