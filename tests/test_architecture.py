@@ -1,7 +1,7 @@
 """The package's layering: imports point down, no cycles, and the pure parts stay light.
 
 Layers, lowest first (the README's "Layout"): leaf modules (column names, checks, settings records,
-OpenMP waiting, the CPU's features, a model's shape, the learner's FLOP count,
+OpenMP waiting, the CPU's features, handing freed memory back, a model's shape, the learner's FLOP count,
 the numpy maths, the module config and API, the memory plan, the warm-start file format) <
 ``rl_module`` < ``connectors`` < ``env_runner`` < ``algorithms`` < ``evaluation`` < ``warm_start`` <
 ``experiments`` < ``cli``. Every import between project modules counts, function-level ones too, so
@@ -25,6 +25,7 @@ LAYERS = {
     "hgpo_rllib.checkpoint_paths": 0,
     "hgpo_rllib.openmp": 0,
     "hgpo_rllib.cpu_features": 0,
+    "hgpo_rllib.host_memory": 0,
     "hgpo_rllib.columns": 0,
     "hgpo_rllib.model_shape": 0,
     "hgpo_rllib.learner_flops": 0,

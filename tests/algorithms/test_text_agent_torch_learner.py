@@ -223,3 +223,17 @@ def test_rows_are_skipped_only_where_the_policy_term_is_the_whole_loss_on_one_le
     )
     assert TextAgentLearner.skips_zero_advantage_rows(learner, POLICY) is skips
     assert HiPERLearner.skips_zero_advantage_rows(learner, POLICY) is False  # its critic trains on every row
+
+
+def test_each_update_ends_by_handing_its_freed_memory_back(monkeypatch, episodes):
+    """After the update's passes and metrics (its activations freed), once per update."""
+    from hgpo_rllib.algorithms.torch import text_agent_torch_learner
+
+    learner = Learner(monkeypatch, skip=False)
+    releases: list[dict[str, Any]] = []
+    monkeypatch.setattr(
+        text_agent_torch_learner, "release_freed_memory", lambda: releases.append(dict(learner.passes))
+    )
+    learner.update(episodes)
+    learner.update(episodes)
+    assert len(releases) == 2 and releases[-1] == learner.passes and learner.passes

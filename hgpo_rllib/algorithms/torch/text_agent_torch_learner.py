@@ -69,6 +69,7 @@ from hgpo_rllib.columns import (
     RESP_MASK,
     SAMPLER_LOGP,
 )
+from hgpo_rllib.host_memory import release_freed_memory
 
 #: The loss terms reported as token means over an update.
 _TOKEN_MEAN_KEYS = (
@@ -470,3 +471,5 @@ class TextAgentTorchLearner(TextAgentLearner, TorchLearner):
         if self.old_logp_pass is not None:  # recompute_old_logp="auto" decides by them next update
             over_learners = sorted(self.module.keys()) if self.distributed else None
             self.old_logp_pass.remember_gaps(gaps, over_learners, self._device)
+        # The update's activations are freed; on CPU their heap pages stay resident unless handed back.
+        release_freed_memory()
