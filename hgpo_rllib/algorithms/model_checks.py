@@ -81,7 +81,7 @@ def weight_file_errors(model_dir: Path) -> list[str]:
 def memory_errors(config: Any) -> list[str]:
     """GPU roles that cannot fit their model (the memory plan), sized by this machine's GPU if it
     has one, else 80 GB; CPU-only configs have nothing to check."""
-    if not (config.num_gpus_per_learner > 0 or config.num_gpus_per_env_runner > 0):
+    if not memory_plan.has_gpu_roles(config):  # before torch is imported
         return []
     import torch
 

@@ -114,6 +114,11 @@ def shares_one_gpu(config: Any) -> bool:
     return any(gpus < 1 for _, gpus in used) and 0 < sum(count * gpus for count, gpus in used) <= 1
 
 
+def has_gpu_roles(config: Any) -> bool:
+    """Whether the learner or the env runners ask for GPUs (a CPU run has nothing to plan)."""
+    return config.num_gpus_per_learner > 0 or config.num_gpus_per_env_runner > 0
+
+
 def plan_for_config(
     config: Any, gpu_memory_gb: float = DEFAULT_GPU_MEMORY_GB, model_dir: ModelDir = Path
 ) -> list[RolePlan]:
@@ -121,7 +126,7 @@ def plan_for_config(
     without any reads no model); one plan of their sum when they share one GPU
     (:func:`shares_one_gpu`). ``model_dir`` maps the policy's and the critic's ``model`` to the
     directory holding their config.json (by default the name is that directory)."""
-    if not (config.num_gpus_per_learner > 0 or config.num_gpus_per_env_runner > 0):
+    if not has_gpu_roles(config):
         return []
     plans = _role_plans(config, gpu_memory_gb, model_dir)
     if not shares_one_gpu(config):
