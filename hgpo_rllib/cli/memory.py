@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import functools
 from collections.abc import Sequence
 from typing import Any
 
@@ -47,11 +48,12 @@ def run(args: argparse.Namespace) -> int:
     module = import_experiment_module(args.experiment)
     settings = _settings(args, declared_settings(module))
     config = load_experiment_file(args.experiment, settings, module=module).config
-    plans = plan_for_config(config, args.gpu_memory_gb, local_model_dir)
+    model_dir = functools.cache(local_model_dir)  # the plan and the size line resolve the model once
+    plans = plan_for_config(config, args.gpu_memory_gb, model_dir)
     if not plans:
         print("no role of this config uses a GPU (CPU run): nothing to plan")
         return 0
-    size = shape_for_config(config, local_model_dir).num_params() / 1e9
+    size = shape_for_config(config, model_dir).num_params() / 1e9
     print(f"model: {config.user_model_config().get('model')} ({size:.2f}B parameters)")
     print(format_plan(plans))
     errors = fit_errors(plans)

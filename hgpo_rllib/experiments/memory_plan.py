@@ -18,6 +18,7 @@ GPU, as vLLM checks at start-up); Ray's fractions themselves only place the acto
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -128,6 +129,7 @@ def plan_for_config(
     directory holding their config.json (by default the name is that directory)."""
     if not has_gpu_roles(config):
         return []
+    model_dir = functools.cache(model_dir)  # each role reads the shape: a GGUF file is hashed once
     plans = _role_plans(config, gpu_memory_gb, model_dir)
     if not shares_one_gpu(config):
         return plans

@@ -225,7 +225,9 @@ def test_a_model_named_as_training_names_it_is_planned_from_its_directory(
     config = paper_config("gpu-0.5b", "webshop")
     config.rl_module(model_config={**config.user_model_config(), "model": "smollm2-135m-instruct"})
     config.validate()  # the memory check of a GPU run resolves the name as the model check does
-    (shared,) = memory_plan.plan_for_config(config, 80, lambda name: smollm2_dir)
+    resolved: list[str] = []
+    (shared,) = memory_plan.plan_for_config(config, 80, lambda name: resolved.append(name) or smollm2_dir)
+    assert resolved == ["smollm2-135m-instruct"]  # once, for the learner and both kinds of runner
     assert shared.fits and memory_plan.shape_for_config(config, lambda name: smollm2_dir).num_params() == (
         ModelShape.from_model_dir(smollm2_dir).num_params()
     )
