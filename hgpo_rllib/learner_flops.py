@@ -36,7 +36,6 @@ from hgpo_rllib.model_shape import ModelShape
 #: The learner's passes: the training pass (gradients), a forward-only pass of the policy (the old
 #: log-probs) and the frozen reference's forward (the KL term; the base alone under LoRA).
 PassKind = Literal["trained", "forward", "reference"]
-PASS_KINDS: tuple[PassKind, ...] = ("trained", "forward", "reference")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -44,7 +44,6 @@ from torch.distributed.checkpoint.state_dict import (
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.fsdp import (
     CPUOffloadPolicy,
-    FSDPModule,
     MixedPrecisionPolicy,
     OffloadPolicy,
     fully_shard,
@@ -56,10 +55,6 @@ from torch.distributed.fsdp import (
 FORWARD_METHODS = ("forward_train", "compute_ref_logp", "compute_values")
 _GATHER = StateDictOptions(full_state_dict=True, cpu_offload=True)
 _LOAD_FULL = StateDictOptions(full_state_dict=True)
-
-
-def is_sharded(module: torch.nn.Module) -> bool:
-    return isinstance(module, FSDPModule)
 
 
 def offload_policy(device: torch.device, offload: bool) -> OffloadPolicy:
