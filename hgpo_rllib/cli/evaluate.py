@@ -75,6 +75,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "an evaluation with another engine is another evaluation (--output, --reuse)",
     )
     parser.add_argument(
+        "--transcripts",
+        action="store_true",
+        help="also write each game played (not copied by --reuse) turn by turn, observation, answer and "
+        "reward, to OUTPUT/transcripts/<policy>-seed<seed>[-<split>].jsonl",
+    )
+    parser.add_argument(
         "--samples",
         type=count(1),
         default=1,
@@ -101,6 +107,7 @@ def run(args: argparse.Namespace) -> int:
         reuse=args.reuse,
         torch_dtype=args.dtype,
         inference_backend=args.inference_backend,
+        transcripts=args.transcripts,
     )
     print(summary.to_markdown(index=False))
     print(f"Tables written to {args.output}")

@@ -17,7 +17,7 @@ import pandas as pd
 
 from envs.common.facts import EvaluationFacts
 from hgpo_rllib.columns import LENGTH_CUT_RATE, PROMPT_CUT_RATE
-from hgpo_rllib.evaluation.rollout import read_played_episodes, task_seeds
+from hgpo_rllib.evaluation.rollout import TRANSCRIPT, read_played_episodes, task_seeds
 from hgpo_rllib.evaluation.throughput import Throughput
 from hgpo_rllib.run_records import changed_settings, read_record, write_atomically, write_record
 
@@ -25,6 +25,8 @@ from hgpo_rllib.run_records import changed_settings, read_record, write_atomical
 DEFAULT_EPISODES = 32
 #: The output directory's settings record.
 EVALUATION_RECORD = "evaluation.json"
+#: The output's folder of transcripts, one JSON-lines file per (split, policy, seed) that wrote any.
+TRANSCRIPTS_DIR = "transcripts"
 #: Episode columns of the turns whose answer was length-cut and whose prompt was cut (shares of the
 #: episode's turns): empty for a policy that generates nothing (the baselines) and absent from the
 #: ``episodes.csv`` of evaluations made before they were recorded.
@@ -58,7 +60,8 @@ def play_all(
     it ends (:func:`_resumed_games`), so an interrupted (split, player, seed) plays only the games it
     had not finished. One that an output in ``reuse``
     finished (:func:`reusable_episodes`) is copied from there. What is played here is timed into
-    ``throughput``."""
+    ``throughput``. Records that carry a transcript (``rollout.TRANSCRIPT``) leave it in
+    ``transcripts/<policy>-seed<seed>[-<split>].jsonl``."""
     out_dir = Path(output).expanduser()
     earlier = reusable_episodes(reuse, settings)  # (a bad ``reuse`` is refused before output is made)
     table = _open_output(out_dir, {**settings, "splits": list(splits)})
@@ -85,6 +88,7 @@ def play_all(
                     copied &= earlier["split"] == split_name
                 split = f"-{split_name}" if split_name else ""
                 games = out_dir / f".games-{name}-seed{seed}{split}.jsonl"
+                transcripts = out_dir / TRANSCRIPTS_DIR / f"{name}-seed{seed}{split}.jsonl"
                 desc = f"{name} seed {seed}" + (f" {split_name}" if split_name else "")
                 if copied.any():
                     source = earlier["source"][copied].iloc[0]  # the first output that has them
@@ -93,7 +97,7 @@ def play_all(
                 else:
                     tasks = task_seeds(seed, n)
                     records = _resumed_games(
-                        games, play_split, split_config, seed, tasks, desc, throughput, name
+                        games, transcripts, play_split, split_config, seed, tasks, desc, throughput, name
                     )
                     rows = pd.DataFrame([{**label, "policy": name, "seed": seed, **r} for r in records])
                 table = rows if table.empty else pd.concat([table, rows], ignore_index=True)
@@ -152,6 +156,7 @@ def reusable_episodes(outputs: Sequence[str | Path], settings: dict[str, Any]) -
 
 def _resumed_games(
     games: Path,
+    transcripts: Path,
     play_split: Player,
     split_config: dict[str, Any],
     seed: int,
@@ -164,15 +169,30 @@ def _resumed_games(
     as it ends; games an interrupted run left there are not played again (nor counted in
     ``throughput``, which times the play as ``policy``'s). The sampler of a resumed
     run is seeded anew (from ``seed`` and the number of games already played), so a resumed evaluation
-    is as random as a whole one but not the same draw."""
+    is as random as a whole one but not the same draw. A record's transcript goes to ``transcripts``
+    first, so every saved game has its own; one of a game that was not saved (the run stopped
+    between the two writes) is dropped at the resume, as the game is played again."""
     played = read_played_episodes(games)
     remaining = [task for task in tasks if task not in played]
     if played:
         desc += f" ({len(played)} of {len(tasks)} games saved before)"
         seed = int(np.random.SeedSequence([seed, len(played)]).generate_state(1)[0])
+    kept = read_played_episodes(transcripts)
+    if set(kept) - set(played):
+        write_atomically(
+            transcripts, "".join(json.dumps(kept[task]) + "\n" for task in kept if task in played)
+        )
     with games.open("a") as saved:
 
         def keep(record: dict[str, Any]) -> None:
+            if TRANSCRIPT in record:
+                transcripts.parent.mkdir(exist_ok=True)
+                turns = record.pop(TRANSCRIPT)
+                # Strict JSON for any reader (jq, a browser): a baseline's NaN cut rates are nulls.
+                nulled = {key: None if value != value else value for key, value in record.items()}
+                text = json.dumps({**nulled, **turns}, allow_nan=False)
+                with transcripts.open("a") as file:
+                    file.write(text + "\n")
             saved.write(json.dumps(record) + "\n")
             saved.flush()
 

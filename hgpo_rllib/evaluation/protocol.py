@@ -123,6 +123,7 @@ def evaluate(
     reuse: Sequence[str | Path] = (),
     torch_dtype: str | None = None,
     inference_backend: str | None = None,
+    transcripts: bool = False,
 ) -> pd.DataFrame:
     """Evaluate a checkpoint (and/or the baselines) and write tables to ``output``.
 
@@ -149,7 +150,9 @@ def evaluate(
     ``torch_dtype`` ("float32", "bfloat16" or "cpu": bfloat16 where the CPU has it natively) and
     ``inference_backend`` ("hf" or "vllm") play the checkpoint in another dtype or engine than its own
     (None: its own); they are part of the evaluation's settings (:func:`evaluation_settings`), and
-    ``summary.md`` and ``throughput.json`` say what the policy played in.
+    ``summary.md`` and ``throughput.json`` say what the policy played in. ``transcripts``: each game
+    played here (not copied by ``reuse``) is also written with its turns, observation, answer and
+    reward, to ``transcripts/<policy>-seed<seed>[-<split>].jsonl`` (not part of the settings).
     """
     if (episodes is not None and episodes < 1) or not seeds or batch_size < 1 or samples < 1:
         raise ValueError("episodes, batch_size and samples must be >= 1 and at least one seed is needed")
@@ -171,6 +174,8 @@ def evaluate(
             raise ValueError(
                 "a team plays in its modules' own dtype and engine (no --dtype, --inference-backend)"
             )
+        if transcripts:
+            raise ValueError("--transcripts writes single-agent episodes; a team's are not recorded")
         return evaluate_team(
             Path(checkpoint).expanduser().resolve(),
             team_config,
@@ -236,6 +241,7 @@ def evaluate(
                 batch_size=batch_size,
                 desc=desc,
                 on_episode_end=on_episode_end,
+                with_transcripts=transcripts,
             )
 
         return play_split

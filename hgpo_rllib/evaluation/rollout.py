@@ -26,6 +26,8 @@ from hgpo_rllib.env_runner.metrics_callback import EpisodeOutcome, episode_outco
 from hgpo_rllib.run_records import write_atomically
 
 TASK_SEED_STRIDE = 1_000_003
+#: The record key of an episode's transcript, where :func:`play` keeps one (``with_transcripts``).
+TRANSCRIPT = "transcript"
 
 
 def task_seeds(seed: int, count: int, start: int = 0) -> list[int]:
@@ -117,6 +119,18 @@ def read_played_episodes(path: Path) -> dict[int, dict[str, Any]]:
     return played
 
 
+def transcript(episode: SingleAgentEpisode) -> dict[str, Any]:
+    """What the policy saw and said: each turn's observation (the env's text, before the prompt
+    connector adds the task and history), answer and reward, then the observation the episode ended
+    on."""
+    observations, answers, rewards = episode.get_observations(), episode.get_actions(), episode.get_rewards()
+    turns = [
+        {"observation": observation, "answer": answer, "reward": float(reward)}
+        for observation, answer, reward in zip(observations[:-1], answers, rewards, strict=True)
+    ]
+    return {"turns": turns, "final_observation": observations[-1]}
+
+
 def new_episode(observation: str, info: dict[str, Any]) -> SingleAgentEpisode:
     """An RLlib episode started at ``observation`` (the prompt connector reads episodes)."""
     episode = SingleAgentEpisode()
@@ -134,6 +148,7 @@ def play(
     batch_size: int = 16,
     desc: str = "",
     on_episode_end: Callable[[dict[str, Any]], None] | None = None,
+    with_transcripts: bool = False,
 ) -> list[dict[str, Any]]:
     """Play one episode per task seed, up to ``batch_size`` at a time; one record each, in task order.
 
@@ -144,7 +159,9 @@ def play(
     other score columns (``EvaluationFacts.score_columns``) are the final ``info``'s, else ``won``.
     ``length_cut_rate`` and ``prompt_cut_rate`` are the shares of its turns whose answer was
     length-cut and whose prompt was cut, as training counts them, from a policy's :class:`Answers`
-    (NaN for a policy that returns plain texts: a baseline generates nothing to cut)."""
+    (NaN for a policy that returns plain texts: a baseline generates nothing to cut).
+    ``with_transcripts``: each record also holds the episode's :func:`transcript` under
+    :data:`TRANSCRIPT`."""
     records: dict[int, dict[str, Any]] = {}
     scores = dict.fromkeys(("score", *envs.env_facts(env_name, env_config).evaluation.score_columns))
     progress = tqdm(total=len(task_seeds), desc=desc or env_name, unit="ep", leave=False)
@@ -191,6 +208,8 @@ def play(
                     **{column: float(info.get(column, float(info["won"]))) for column in scores},
                     env_error=info.get("env_error", ""),
                 )
+                if with_transcripts:
+                    slot.result[TRANSCRIPT] = transcript(slot.episode)
                 records[slot.result.pop("index")] = slot.result
                 if on_episode_end is not None:
                     on_episode_end(slot.result)

@@ -1,5 +1,6 @@
-"""``rllib evaluate``'s levers of how a checkpoint plays (``--dtype``, ``--inference-backend``): typed
-flags, passed to :func:`~hgpo_rllib.evaluation.protocol.evaluate` as keywords; bad values are one line."""
+"""``rllib evaluate``'s levers of how a checkpoint plays (``--dtype``, ``--inference-backend``) and
+``--transcripts``: typed flags, passed to :func:`~hgpo_rllib.evaluation.protocol.evaluate` as
+keywords; bad values are one line."""
 
 from __future__ import annotations
 
@@ -46,6 +47,13 @@ def test_the_dtype_and_engine_flags_reach_evaluate_as_keywords(
     assert run_cli(["evaluate", "policy", "--output", out, "--dtype", "cpu"]) == 0
     played = [(call["torch_dtype"], call["inference_backend"]) for call in evaluated]
     assert played == [(None, None), ("bfloat16", "vllm"), ("cpu", None)]
+
+
+def test_the_transcripts_flag_reaches_evaluate(tmp_path: Path, evaluated: list[dict[str, Any]]) -> None:
+    out = str(tmp_path / "o")
+    assert run_cli(["evaluate", "policy", "--output", out]) == 0
+    assert run_cli(["evaluate", "policy", "--output", out, "--transcripts"]) == 0
+    assert [call["transcripts"] for call in evaluated] == [False, True]
 
 
 @pytest.mark.parametrize(

@@ -3,8 +3,10 @@ policy folder by its weights, wherever it lies; an algorithm checkpoint by its p
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -15,6 +17,8 @@ from safetensors.torch import load_file, save_file
 from hgpo_rllib.evaluation import evaluate, protocol
 from hgpo_rllib.evaluation.output_dir import changed_evaluation
 from hgpo_rllib.evaluation.policy_folder import export_policy
+from hgpo_rllib.evaluation.policy_loading import CTOR_FILE, MODULES_DIR
+from hgpo_rllib.evaluation.rollout import task_seeds
 from hgpo_rllib.rl_module.model_sources import weights_digest
 from hgpo_rllib.run_records import read_record
 
@@ -145,3 +149,58 @@ def test_an_output_written_before_the_cut_rates_resumes_and_reads_them_as_nan(
     assert per_seed.length_cut_rate.tolist()[1:] == [0.5, 1.0] and np.isnan(per_seed.length_cut_rate[0])
     assert per_seed.prompt_cut_rate.tolist()[1:] == [0.25, 0.0] and np.isnan(per_seed.prompt_cut_rate[0])
     assert summary[["length_cut_rate", "prompt_cut_rate"]].values.tolist() == [["0.75 ± 0.25", "0.12 ± 0.12"]]
+
+
+def test_transcripts_hold_each_saved_game_once_across_an_interrupted_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two of four games are saved, then the run stops; a third game's transcript was written but
+    not its record (a stop between the two writes). The resume drops that transcript, plays the
+    other two games, and the file ends with one line per game: the record of ``episodes.csv`` plus
+    as many turns as it took steps, in strict JSON (the baseline's cut rates null, not NaN). An
+    evaluation without ``transcripts`` writes no folder."""
+    out = tmp_path / "eval"
+    settings = {"env": "keychest", "seeds": [1], "episodes": 4, "output": out, "baselines": ["random"]}
+    play = protocol.play
+
+    def stop_after_two_games(*args: Any, on_episode_end: Any, **kwargs: Any) -> Any:
+        ended = []
+
+        def end(record: dict[str, Any]) -> None:
+            on_episode_end(record)
+            ended.append(record)
+            if len(ended) == 2:
+                raise KeyboardInterrupt
+
+        return play(*args, on_episode_end=end, **kwargs)
+
+    monkeypatch.setattr(protocol, "play", stop_after_two_games)
+    with pytest.raises(KeyboardInterrupt):
+        evaluate(None, transcripts=True, **settings)
+    transcripts = out / "transcripts" / "random-seed1.jsonl"
+    before = transcripts.read_text().splitlines()
+    saved = {json.loads(line)["task_seed"] for line in before}
+    unsaved = next(task for task in task_seeds(1, 4) if task not in saved)
+    stray = json.dumps({**json.loads(before[0]), "task_seed": unsaved})
+    transcripts.write_text("".join(f"{line}\n" for line in [*before, stray]))
+    monkeypatch.setattr(protocol, "play", play)
+    evaluate(None, transcripts=True, **settings)
+
+    lines = transcripts.read_text().splitlines()
+    assert lines[:2] == before
+    strict = [json.loads(line, parse_constant=pytest.fail) for line in lines]  # no NaN: any reader's JSON
+    games = {game["task_seed"]: game for game in strict}
+    assert len(lines) == 4 and sorted(games) == task_seeds(1, 4)
+    for row in pd.read_csv(out / "episodes.csv").itertuples():
+        game = games[row.task_seed]
+        assert (game["won"], game["steps"], len(game["turns"])) == (row.won, row.steps, row.steps)
+    evaluate(None, **{**settings, "output": tmp_path / "plain"})
+    assert not (tmp_path / "plain" / "transcripts").exists()
+
+
+def test_a_team_is_refused_transcripts(tmp_path: Path) -> None:
+    """A team's episodes are multi-agent: ``transcripts`` is refused in one line, before any load."""
+    (tmp_path / MODULES_DIR).mkdir(parents=True)
+    (tmp_path / CTOR_FILE).touch()
+    with pytest.raises(ValueError, match="a team's are not recorded"):
+        evaluate(tmp_path, output=tmp_path / "eval", baselines=[], transcripts=True)

@@ -1,14 +1,15 @@
 """The evaluation's episode loop (``hgpo_rllib.evaluation.rollout``): what a record names of its task,
-and the shares of its turns that were cut."""
+the shares of its turns that were cut, and its transcript."""
 
 from __future__ import annotations
 
 import numpy as np
 from helpers import cutting_policy
 
+import envs
 from hgpo_rllib.columns import LENGTH_CUT, PROMPT_CUT
 from hgpo_rllib.evaluation import play, random_policy
-from hgpo_rllib.evaluation.rollout import Answers, EpisodeSlot, task_seeds
+from hgpo_rllib.evaluation.rollout import TRANSCRIPT, Answers, EpisodeSlot, task_seeds
 
 
 def test_a_webshop_record_names_the_goal_its_task_seed_drew() -> None:
@@ -52,3 +53,32 @@ def test_an_llm_policy_reports_its_cut_turns_and_a_baseline_none() -> None:
     assert [(r["length_cut_rate"], r["prompt_cut_rate"]) for r in records] == [(1.0, 1.0)] * 2
     (baseline,) = play("keychest", {"max_steps": 3}, random_policy(0), task_seeds(1, 1))
     assert np.isnan(baseline["length_cut_rate"]) and np.isnan(baseline["prompt_cut_rate"])
+
+
+def test_a_transcript_holds_each_turn_the_policy_saw_and_answered() -> None:
+    """Two turns of a scripted policy: each turn's observation is the env's text (the first is the
+    reset's, the second what the first answer led to), its answer verbatim and its reward; the
+    observation the episode ended on comes last. Without ``with_transcripts`` a record has none."""
+    answers = iter(["<think>a</think><action>look</action>", "<think>b</think><action>inventory</action>"])
+
+    def policy(slots: list[EpisodeSlot]) -> list[str]:
+        return [next(answers) for _ in slots]
+
+    (seed,) = task_seeds(1, 1)
+    (record,) = play("keychest", {"max_steps": 2}, policy, [seed], with_transcripts=True)
+    env = envs.make_env("keychest", {"max_steps": 2})
+    first, _ = env.reset(seed=seed)
+    second, reward_1, *_ = env.step("<think>a</think><action>look</action>")
+    last, reward_2, *_ = env.step("<think>b</think><action>inventory</action>")
+    assert record[TRANSCRIPT] == {
+        "turns": [
+            {"observation": first, "answer": "<think>a</think><action>look</action>", "reward": reward_1},
+            {
+                "observation": second,
+                "answer": "<think>b</think><action>inventory</action>",
+                "reward": reward_2,
+            },
+        ],
+        "final_observation": last,
+    }
+    assert TRANSCRIPT not in play("keychest", {"max_steps": 2}, random_policy(0), [seed])[0]
