@@ -179,7 +179,8 @@ def played_as(
 
 def weights_dtype(module: LLMRLModule) -> str:
     """The dtype the module's policy weights are in, by name: what it plays in. A restored algorithm
-    checkpoint's module is the learner's, in float32 masters whatever its ``torch_dtype``."""
+    checkpoint's module is the learner's: float32 masters when fully fine-tuned, the frozen base in
+    its ``torch_dtype`` under LoRA (whose float32 adapters are folded into it to play)."""
     dtype = next(module.lm.parameters()).dtype
     return next(name for name, known in TORCH_DTYPES.items() if known == dtype)
 

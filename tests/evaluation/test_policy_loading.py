@@ -9,12 +9,12 @@ from typing import Any
 
 import pytest
 import torch
-from helpers import DATA, TINY_VLLM_MODEL, VLLM_ENGINE_ARGS, keychest_config
+from helpers import DATA, TINY_MODEL, TINY_VLLM_MODEL, VLLM_ENGINE_ARGS, build, keychest_config
 from ray.rllib.core import DEFAULT_MODULE_ID
 
 from hgpo_rllib.evaluation import policy_loading
 from hgpo_rllib.evaluation.policy_folder import export_policy
-from hgpo_rllib.evaluation.policy_loading import CheckpointPolicy, played_as
+from hgpo_rllib.evaluation.policy_loading import CheckpointPolicy, played_as, weights_dtype
 from hgpo_rllib.evaluation.rollout import play
 from hgpo_rllib.rl_module.vllm_generation import VLLMGenerator
 
@@ -71,8 +71,8 @@ def test_a_policy_folder_is_built_in_the_dtype_asked_for(folder: Path) -> None:
 
 
 def test_an_algorithm_checkpoints_module_is_cast_after_loading(folder: Path) -> None:
-    """The restored module is the learner's (float32 masters), so float32 is its own whatever its
-    ``torch_dtype``; bfloat16 casts its policy weights after loading."""
+    """The restored module is the learner's (fully fine-tuned: float32 masters), so float32 is its own
+    whatever its ``torch_dtype``; bfloat16 casts its policy weights after loading."""
     assert CheckpointPolicy(CHECKPOINT).engine == {"torch_dtype": "float32", "inference_backend": "hf"}
     policy = CheckpointPolicy(CHECKPOINT, torch_dtype="bfloat16")
     module = policy.module
@@ -83,6 +83,16 @@ def test_an_algorithm_checkpoints_module_is_cast_after_loading(folder: Path) -> 
     # The same weights as the folder's, rounded once.
     from_folder = CheckpointPolicy(folder, torch_dtype="bfloat16").module.lm.state_dict()
     assert all(torch.equal(tensor, from_folder[name]) for name, tensor in module.lm.state_dict().items())
+
+
+def test_a_learner_module_plays_in_float32_masters_or_under_lora_its_base_dtype() -> None:
+    """What an algorithm checkpoint restores is the learner's module, so its own dtype is its weights':
+    float32 masters when fully fine-tuned whatever its ``torch_dtype``, the frozen base in
+    ``torch_dtype`` under LoRA (the first parameter, the embedding, is the base's)."""
+    bf16 = {**TINY_MODEL, "torch_dtype": "bfloat16"}
+    assert weights_dtype(build(**bf16)) == "float32"
+    assert weights_dtype(build(**bf16, lora={"r": 4})) == "bfloat16"
+    assert weights_dtype(build(inference_only=True, **bf16)) == "bfloat16"  # an env runner's
 
 
 def notes(err: str) -> list[str]:
