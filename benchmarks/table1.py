@@ -78,7 +78,7 @@ from hgpo_rllib.evaluation.comparison import (  # noqa: E402
     minimum_detectable_difference,
     sign_flip_floor,
 )
-from hgpo_rllib.evaluation.policy_loading import PLAY_BACKENDS, PLAY_DTYPES  # noqa: E402
+from hgpo_rllib.evaluation.policy_loading import PLAY_BACKENDS, PLAY_DTYPES, play_dtype  # noqa: E402
 from hgpo_rllib.experiments.experiment_file import apply_config_overrides, load_experiment_file  # noqa: E402
 from hgpo_rllib.rl_module.model_sources import weights_digest  # noqa: E402
 from hgpo_rllib.rl_module.models import cpu_dtype  # noqa: E402
@@ -922,9 +922,24 @@ def check_run(run_dir: Path, settings: dict[str, object]) -> dict[str, object] |
     saved = json.loads(saved_file.read_text()) if saved_file.exists() else None
     if saved is not None and without_weights(saved) != settings:
         raise SystemExit(
-            f"{run_dir} was run with other settings ({saved}); choose another --output or the same settings"
+            f"{run_dir} was run with other settings ({changed_settings(without_weights(saved), settings)}); "
+            "choose another --output or the same settings"
+            + (CPU_DTYPE_HINT if saved.get("torch_dtype") != settings.get("torch_dtype") else "")
         )
     return saved
+
+
+#: Why a real model's runs can differ in ``torch_dtype`` although no flag sets it.
+CPU_DTYPE_HINT = (
+    " (torch_dtype is this CPU's default: bfloat16 only where it multiplies bf16 natively, AVX512_BF16 "
+    "or AMX, else float32; so go on with the table on such a CPU)"
+)
+
+
+def changed_settings(saved: dict[str, object], settings: dict[str, object]) -> str:
+    """The settings that differ, each as ``key: saved, now new`` (a missing one as None)."""
+    keys = [key for key in {**saved, **settings} if saved.get(key) != settings.get(key)]
+    return "; ".join(f"{key}: {saved.get(key)!r}, now {settings.get(key)!r}" for key in keys)
 
 
 def start_run(run_dir: Path, saved: dict[str, object] | None, settings: dict[str, object]) -> None:
@@ -996,7 +1011,8 @@ def main() -> None:
         "--eval-dtype",
         choices=PLAY_DTYPES,
         help="every policy of the table (warm start included) plays its evaluation in this dtype (rllib "
-        "evaluate --dtype; default: each policy's own); recorded per run, so rows are never mixed",
+        "evaluate --dtype; default: each policy's own); recorded per run (cpu: as the dtype it names on this "
+        "machine), so rows are never mixed",
     )
     parser.add_argument(
         "--eval-inference-backend",
@@ -1057,7 +1073,8 @@ def main() -> None:
     sampling = {key: value for key, value in given.items() if value is not None}
     # How the policies play their evaluations, where the command sets it (recorded only then, as the
     # sampling): a warm start's shipped evaluation in its own dtype and engine is then played again.
-    playing = {"torch_dtype": args.eval_dtype, "inference_backend": args.eval_inference_backend}
+    # "cpu" is recorded as the dtype it names on this machine: rows played on another CPU are not pooled.
+    playing = {"torch_dtype": play_dtype(args.eval_dtype), "inference_backend": args.eval_inference_backend}
     played_as = {f"eval_{key}": value for key, value in playing.items() if value is not None}
     # A real model's runs record the dtype they compute in: runs of another default are not pooled.
     common = {"env": env, **({"model": args.model, "torch_dtype": cpu_dtype()} if args.model else {})}

@@ -14,6 +14,7 @@ from helpers import benchmark_module
 
 from hgpo_rllib import HiPERConfig
 from hgpo_rllib.columns import INVALID_ACTION_RATE, SUCCESS_RATE
+from hgpo_rllib.evaluation import policy_loading
 from hgpo_rllib.evaluation.output_dir import reusable_episodes
 from hgpo_rllib.evaluation.policy_loading import read_policy_settings
 from hgpo_rllib.evaluation.protocol import evaluation_settings
@@ -475,8 +476,12 @@ def test_the_real_models_table_keeps_its_own_folders_and_declares_its_reading_fi
     assert reading.to_markdown(index=False) in declared
     assert "cannot go below p = 0.25, so it cannot separate two rows at 5% here" in declared
     monkeypatch.setattr(table1, "cpu_dtype", lambda: "bfloat16")  # another default: not pooled
-    with pytest.raises(SystemExit, match="warm-start-k-2 was run with other settings"):
+    with pytest.raises(SystemExit) as refused:
         table1.main()
+    assert str(refused.value) == (
+        f"{out / 'runs' / 'warm-start-k-2'} was run with other settings (torch_dtype: 'float32', now "
+        f"'bfloat16'); choose another --output or the same settings{table1.CPU_DTYPE_HINT}"
+    )
 
 
 def test_the_tables_evaluations_play_in_the_dtype_and_engine_it_names(
@@ -495,6 +500,7 @@ def test_the_tables_evaluations_play_in_the_dtype_and_engine_it_names(
         games = {"split": "test", "policy": "checkpoint", "seed": 123, "task_seed": range(episodes)}
         output.mkdir(parents=True)
         pd.DataFrame(games).assign(won=False, score=0.5).to_csv(output / "episodes.csv", index=False)
+        pd.DataFrame({"policy": ["checkpoint"], "seed": [123]}).to_csv(output / "per_seed.csv", index=False)
 
     monkeypatch.setattr(table1, "train", lambda *args, **kwargs: None)
     monkeypatch.setattr(table1, "trained_checkpoint", lambda run_dir: run_dir)
@@ -511,7 +517,20 @@ def test_the_tables_evaluations_play_in_the_dtype_and_engine_it_names(
     )
     assert (settings["eval_torch_dtype"], settings["eval_inference_backend"]) == ("bfloat16", "vllm")
     monkeypatch.setattr(sys, "argv", argv)  # the policies' own dtype and engine: other evaluations
-    with pytest.raises(SystemExit, match="warm-start-k-2 was run with other settings"):
+    with pytest.raises(SystemExit, match="warm-start-k-2 was run with other settings") as refused:
+        table1.main()
+    assert "(eval_torch_dtype: 'bfloat16', now None; eval_inference_backend: 'vllm', now None);" in str(
+        refused.value
+    )
+    assert table1.CPU_DTYPE_HINT not in str(refused.value)
+    # "cpu" is recorded as the dtype it names here (bfloat16 above): a CPU without native bf16 would
+    # play float32 and is refused, not pooled.
+    monkeypatch.setattr(policy_loading, "cpu_dtype", lambda: "bfloat16")
+    monkeypatch.setattr(sys, "argv", [*argv, "--eval-dtype", "cpu", "--eval-inference-backend", "vllm"])
+    table1.main()
+    assert len(played) == 2  # the same settings: evaluated already
+    monkeypatch.setattr(policy_loading, "cpu_dtype", lambda: "float32")
+    with pytest.raises(SystemExit, match=r"\(eval_torch_dtype: 'bfloat16', now 'float32'\)"):
         table1.main()
 
 
