@@ -43,9 +43,14 @@ def count(minimum: int) -> Callable[[str], int]:
     return parse
 
 
+#: What RLlib's ``AlgorithmConfig.validate()`` appends to each of its errors: advice for code that
+#: builds configs, noise on a command line whose line already names the setting.
+RLLIB_VALIDATION_ADVICE = "\nTo suppress all validation errors"
+
+
 def user_error(exc: Exception) -> int:
     """One line on stderr, exit status 2."""
-    message = str(exc).replace("\n", " ")
+    message = str(exc).split(RLLIB_VALIDATION_ADVICE)[0].replace("\n", " ")
     print(f"rllib: error: {message}", file=sys.stderr)
     return 2
 

@@ -305,6 +305,7 @@ def test_user_errors_are_one_line_and_exit_status_2(
     err = own_stderr(capsys.readouterr().err)
     assert err.count("\n") == 1 and err.startswith("rllib"), err
     assert re.search(message, err), err
+    assert "_validate_config" not in err  # RLlib's advice to code, cut from the command's line
     assert not (tmp_path / "o").exists()  # nothing was written
 
 
