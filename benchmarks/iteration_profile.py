@@ -197,7 +197,7 @@ def result_name(args: argparse.Namespace) -> str:
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--experiment", default=str(KEYCHEST), help="experiment file defining `config`")
     parser.add_argument("--model", help="the experiment file's --model (e.g. smollm2-135m-instruct)")
     parser.add_argument("-k", "--history-length", type=count(0), help="the experiment file's -k")

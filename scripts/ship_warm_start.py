@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--cache", type=Path, default=None, help="the cache to build in (default: ~/.cache)")
     parser.add_argument("--env", choices=["alfworld", "webshop"], default="alfworld")
     parser.add_argument("-k", "--history-length", type=int, default=2, help="ALFWorld's K (WebShop's is 4)")

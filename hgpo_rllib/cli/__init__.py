@@ -29,7 +29,11 @@ from hgpo_rllib.experiments.settings import refuse_removed_variables  # noqa: E4
 def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
     """The ``rllib`` parser; for ``rllib train file X.py`` (in ``argv``) with the settings X.py
     declares, so that ``--help`` lists them and they parse as typed flags."""
-    parser = Parser(prog="rllib", description=__doc__.splitlines()[0])
+    parser = Parser(
+        prog="rllib",
+        description="hgpo-rllib's command line (RLlib 2.60 ships none): train, evaluate, warm-start (sft), "
+        "export and inspect LLM agents; `rllib <command> --help` for each",
+    )
     commands = parser.add_subparsers(dest="command", required=True)
     train_cmd = commands.add_parser("train", help="train an algorithm")
     train_sub = train_cmd.add_subparsers(dest="source", required=True)

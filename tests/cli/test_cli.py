@@ -296,6 +296,19 @@ def _model_line(model: Path) -> str:
     return f"config.rl_module(model_config={{'model': {str(model)!r}}})"
 
 
+@pytest.mark.parametrize("command", [[], ["evaluate"], ["sft"], ["export"], ["models"], ["memory"]])
+def test_help_is_text_not_a_docstring_cut_mid_sentence(
+    command: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--help`` shows sentences, not a module docstring's first line with its reST roles."""
+    with pytest.raises(SystemExit) as done:
+        cli.main([*command, "--help"])
+    assert done.value.code == 0
+    text = capsys.readouterr().out
+    assert text.startswith(f"usage: rllib {' '.join(command)}".rstrip())
+    assert not re.search(r":(mod|func|class|data):`|``", text), text
+
+
 @pytest.mark.parametrize("case", list(USER_ERRORS))
 def test_user_errors_are_one_line_and_exit_status_2(
     case: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
