@@ -192,6 +192,33 @@ def cutting_policy() -> CheckpointPolicy:
     return CheckpointPolicy.from_config(config)
 
 
+def play_interrupted_after(
+    games: int, of_pass: str | None = None, calls: list[tuple[Any, list[int]]] | None = None
+) -> Any:
+    """``evaluation.protocol.play`` stopped by Ctrl-C once ``games`` games of the pass named
+    ``of_pass`` (its ``desc``; any pass if None) have ended and been saved: an evaluation interrupted
+    mid-seed. Each call's ``desc`` and task seeds go to ``calls``. Patch it in with monkeypatch."""
+    from hgpo_rllib.evaluation import protocol
+
+    play = protocol.play
+
+    def interrupted(*args: Any, on_episode_end: Any, **kwargs: Any) -> Any:
+        desc = kwargs.get("desc")
+        if calls is not None:
+            calls.append((desc, list(args[3])))
+        ended = []
+
+        def end(record: dict[str, Any]) -> None:
+            on_episode_end(record)
+            ended.append(record)
+            if of_pass in (None, desc) and len(ended) == games:
+                raise KeyboardInterrupt
+
+        return play(*args, on_episode_end=end, **kwargs)
+
+    return interrupted
+
+
 #: vLLM's engine settings in tests: eager mode skips vLLM's compilation at start-up (and, with the
 #: explicit KV cache size the module gives a CPU engine, its memory profiling).
 VLLM_ENGINE_ARGS = {"enforce_eager": True}

@@ -20,6 +20,7 @@ from helpers import (
     crash_once_lines,
     crashing_tuned_example,
     own_stderr,
+    play_interrupted_after,
     train_args,
     write_experiment,
 )
@@ -463,22 +464,8 @@ def test_evaluate_resumes_an_interrupted_seed_at_its_first_unfinished_game(
 ) -> None:
     out = tmp_path / "eval"
     settings = {"env": "keychest", "seeds": [1, 2], "episodes": 5, "output": out, "baselines": ["random"]}
-    play = protocol.play
-    calls = []
-
-    def interrupt_after_two_games_of_seed_2(*args: Any, desc: str, on_episode_end: Any, **kwargs: Any) -> Any:
-        calls.append((desc, list(args[3])))
-        ended = []
-
-        def end(record: dict[str, Any]) -> None:
-            on_episode_end(record)
-            ended.append(record)
-            if desc == "random seed 2" and len(ended) == 2:
-                raise KeyboardInterrupt
-
-        return play(*args, desc=desc, on_episode_end=end, **kwargs)
-
-    monkeypatch.setattr(protocol, "play", interrupt_after_two_games_of_seed_2)
+    calls: list[tuple[Any, list[int]]] = []
+    monkeypatch.setattr(protocol, "play", play_interrupted_after(2, of_pass="random seed 2", calls=calls))
     with pytest.raises(KeyboardInterrupt):
         evaluate(None, **settings)
     (games,) = out.glob(".games-*")

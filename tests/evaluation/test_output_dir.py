@@ -6,12 +6,11 @@ from __future__ import annotations
 import json
 import shutil
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pandas as pd
 import pytest
-from helpers import DATA
+from helpers import DATA, play_interrupted_after
 from safetensors.torch import load_file, save_file
 
 from hgpo_rllib.evaluation import evaluate, protocol
@@ -162,19 +161,7 @@ def test_transcripts_hold_each_saved_game_once_across_an_interrupted_run(
     out = tmp_path / "eval"
     settings = {"env": "keychest", "seeds": [1], "episodes": 4, "output": out, "baselines": ["random"]}
     play = protocol.play
-
-    def stop_after_two_games(*args: Any, on_episode_end: Any, **kwargs: Any) -> Any:
-        ended = []
-
-        def end(record: dict[str, Any]) -> None:
-            on_episode_end(record)
-            ended.append(record)
-            if len(ended) == 2:
-                raise KeyboardInterrupt
-
-        return play(*args, on_episode_end=end, **kwargs)
-
-    monkeypatch.setattr(protocol, "play", stop_after_two_games)
+    monkeypatch.setattr(protocol, "play", play_interrupted_after(2))
     with pytest.raises(KeyboardInterrupt):
         evaluate(None, transcripts=True, **settings)
     transcripts = out / "transcripts" / "random-seed1.jsonl"
