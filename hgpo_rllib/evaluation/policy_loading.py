@@ -320,6 +320,10 @@ class CheckpointPolicy:
         that differ from its own (:func:`played_as`). A policy folder's module is built in them, an
         algorithm checkpoint's restored one cast to them (:meth:`LLMRLModule.play_in`)."""
         path = Path(checkpoint).expanduser().resolve()
+        if not path.exists():
+            raise FileNotFoundError(
+                f"{path} does not exist: expected an algorithm checkpoint or a policy folder"
+            )
         if is_policy_folder(path):
             config = config_for_warm_start(path, env=env)
             own = LLMModuleConfig.from_model_config(config.model_config)  # built inference-only in it

@@ -547,6 +547,12 @@ def test_evaluate_rejects_bad_input(tmp_path: Path) -> None:
     )
     with pytest.raises(FileNotFoundError, match=not_a_checkpoint):
         evaluate(tmp_path, env="keychest", output=tmp_path / "c")
+    missing = tmp_path / "checkpoint_000003"
+    with pytest.raises(
+        FileNotFoundError, match=f"^{missing} does not exist: expected an algorithm checkpoint"
+    ):
+        evaluate(missing, env="keychest", output=tmp_path / "d")
+    assert not (tmp_path / "c").exists() and not (tmp_path / "d").exists()
 
 
 def test_main_job_alfworld_trains_two_iterations_via_rllib_train_file(tmp_path: Path) -> None:
