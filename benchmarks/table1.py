@@ -913,6 +913,19 @@ def signal_check(
     return report
 
 
+#: Why a real model's runs can differ in ``torch_dtype`` although no flag sets it.
+CPU_DTYPE_HINT = (
+    " (torch_dtype is this CPU's default: bfloat16 only where it multiplies bf16 natively, AVX512_BF16 "
+    "or AMX, else float32; so go on with the table on such a CPU)"
+)
+
+
+def changed_settings(saved: dict[str, object], settings: dict[str, object]) -> str:
+    """The settings that differ, each as ``key: saved, now new`` (a missing one as None)."""
+    keys = [key for key in {**saved, **settings} if saved.get(key) != settings.get(key)]
+    return "; ".join(f"{key}: {saved.get(key)!r}, now {settings.get(key)!r}" for key in keys)
+
+
 def check_run(run_dir: Path, settings: dict[str, object]) -> dict[str, object] | None:
     """The settings a run in ``run_dir`` was begun with (None: a new run); a stop when they differ from
     ``settings`` (its warm start's weights apart, known once the warm start is found). Checked before
@@ -927,19 +940,6 @@ def check_run(run_dir: Path, settings: dict[str, object]) -> dict[str, object] |
             + (CPU_DTYPE_HINT if saved.get("torch_dtype") != settings.get("torch_dtype") else "")
         )
     return saved
-
-
-#: Why a real model's runs can differ in ``torch_dtype`` although no flag sets it.
-CPU_DTYPE_HINT = (
-    " (torch_dtype is this CPU's default: bfloat16 only where it multiplies bf16 natively, AVX512_BF16 "
-    "or AMX, else float32; so go on with the table on such a CPU)"
-)
-
-
-def changed_settings(saved: dict[str, object], settings: dict[str, object]) -> str:
-    """The settings that differ, each as ``key: saved, now new`` (a missing one as None)."""
-    keys = [key for key in {**saved, **settings} if saved.get(key) != settings.get(key)]
-    return "; ".join(f"{key}: {saved.get(key)!r}, now {settings.get(key)!r}" for key in keys)
 
 
 def start_run(run_dir: Path, saved: dict[str, object] | None, settings: dict[str, object]) -> None:
