@@ -27,7 +27,7 @@ from envs.common.spaces import TextSpace
 from hgpo_rllib.algorithms.checkpoints import ENV_RECORD
 from hgpo_rllib.algorithms.hgpo.hgpo import HGPOConfig
 from hgpo_rllib.algorithms.text_agent import TextAgentConfig
-from hgpo_rllib.algorithms.torch.matmul_rate import emulated
+from hgpo_rllib.algorithms.torch.matmul_rate import emulation_note
 from hgpo_rllib.columns import ACTION_TEXT, LENGTH_CUT, PROMPT_CUT, RESP_MASK
 from hgpo_rllib.evaluation.rollout import Answers, EpisodeSlot
 from hgpo_rllib.rl_module.config import LLMModuleConfig
@@ -188,13 +188,8 @@ def weights_dtype(module: LLMRLModule) -> str:
 def say_if_emulated(module: LLMRLModule) -> None:
     """One line where ``module`` generates in bfloat16 on a CPU that emulates it (slower than float32)."""
     device = "cuda" if module.backend == "vllm" and torch.cuda.is_available() else "cpu"
-    dtype = weights_dtype(module)
-    if emulated(TORCH_DTYPES[dtype], device):
-        print(
-            f"note: this CPU has no native bfloat16 (AVX512_BF16 or AMX): the policy plays in {dtype} "
-            "emulated, slower than in float32",
-            file=sys.stderr,
-        )
+    if note := emulation_note(TORCH_DTYPES[weights_dtype(module)], device, "the policy plays"):
+        print(note, file=sys.stderr)
 
 
 def save_merged_model_dir(module: LLMRLModule, out: Path) -> None:

@@ -42,6 +42,32 @@ def test_which_dtypes_are_emulated(native_bf16) -> None:  # noqa: ANN001
     assert not matmul_rate.emulated(torch.bfloat16)
 
 
+def test_a_dtype_the_cpu_emulates_is_said_in_one_line(native_bf16, capsys) -> None:  # noqa: ANN001
+    """The learner says so where a policy trains in bfloat16 that the CPU emulates (once per dtype,
+    float32 policies beside it say nothing); nothing on a CPU with native bf16 or on a GPU."""
+    from helpers import build
+
+    from hgpo_rllib.algorithms.torch.text_agent_torch_learner import say_if_emulated
+
+    native_bf16(False)
+    line = (
+        "note: this CPU has no native bfloat16 (AVX512_BF16 or AMX): the learner trains in bfloat16 "
+        "emulated, slower than in float32"
+    )
+    assert matmul_rate.emulation_note(torch.bfloat16, "cpu", "the learner trains") == line
+    assert matmul_rate.emulation_note(torch.float32, "cpu", "the learner trains") is None
+    assert matmul_rate.emulation_note(torch.bfloat16, "cuda:0", "the learner trains") is None
+    bf16 = build(torch_dtype="bfloat16")
+    policies = {"a": bf16, "b": build(), "c": bf16}
+    capsys.readouterr()
+    say_if_emulated(policies, torch.device("cpu"))
+    assert capsys.readouterr().err == f"{line} (model_config['torch_dtype']='float32' is faster here)\n"
+    say_if_emulated(policies, torch.device("cuda"))
+    native_bf16(True)
+    say_if_emulated(policies, torch.device("cpu"))
+    assert capsys.readouterr().err == ""
+
+
 def test_the_probes_tokens(native_bf16) -> None:  # noqa: ANN001
     native_bf16(False)
     # float32: 2048 tokens make 3.6 GFLOP at SmolLM2's MLP, within 4; Qwen2.5-1.5B's: 4e9 / (2 x 1536 x 8960).

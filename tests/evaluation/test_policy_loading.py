@@ -12,6 +12,7 @@ import torch
 from helpers import DATA, TINY_MODEL, TINY_VLLM_MODEL, VLLM_ENGINE_ARGS, build, keychest_config
 from ray.rllib.core import DEFAULT_MODULE_ID
 
+from hgpo_rllib.algorithms.torch import matmul_rate
 from hgpo_rllib.evaluation import policy_loading
 from hgpo_rllib.evaluation.policy_folder import export_policy
 from hgpo_rllib.evaluation.policy_loading import CheckpointPolicy, played_as, weights_dtype
@@ -103,7 +104,7 @@ def notes(err: str) -> list[str]:
 def test_bfloat16_on_a_cpu_that_emulates_it_says_so_in_one_line(
     folder: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.setattr(policy_loading, "emulated", lambda dtype, device: dtype == torch.bfloat16)
+    monkeypatch.setattr(matmul_rate, "cpu_has_native_bf16", lambda: False)
     capsys.readouterr()
     CheckpointPolicy(folder)  # float32: nothing to say
     assert notes(capsys.readouterr().err) == []

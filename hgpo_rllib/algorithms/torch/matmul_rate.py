@@ -46,6 +46,18 @@ def emulated(dtype: torch.dtype, device: str | torch.device = "cpu") -> bool:
     return half and torch.device(device).type == "cpu" and not cpu_has_native_bf16()
 
 
+def emulation_note(dtype: torch.dtype, device: str | torch.device, doing: str) -> str | None:
+    """The line to print where ``doing`` ("the policy plays", "the learner trains") runs in ``dtype``
+    on a ``device`` that emulates it (:func:`emulated`): silently, it would only be slow; None elsewhere."""
+    if not emulated(dtype, device):
+        return None
+    name = str(dtype).removeprefix("torch.")
+    return (
+        f"note: this CPU has no native bfloat16 (AVX512_BF16 or AMX): {doing} in {name} emulated, "
+        "slower than in float32"
+    )
+
+
 def fitted_tokens(weights: int, tokens: int, gflop: float) -> int:
     """Tokens of a product over ``weights`` (``k x n``) of about ``gflop`` GFLOP (2 x tokens x
     weights FLOPs), within [:data:`MIN_PROBE_TOKENS`, ``tokens``]."""

@@ -21,6 +21,7 @@ that module's synchronisations with idle rows that carry no loss (DDP; docs/drma
 from __future__ import annotations
 
 import contextlib
+import sys
 from collections import Counter, defaultdict
 from typing import Any
 
@@ -38,6 +39,7 @@ from ray.rllib.utils.typing import ModuleID, StateDict
 from hgpo_rllib.algorithms.text_agent_learner import TextAgentLearner
 from hgpo_rllib.algorithms.torch import fsdp
 from hgpo_rllib.algorithms.torch.flop_meter import FlopMeter
+from hgpo_rllib.algorithms.torch.matmul_rate import emulation_note
 from hgpo_rllib.algorithms.torch.token_loss import (
     behaviour_weights,
     non_finite_terms,
@@ -70,6 +72,7 @@ from hgpo_rllib.columns import (
     SAMPLER_LOGP,
 )
 from hgpo_rllib.host_memory import release_freed_memory
+from hgpo_rllib.rl_module.llm_rl_module import LLMRLModule
 
 #: The loss terms reported as token means over an update.
 _TOKEN_MEAN_KEYS = (
@@ -82,6 +85,15 @@ _TOKEN_MEAN_KEYS = (
     BEHAVIOUR_WEIGHT_KEY,
     BEHAVIOUR_WEIGHT_CAPPED_KEY,
 )
+
+
+def say_if_emulated(module: MultiRLModule, device: torch.device) -> None:
+    """One line per dtype where a policy trains in one this CPU emulates: a bfloat16 run resumed on a
+    CPU without native bf16, or bfloat16 asked for there, is otherwise only much slower."""
+    policies = [m.unwrapped() for m in module.values() if isinstance(m.unwrapped(), LLMRLModule)]
+    for dtype in sorted({policy.compute_dtype for policy in policies}, key=str):
+        if note := emulation_note(dtype, device, "the learner trains"):
+            print(f"{note} (model_config['torch_dtype']='float32' is faster here)", file=sys.stderr)
 
 
 def loss_mask(batch: dict[str, Any]) -> torch.Tensor:
@@ -114,6 +126,7 @@ class TextAgentTorchLearner(TextAgentLearner, TorchLearner):
         self._idle_minibatches: dict[ModuleID, int] = defaultdict(int)
         self._module_steps: Counter[ModuleID] = Counter()  # the minibatches each module was in
         self._flop_meter = FlopMeter(self.module, self._device, self.config.learner_matmul_gflops)
+        say_if_emulated(self.module, self._device)
 
     @property
     def sharded(self) -> bool:
