@@ -82,6 +82,7 @@ from hgpo_rllib.evaluation.policy_loading import PLAY_BACKENDS, PLAY_DTYPES, pla
 from hgpo_rllib.experiments.experiment_file import apply_config_overrides, load_experiment_file  # noqa: E402
 from hgpo_rllib.rl_module.model_sources import weights_digest  # noqa: E402
 from hgpo_rllib.rl_module.models import cpu_dtype  # noqa: E402
+from hgpo_rllib.run_records import changed_settings  # noqa: E402
 from hgpo_rllib.warm_start.cache import (  # noqa: E402
     build_warm_start,
     find_warm_start,
@@ -920,12 +921,6 @@ CPU_DTYPE_HINT = (
 )
 
 
-def changed_settings(saved: dict[str, object], settings: dict[str, object]) -> str:
-    """The settings that differ, each as ``key: saved, now new`` (a missing one as None)."""
-    keys = [key for key in {**saved, **settings} if saved.get(key) != settings.get(key)]
-    return "; ".join(f"{key}: {saved.get(key)!r}, now {settings.get(key)!r}" for key in keys)
-
-
 def check_run(run_dir: Path, settings: dict[str, object]) -> dict[str, object] | None:
     """The settings a run in ``run_dir`` was begun with (None: a new run); a stop when they differ from
     ``settings`` (its warm start's weights apart, known once the warm start is found). Checked before
@@ -933,11 +928,11 @@ def check_run(run_dir: Path, settings: dict[str, object]) -> dict[str, object] |
     saved for: one of other settings is never restored."""
     saved_file = run_dir / "run.json"
     saved = json.loads(saved_file.read_text()) if saved_file.exists() else None
-    if saved is not None and without_weights(saved) != settings:
+    if saved is not None and (begun := without_weights(saved)) != settings:
         raise SystemExit(
-            f"{run_dir} was run with other settings ({changed_settings(without_weights(saved), settings)}); "
+            f"{run_dir} was run with other settings ({'; '.join(changed_settings(begun, settings))}); "
             "choose another --output or the same settings"
-            + (CPU_DTYPE_HINT if saved.get("torch_dtype") != settings.get("torch_dtype") else "")
+            + (CPU_DTYPE_HINT if begun.get("torch_dtype") != settings.get("torch_dtype") else "")
         )
     return saved
 

@@ -479,7 +479,7 @@ def test_the_real_models_table_keeps_its_own_folders_and_declares_its_reading_fi
     with pytest.raises(SystemExit) as refused:
         table1.main()
     assert str(refused.value) == (
-        f"{out / 'runs' / 'warm-start-k-2'} was run with other settings (torch_dtype: 'float32', now "
+        f"{out / 'runs' / 'warm-start-k-2'} was run with other settings (torch_dtype was 'float32', now "
         f"'bfloat16'); choose another --output or the same settings{table1.CPU_DTYPE_HINT}"
     )
 
@@ -519,7 +519,7 @@ def test_the_tables_evaluations_play_in_the_dtype_and_engine_it_names(
     monkeypatch.setattr(sys, "argv", argv)  # the policies' own dtype and engine: other evaluations
     with pytest.raises(SystemExit, match="warm-start-k-2 was run with other settings") as refused:
         table1.main()
-    assert "(eval_torch_dtype: 'bfloat16', now None; eval_inference_backend: 'vllm', now None);" in str(
+    assert "(eval_inference_backend was 'vllm', now None; eval_torch_dtype was 'bfloat16', now None);" in str(
         refused.value
     )
     assert table1.CPU_DTYPE_HINT not in str(refused.value)
@@ -530,7 +530,7 @@ def test_the_tables_evaluations_play_in_the_dtype_and_engine_it_names(
     table1.main()
     assert len(played) == 2  # the same settings: evaluated already
     monkeypatch.setattr(policy_loading, "cpu_dtype", lambda: "float32")
-    with pytest.raises(SystemExit, match=r"\(eval_torch_dtype: 'bfloat16', now 'float32'\)"):
+    with pytest.raises(SystemExit, match=r"\(eval_torch_dtype was 'bfloat16', now 'float32'\)"):
         table1.main()
 
 
