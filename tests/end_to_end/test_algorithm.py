@@ -251,6 +251,9 @@ def test_two_learners_each_receive_whole_groups() -> None:
         states = algo.learner_group.foreach_learner(lambda lr: lr.module["default_policy"].get_state())
         weights = [r.get() for r in states.result_or_errors]
         assert len(weights) == 2 and max_abs_diff(weights[0], weights[1]) == 0.0  # DDP kept them equal
+        # One of them says what both share (the emulated-bf16 note, the per-step gradient norms).
+        firsts = algo.learner_group.foreach_learner(lambda lr: lr.first_learner)
+        assert sorted(r.get() for r in firsts.result_or_errors) == [False, True]
     finally:
         algo.stop()
 

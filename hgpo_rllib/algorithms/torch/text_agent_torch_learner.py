@@ -126,7 +126,13 @@ class TextAgentTorchLearner(TextAgentLearner, TorchLearner):
         self._idle_minibatches: dict[ModuleID, int] = defaultdict(int)
         self._module_steps: Counter[ModuleID] = Counter()  # the minibatches each module was in
         self._flop_meter = FlopMeter(self.module, self._device, self.config.learner_matmul_gflops)
-        say_if_emulated(self.module, self._device)
+        if self.first_learner:  # every learner computes in the same dtypes: one line per run
+            say_if_emulated(self.module, self._device)
+
+    @property
+    def first_learner(self) -> bool:
+        """The lone learner or rank 0 of several: the one that says what all of them share."""
+        return not self.distributed or torch.distributed.get_rank() == 0
 
     @property
     def sharded(self) -> bool:
@@ -476,9 +482,8 @@ class TextAgentTorchLearner(TextAgentLearner, TorchLearner):
             self.metrics.log_value((module_id, LEARNER_TOKENS_SKIPPED_FRAC), tokens_frac, window=1)
         # Every learner's norms are the same (computed after the gradient all-reduce, or over the
         # full sharded gradient); RLlib cannot merge one list per learner, so the first one reports it.
-        first_learner = not self.distributed or torch.distributed.get_rank() == 0
         for module_id, norms in self._grad_norms.items():
-            for norm in norms if first_learner else ():
+            for norm in norms if self.first_learner else ():
                 self.metrics.log_value((module_id, GRAD_NORM_PER_STEP_KEY), norm, reduce="item_series")
             self.metrics.log_value((module_id, GRAD_NORM_MAX_KEY), max(norms), window=1)
         if self.old_logp_pass is not None:  # recompute_old_logp="auto" decides by them next update
