@@ -36,6 +36,7 @@ from typing import NamedTuple  # noqa: E402
 import numpy as np  # noqa: E402
 
 from hgpo_rllib import advantages as vec  # noqa: E402
+from hgpo_rllib.help_text import doc_summary
 
 ZERO_RTOL = 1e-9  # same exact-zero rule as hgpo_rllib.advantages (spec Q1)
 
@@ -304,7 +305,7 @@ def warm_allocator() -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=doc_summary(__doc__))
     parser.add_argument("--repeats", type=int, default=21, help="timed calls per vectorised case")
     parser.add_argument("--baseline-repeats", type=int, default=3, help="timed calls per baseline case")
     parser.add_argument("--quick", action="store_true", help="16-group batch only, few repeats")

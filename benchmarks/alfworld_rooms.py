@@ -16,6 +16,7 @@ from pathlib import Path
 
 from envs.alfworld import games, scenes
 from envs.alfworld.real_rooms import REAL_RECEPTACLE_COUNTS
+from hgpo_rllib.help_text import doc_summary
 
 ROOMS = ("Kitchen", "LivingRoom", "Bedroom", "Bathroom")
 #: Receptacle totals of real floor plans reported without per-type counts.
@@ -85,6 +86,6 @@ def main(n_games: int) -> str:
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=doc_summary(__doc__))
     parser.add_argument("--games", type=int, default=400, help="generated training games (object counts)")
     main(parser.parse_args().games)

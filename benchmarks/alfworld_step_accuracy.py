@@ -20,11 +20,12 @@ from results_file import write_result  # benchmarks/ is on sys.path when run as 
 from envs.alfworld.searcher import Searcher
 from envs.common.actions import parse_action
 from hgpo_rllib.evaluation import CheckpointPolicy, EpisodeSlot, play
+from hgpo_rllib.help_text import doc_summary
 from hgpo_rllib.warm_start.demonstrations import demonstrator_answer
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=doc_summary(__doc__))
     parser.add_argument("model_dir", help="an `rllib sft` model directory or an HGPO checkpoint")
     parser.add_argument("--split", default="eval_out_of_distribution")
     parser.add_argument("--episodes", type=int, default=32)

@@ -29,6 +29,7 @@ import torch
 from results_file import write_result
 
 from hgpo_rllib.experiments.experiment_file import load_experiment_file
+from hgpo_rllib.help_text import doc_summary
 
 ALFWORLD = Path(__file__).resolve().parents[1] / "tuned_examples" / "hgpo_alfworld.py"
 MODES = {"synchronous": False, "async_sampling": True}
@@ -112,9 +113,7 @@ def table(runs: dict[str, dict]) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = argparse.ArgumentParser(description=doc_summary(__doc__))
     parser.add_argument("--experiment", type=Path, default=ALFWORLD)
     parser.add_argument("--iterations", type=int, default=2)
     parser.add_argument("--cores", type=int, nargs=2, default=(0, 1), metavar=("LEARNER", "RUNNER"))

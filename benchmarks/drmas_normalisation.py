@@ -57,6 +57,7 @@ from hgpo_rllib.evaluation.comparison import compare  # noqa: E402
 from hgpo_rllib.evaluation.protocol import evaluate  # noqa: E402
 from hgpo_rllib.experiments.experiment_file import load_experiment_file  # noqa: E402
 from hgpo_rllib.experiments.teams import team_warm_start_config  # noqa: E402
+from hgpo_rllib.help_text import doc_summary
 from hgpo_rllib.warm_start.trainer import train_warm_start  # noqa: E402
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "tuned_examples" / "drmas_webshop.py"
@@ -335,9 +336,7 @@ def write_tables(output: Path, done: dict[str, list[dict]]) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = argparse.ArgumentParser(description=doc_summary(__doc__))
     parser.add_argument(
         "--warm-start", type=Path, help="team warm starts, one folder per role (required to run)"
     )

@@ -14,6 +14,8 @@ import importlib.util
 from pathlib import Path
 from types import ModuleType
 
+from hgpo_rllib.help_text import doc_summary
+
 HERE = Path(__file__).resolve().parent
 
 
@@ -25,7 +27,7 @@ def _section(name: str) -> ModuleType:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=doc_summary(__doc__))
     parser.add_argument(
         "--webshop-data",
         default=None,

@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 from hgpo_rllib.env_runner.env_pool import EnvCrash, EnvWorkerPool
+from hgpo_rllib.help_text import doc_summary
 
 RESULTS = Path(__file__).resolve().parents[1] / "docs" / "results"
 GROUP_SIZE = 8
@@ -69,7 +70,7 @@ def measure(env: str, num_envs: int, num_steps: int, workers: int, seed: int) ->
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=doc_summary(__doc__))
     parser.add_argument("--env", default="alfworld")
     parser.add_argument("--envs", type=int, default=16)
     parser.add_argument("--steps", type=int, default=10)

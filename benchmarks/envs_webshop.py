@@ -20,6 +20,7 @@ from envs.webshop import reward
 from envs.webshop.data import load_shop
 from envs.webshop.env import WebShopEnv
 from envs.webshop.expert import ScriptedBuyer, tagged
+from hgpo_rllib.help_text import doc_summary
 
 
 def webshop_timings(
@@ -70,7 +71,7 @@ def webshop_timings(
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=doc_summary(__doc__))
     parser.add_argument(
         "--data-dir",
         default=None,

@@ -78,6 +78,7 @@ from hgpo_rllib.advantages import (  # noqa: E402
     grpo_advantages,
     hgpo_advantages,
 )
+from hgpo_rllib.help_text import doc_summary
 
 DEEPEST_ALPHA = 200.0
 OUTPUT_FILES = ("study.csv", "study.png")
@@ -469,7 +470,7 @@ def markdown(rows: list[dict], columns: tuple[str, ...]) -> str:
 
 
 def main(argv: list[str] | None = None) -> Path:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=doc_summary(__doc__))
     parser.add_argument("--output", type=Path, default=Path("results/estimator_bias"))
     parser.add_argument("--mdps", type=int, default=16, help="random POMDPs to average over")
     parser.add_argument("--rollouts", type=int, default=65536, help="rollouts per (POMDP, group size)")

@@ -48,6 +48,7 @@ from pathlib import Path
 from typing import Any
 
 import hgpo_rllib  # noqa: F401  first: it sets OpenMP's short spin before torch loads (docs/throughput.md)
+from hgpo_rllib.help_text import doc_summary
 
 # isort: split
 import torch
@@ -272,7 +273,7 @@ def result_name(args: argparse.Namespace, env_name: str) -> str:
 
 
 def main(argv: list[str] | None = None, results_dir: Path = RESULTS_DIR) -> dict[str, Any]:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=doc_summary(__doc__))
     parser.add_argument("--env", choices=["webshop", "alfworld"], help="default: the policy's, else webshop")
     parser.add_argument("--goals", type=int, default=8, help="evaluation goals played on every path")
     parser.add_argument("--seed", type=int, default=123, help="evaluation seed (its task seeds)")

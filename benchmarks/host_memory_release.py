@@ -22,6 +22,8 @@ from machine import cpu_line, uptime
 from results_file import write_result
 from tqdm import tqdm
 
+from hgpo_rllib.help_text import doc_summary
+
 CHILD = """
 import json, sys, time
 import torch
@@ -59,7 +61,7 @@ def run(chunks: int, mode: str) -> dict[str, float]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=doc_summary(__doc__))
     parser.add_argument("--gb", type=float, default=4.0, help="GB freed and filled again (4)")
     parser.add_argument("--repeats", type=int, default=5, help="fresh processes per mode (5)")
     args = parser.parse_args()

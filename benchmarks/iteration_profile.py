@@ -37,6 +37,7 @@ from results_file import RESULTS_DIR, write_result  # benchmarks/ is on sys.path
 from hgpo_rllib import HGPOConfig
 from hgpo_rllib.cli.args import count, json_dict
 from hgpo_rllib.experiments.experiment_file import apply_config_overrides, load_experiment_file
+from hgpo_rllib.help_text import doc_summary
 from hgpo_rllib.rl_module.config import LLMModuleConfig
 
 KEYCHEST = Path(__file__).resolve().parents[1] / "tuned_examples" / "hgpo_keychest.py"
@@ -197,7 +198,7 @@ def result_name(args: argparse.Namespace) -> str:
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=doc_summary(__doc__))
     parser.add_argument("--experiment", default=str(KEYCHEST), help="experiment file defining `config`")
     parser.add_argument("--model", help="the experiment file's --model (e.g. smollm2-135m-instruct)")
     parser.add_argument("-k", "--history-length", type=count(0), help="the experiment file's -k")

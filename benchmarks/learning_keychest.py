@@ -31,6 +31,7 @@ from tqdm.auto import tqdm  # noqa: E402
 
 from envs.keychest.env import PLAN_EXECUTE_BLOCKS  # noqa: E402
 from hgpo_rllib.experiments.experiment_file import load_experiment_file  # noqa: E402
+from hgpo_rllib.help_text import doc_summary
 
 TUNED = Path(__file__).resolve().parents[1] / "tuned_examples"
 HGPO, HIPER = TUNED / "hgpo_keychest.py", TUNED / "hiper_keychest.py"
@@ -159,7 +160,7 @@ def plot(curves: pd.DataFrame, path: Path) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=doc_summary(__doc__))
     parser.add_argument("--iterations", type=int, default=60)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))

@@ -17,13 +17,14 @@ import pandas as pd
 import ray
 
 from hgpo_rllib.experiments.experiment_file import load_experiment_file
+from hgpo_rllib.help_text import doc_summary
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "tuned_examples" / "hgpo_keychest.py"
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=doc_summary(__doc__))
     parser.add_argument("--minutes", type=float, default=15.0)
     parser.add_argument("--r", type=int, default=8)
     parser.add_argument("--output", type=Path, default=ROOT / "docs" / "results" / "lora_keychest.csv")

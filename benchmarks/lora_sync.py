@@ -31,8 +31,9 @@ from results_file import write_result  # benchmarks/ is on sys.path when run as 
 from transformers import PreTrainedModel
 from vllm import LLM, SamplingParams
 from vllm.lora.request import LoRARequest
-from weight_sync import build_lm
+from weight_sync import random_05b_model
 
+from hgpo_rllib.help_text import doc_summary
 from hgpo_rllib.rl_module.config import normalize_lora
 from hgpo_rllib.rl_module.lora import add_adapters, merged_state_dict
 from hgpo_rllib.rl_module.tokenizer import build_tiny_tokenizer
@@ -131,7 +132,7 @@ def measure_merged(
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=doc_summary(__doc__))
     parser.add_argument("--syncs", type=int, default=3, help="timed syncs per path (after a warm-up one)")
     parser.add_argument("--prompts", type=int, default=16)
     parser.add_argument("--prompt-tokens", type=int, default=64)
@@ -142,8 +143,8 @@ def main() -> None:
     prompts = torch.randint(
         3, 1024, (args.prompts, args.prompt_tokens), generator=torch.Generator().manual_seed(1)
     ).tolist()
-    policy = add_adapters(build_lm("qwen2.5-0.5b"), LORA)  # the learner's model
-    runner_lm = build_lm("qwen2.5-0.5b")  # the env runner's plain model (same seed: same base)
+    policy = add_adapters(random_05b_model(), LORA)  # the learner's model
+    runner_lm = random_05b_model()  # the env runner's plain model (same seed: same base)
     rows = []
 
     # (a) merged weights through the project's sync path.
@@ -156,9 +157,9 @@ def main() -> None:
     # (b) the base model in an engine with LoRA enabled; each update is a new adapter.
     base_dir = tempfile.TemporaryDirectory(prefix="hgpo-lora-base-", dir="/dev/shm")
     adapter_root = tempfile.TemporaryDirectory(prefix="hgpo-lora-", dir="/dev/shm")
-    build_lm("qwen2.5-0.5b").save_pretrained(base_dir.name)
+    random_05b_model().save_pretrained(base_dir.name)
     tokenizer.save_pretrained(base_dir.name)
-    policy = add_adapters(build_lm("qwen2.5-0.5b"), LORA)  # replayed from the start: the same updates
+    policy = add_adapters(random_05b_model(), LORA)  # replayed from the start: the same updates
     error = ""
     try:
         llm = LLM(

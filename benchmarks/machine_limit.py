@@ -32,6 +32,7 @@ from machine import SPEED_FLAGS, cpu_description, load, uptime
 from results_file import RESULTS_DIR, write_result, write_rows
 
 from hgpo_rllib.algorithms.torch.matmul_rate import emulated, fitted_tokens, matmul_gflops
+from hgpo_rllib.help_text import doc_summary
 from hgpo_rllib.learner_flops import matmul_shapes
 from hgpo_rllib.model_shape import ModelShape
 
@@ -73,7 +74,7 @@ def decoder_rate(rows: list[dict], dtype: str) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=doc_summary(__doc__))
     parser.add_argument("--model", default="smollm2-135m-instruct")
     parser.add_argument("--rows", type=int, default=4, help="rows of a micro-batch (default 4)")
     parser.add_argument("--row-tokens", type=int, default=512, help="tokens per row (default 512)")

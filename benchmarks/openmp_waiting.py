@@ -26,6 +26,8 @@ from typing import Any
 from results_file import write_result
 from tqdm import tqdm
 
+from hgpo_rllib.help_text import doc_summary
+
 #: (name, environment overrides); "default" removes what hgpo_rllib would set.
 SETTINGS: list[tuple[str, dict[str, str]]] = [
     ("libgomp default", {}),
@@ -136,7 +138,7 @@ def measure(overrides: dict[str, str], repeats: int) -> dict[str, float]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=doc_summary(__doc__))
     parser.add_argument("--quick", action="store_true", help="32 new tokens instead of 100")
     parser.add_argument("--repeats", type=int, default=3, help="timed generate calls per process")
     parser.add_argument("--worker", choices=["generate", "train"], help=argparse.SUPPRESS)

@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 import hgpo_rllib  # noqa: F401  first: it sets OpenMP's short spin before torch loads (docs/throughput.md)
+from hgpo_rllib.help_text import doc_summary
 
 # isort: split
 import torch
@@ -214,7 +215,7 @@ def table(
 
 
 def main(argv: list[str] | None = None, results_dir: Path = RESULTS_DIR) -> dict[str, Any]:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=doc_summary(__doc__))
     parser.add_argument("--groups", type=int, default=2)
     parser.add_argument("--group-size", type=int, default=8)
     parser.add_argument("--prompt-tokens", type=int, default=500)

@@ -32,6 +32,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from hgpo_rllib.help_text import doc_summary
+
 ROOT = Path(__file__).resolve().parents[1]
 VARIANTS = {  # name: (lora, gradient checkpointing, chunked log-probs)
     "full": (False, False, False),
@@ -174,7 +176,7 @@ def child(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=doc_summary(__doc__))
     parser.add_argument("--layers", type=int, default=2)
     parser.add_argument("--rows", type=int, default=2)
     parser.add_argument("--prompt", type=int, default=256)

@@ -24,6 +24,7 @@ import torch
 from transformers import DataCollatorForSeq2Seq
 from transformers.trainer_pt_utils import LengthGroupedSampler
 
+from hgpo_rllib.help_text import doc_summary
 from hgpo_rllib.rl_module.tokenizer import build_tiny_model
 from hgpo_rllib.run_records import read_record
 from hgpo_rllib.warm_start.format import SFT_CONFIG
@@ -53,7 +54,7 @@ def time_steps(lm: torch.nn.Module, collate: DataCollatorForSeq2Seq, rows: list[
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=doc_summary(__doc__))
     parser.add_argument("directory", type=Path, help="an `rllib sft` output directory")
     parser.add_argument("--time-batches", type=int, default=12, help="batches fitted per sampler (0: none)")
     parser.add_argument("--seed", type=int, default=0)

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import hgpo_rllib  # noqa: F401  first: it sets OpenMP's short spin before torch loads (docs/throughput.md)
+from hgpo_rllib.help_text import doc_summary
 
 # isort: split
 import torch
@@ -96,7 +97,7 @@ def measure(args: argparse.Namespace) -> dict[str, float]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=doc_summary(__doc__))
     parser.add_argument("--model", help="a pretrained base (default: the tiny model from scratch)")
     parser.add_argument("--dtype", default="float32", help="the base's dtype")
     parser.add_argument("--batch-size", type=int, default=4)

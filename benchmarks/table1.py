@@ -80,6 +80,7 @@ from hgpo_rllib.evaluation.comparison import (  # noqa: E402
 )
 from hgpo_rllib.evaluation.policy_loading import PLAY_BACKENDS, PLAY_DTYPES, play_dtype  # noqa: E402
 from hgpo_rllib.experiments.experiment_file import apply_config_overrides, load_experiment_file  # noqa: E402
+from hgpo_rllib.help_text import doc_summary
 from hgpo_rllib.rl_module.model_sources import weights_digest  # noqa: E402
 from hgpo_rllib.rl_module.models import cpu_dtype  # noqa: E402
 from hgpo_rllib.run_records import changed_settings  # noqa: E402
@@ -950,7 +951,7 @@ def start_run(run_dir: Path, saved: dict[str, object] | None, settings: dict[str
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=doc_summary(__doc__))
     parser.add_argument("--env", default="alfworld", choices=list(TITLES))
     parser.add_argument(
         "--model",

@@ -31,6 +31,8 @@ from pathlib import Path
 
 from results_file import RESULTS_DIR, write_result
 
+from hgpo_rllib.help_text import doc_summary
+
 ROOT = Path(__file__).resolve().parents[1]
 RUNS_FILE = RESULTS_DIR / "test_suite_time_runs.jsonl"
 
@@ -134,7 +136,7 @@ def table(checkouts: dict[str, tuple[Path, str]], runs: list[SuiteRun]) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=doc_summary(__doc__))
     parser.add_argument("--runs", type=int, default=1, help="runs per checkout to have recorded (median)")
     parser.add_argument(
         "--checkout", type=Path, default=ROOT, help="the checkout to time (default: this repository)"

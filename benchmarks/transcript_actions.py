@@ -24,6 +24,7 @@ from results_file import write_result
 import envs
 from envs.common.actions import parse_action
 from hgpo_rllib.evaluation.output_dir import EVALUATION_RECORD, TRANSCRIPTS_DIR
+from hgpo_rllib.help_text import doc_summary
 from hgpo_rllib.run_records import read_record
 
 
@@ -78,7 +79,7 @@ def game_line(game: dict[str, Any]) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=doc_summary(__doc__))
     parser.add_argument(
         "outputs", nargs="+", metavar="NAME=DIR", help="a policy's name and its evaluation output"
     )

@@ -34,6 +34,7 @@ import torch
 from results_file import RESULTS_DIR, write_result, write_rows  # benchmarks/ is on sys.path as a script
 from transformers import AutoModelForCausalLM, PretrainedConfig, Qwen2Config
 
+from hgpo_rllib.help_text import doc_summary
 from hgpo_rllib.rl_module.config import TINY_MODEL_DEFAULTS
 from hgpo_rllib.rl_module.hidden_states import response_states
 from hgpo_rllib.rl_module.logprobs import token_logp_entropy
@@ -266,9 +267,7 @@ def markdown(rows: list[dict]) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = argparse.ArgumentParser(description=doc_summary(__doc__))
     parser.add_argument("--device", default="cuda")
     parser.add_argument(
         "--config", default="qwen2.5-1.5b", help="tiny, a folder of hgpo_rllib/model_configs, or a path"

@@ -45,6 +45,7 @@ from vs_trl_task import Spec, settings_rows
 
 from envs.common.prompts import PromptContext
 from envs.webshop.prompts import render_prompt
+from hgpo_rllib.help_text import doc_summary
 from hgpo_rllib.openmp import SPIN_COUNT
 from hgpo_rllib.rl_module.models import load_tokenizer
 from hgpo_rllib.rl_module.prompts import chat_prompt
@@ -227,7 +228,7 @@ def report(
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=doc_summary(__doc__))
     parser.add_argument("--trl-python", required=True, help="python of TRL's virtual environment")
     parser.add_argument("--model", choices=["tiny", SMOLLM2], default=SMOLLM2)
     parser.add_argument("--updates", type=int, default=3, help="measured updates per block (after a warm-up)")

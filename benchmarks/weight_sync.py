@@ -43,6 +43,7 @@ from results_file import write_rows  # benchmarks/ is on sys.path when run as a 
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
 from hgpo_rllib import HGPO, HGPOConfig
+from hgpo_rllib.help_text import doc_summary
 from hgpo_rllib.rl_module.config import TINY_PRESET
 from hgpo_rllib.rl_module.engine_weights import ENGINE_WEIGHTS
 from hgpo_rllib.rl_module.tokenizer import build_tiny_tokenizer
@@ -66,6 +67,12 @@ RUNNER_NODE = "runner_node"  # a custom resource only the second node has
 ENGINE_ARGS = {"enforce_eager": True, "kv_cache_memory_bytes": 64 << 20}
 
 
+def random_05b_model() -> Qwen2ForCausalLM:
+    """A randomly initialised Qwen2.5-0.5B-shaped model in bfloat16, the same at every call (seed 0)."""
+    torch.manual_seed(0)
+    return Qwen2ForCausalLM(Qwen2Config(**QWEN25_05B)).to(torch.bfloat16).eval()
+
+
 def model_config(name: str, scratch: Path) -> dict[str, Any]:
     """The module's model_config; the 0.5B shape is saved once as a local model directory."""
     settings = {"inference_backend": "vllm", "vllm_engine_args": ENGINE_ARGS, "torch_dtype": MODELS[name]}
@@ -73,9 +80,7 @@ def model_config(name: str, scratch: Path) -> dict[str, Any]:
         return {"model": TINY_PRESET, **settings}
     directory = scratch / name
     if not (directory / "config.json").exists():
-        torch.manual_seed(0)
-        model = Qwen2ForCausalLM(Qwen2Config(**QWEN25_05B)).to(torch.bfloat16)
-        model.save_pretrained(directory)
+        random_05b_model().save_pretrained(directory)
         build_tiny_tokenizer(None, 1024, ()).save_pretrained(directory)
     return {"model": str(directory), **settings}
 
@@ -186,7 +191,7 @@ def measure(layout: str, name: str, path: str, syncs: int, scratch: Path) -> dic
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=doc_summary(__doc__))
     parser.add_argument("--syncs", type=int, default=5)
     parser.add_argument("--models", nargs="+", choices=list(MODELS), default=list(MODELS))
     parser.add_argument("--paths", nargs="+", choices=PATHS, default=list(PATHS))

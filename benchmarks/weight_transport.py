@@ -30,6 +30,8 @@ from ray.experimental.collective import create_collective_group, destroy_collect
 from results_file import write_rows  # benchmarks/ is on sys.path when run as a script
 from weight_sync import LAYOUTS, RUNNER_NODE, start_ray
 
+from hgpo_rllib.help_text import doc_summary
+
 RESULTS = Path(__file__).resolve().parents[1] / "docs" / "results" / "weight_transport.csv"
 TENSOR_MB = 4  # the 0.5B model's linear layers are 1.6-8.7 MB in bfloat16
 ROUTES = ("object-store", "rdt-gloo")
@@ -98,7 +100,7 @@ def measure(route: str, layout: str, megabytes: int, repeats: int) -> dict[str, 
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=doc_summary(__doc__))
     parser.add_argument("--megabytes", type=int, default=988)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--output", type=Path, default=RESULTS)

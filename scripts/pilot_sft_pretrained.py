@@ -21,6 +21,7 @@ from typing import Any
 import torch
 from transformers import DataCollatorForSeq2Seq
 
+from hgpo_rllib.help_text import doc_summary
 from hgpo_rllib.rl_module.model_sources import local_model_dir
 from hgpo_rllib.warm_start.demonstrations import collect_demonstrations
 from hgpo_rllib.warm_start.pretrained import base_model, base_tokenizer, based_lr, lora_settings
@@ -84,7 +85,7 @@ def train_speed(
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=doc_summary(__doc__))
     parser.add_argument("--env", required=True)
     parser.add_argument("--model", default="smollm2-135m-instruct")
     parser.add_argument("--demonstrator")

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import envs
 from hgpo_rllib.evaluation.policy_loading import PLAY_BACKENDS, PLAY_DTYPES
+from hgpo_rllib.help_text import doc_summary
 from hgpo_rllib.warm_start.cache import build_warm_start, warm_start_recipe
 from hgpo_rllib.warm_start.shipping import describe, ship_warm_start
 
@@ -23,7 +24,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=doc_summary(__doc__))
     parser.add_argument("--cache", type=Path, default=None, help="the cache to build in (default: ~/.cache)")
     parser.add_argument("--env", choices=["alfworld", "webshop"], default="alfworld")
     parser.add_argument("-k", "--history-length", type=int, default=2, help="ALFWorld's K (WebShop's is 4)")

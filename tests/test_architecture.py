@@ -196,6 +196,7 @@ def test_the_old_checkpoint_paths_are_one_table_and_no_file() -> None:
         "hgpo_rllib.advantages",
         "hgpo_rllib.advantages.step_table",
         "hgpo_rllib.columns",
+        "hgpo_rllib.help_text",
         "hgpo_rllib.learner_flops",
         "hgpo_rllib.model_shape",
         "hgpo_rllib.rl_module.config",
