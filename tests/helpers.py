@@ -35,6 +35,8 @@ TESTS = ROOT / "tests"
 TUNED = ROOT / "tuned_examples"
 DATA = TESTS / "data"
 BENCHMARKS = ROOT / "benchmarks"
+#: The scripts users run: ``benchmarks/*.py`` and ``scripts/*.py``.
+SCRIPT_FILES = sorted([*BENCHMARKS.glob("*.py"), *(ROOT / "scripts").glob("*.py")])
 
 
 def benchmark_module(name: str) -> Any:

@@ -7,10 +7,7 @@ import ast
 from pathlib import Path
 
 import pytest
-from helpers import ROOT
-
-FOLDERS = (ROOT / "benchmarks", ROOT / "scripts")
-SCRIPTS = sorted(path for folder in FOLDERS for path in folder.glob("*.py"))
+from helpers import SCRIPT_FILES
 
 
 def top_level_names(path: Path) -> set[str]:
@@ -37,21 +34,20 @@ def sibling_imports(path: Path) -> list[tuple[Path, str]]:
     return found
 
 
-@pytest.mark.parametrize("script", SCRIPTS, ids=lambda p: f"{p.parent.name}/{p.name}")
+def missing_names(path: Path) -> list[str]:
+    """``sibling.py: name`` for each name ``path`` imports from a sibling script that does not define it."""
+    imports = sibling_imports(path)
+    defined = {sibling: top_level_names(sibling) for sibling in {sibling for sibling, _ in imports}}
+    return [f"{sibling.name}: {name}" for sibling, name in imports if name not in defined[sibling]]
+
+
+@pytest.mark.parametrize("script", SCRIPT_FILES, ids=lambda p: f"{p.parent.name}/{p.name}")
 def test_names_imported_from_a_sibling_script_exist_there(script: Path) -> None:
-    missing = [
-        f"{sibling.name}: {name}"
-        for sibling, name in sibling_imports(script)
-        if name not in top_level_names(sibling)
-    ]
+    missing = missing_names(script)
     assert not missing, f"{script.name} imports what its sibling does not define: {missing}"
 
 
 def test_the_checker_sees_a_missing_name(tmp_path: Path) -> None:
     (tmp_path / "helper.py").write_text("A = 1\ndef b():\n    pass\n")
     (tmp_path / "script.py").write_text("from helper import A, b, gone\n")
-    assert [
-        name
-        for sibling, name in sibling_imports(tmp_path / "script.py")
-        if name not in top_level_names(sibling)
-    ] == ["gone"]
+    assert missing_names(tmp_path / "script.py") == ["helper.py: gone"]

@@ -8,11 +8,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import ROOT
+from helpers import ROOT, SCRIPT_FILES
 
 from hgpo_rllib.help_text import doc_summary
-
-SCRIPTS = sorted([*(ROOT / "benchmarks").glob("*.py"), *(ROOT / "scripts").glob("*.py")])
 
 
 def test_the_first_paragraph_on_one_line_with_roles_and_literals_as_text() -> None:
@@ -41,7 +39,7 @@ def parser_descriptions(path: Path) -> list[str]:
     ]
 
 
-@pytest.mark.parametrize("script", SCRIPTS, ids=lambda p: f"{p.parent.name}/{p.name}")
+@pytest.mark.parametrize("script", SCRIPT_FILES, ids=lambda p: f"{p.parent.name}/{p.name}")
 def test_every_script_parser_is_described_by_its_docstring_summary(script: Path) -> None:
     assert set(parser_descriptions(script)) <= {"doc_summary(__doc__)"}
 
